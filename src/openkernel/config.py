@@ -1,0 +1,179 @@
+"""Run configuration: pydantic models that reject unknown keys, loaded from YAML.
+
+Keys follow the product brief (seeds/optimization-strategies.txt). ``--set a.b=value``
+overrides any key; values are parsed as YAML scalars, so ``--set max_iters=3`` is an int.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from openkernel.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Strict):
+    """One model server under ``inference``; several entries make an ensemble."""
+
+    model: str = Field(description="A litellm model string, e.g. openai/gpt-4o-mini, "
+                       "anthropic/claude-sonnet-4-5, ollama_chat/qwen2.5-coder, hosted_vllm/NAME.")
+    api_base: str | None = Field(None, description="Server URL for self-hosted or proxied models.")
+    api_key_env: str | None = Field(
+        None, description="Name of the environment variable holding the API key (never the key).")
+    weight: float = Field(1.0, gt=0, description="Sampling weight within the ensemble.")
+    temperature: float = Field(0.7, ge=0, le=2, description="Sampling temperature.")
+    max_tokens: int = Field(8192, gt=0, description="Upper bound on the answer's length.")
+    timeout_s: float = Field(300.0, gt=0, description="Per-request timeout.")
+    num_retries: int = Field(3, ge=0, description="Retries with backoff on transient errors.")
+
+
+class EvalConfig(_Strict):
+    """How each candidate is built, checked and timed."""
+
+    build_timeout_s: float = Field(180.0, gt=0, description="Limit on import + compile of one "
+                                   "candidate (CUDA C++ builds through nvcc take ~50 s).")
+    test_timeout_s: float = Field(180.0, gt=0, description="Limit on correctness + benchmark of "
+                                  "one candidate after it built.")
+    correctness_seeds: int = Field(3, ge=1, le=32, description="Fresh random input sets the "
+                                   "candidate must match the reference on.")
+    max_workers: int | None = Field(None, ge=1, description="Candidates evaluated at once; "
+                                    "default: one per GPU, or 2 on the CPU.")
+    cpu_time_limit_s: float = Field(900.0, gt=0, description="RLIMIT_CPU of a worker process.")
+    memory_limit_gb: float = Field(16.0, gt=0, description="Address-space limit of a CPU worker "
+                                   "(not applied on a GPU, where CUDA reserves large ranges).")
+    gpu_memory_fraction: float = Field(0.9, gt=0, le=1, description="Share of device memory a "
+                                       "worker may allocate through torch.")
+
+
+class PathsConfig(_Strict):
+    kernels_db_path: str = Field("runs/kernels.sqlite3", description="SQLite database, relative "
+                                 "to where the run starts (or a SQLAlchemy URL).")
+    scratch_dir: str = Field("runs/scratch", description="Per-candidate scratch directories.")
+
+
+class SearchConfig(_Strict):
+    """MAP-Elites sampling."""
+
+    exploration_ratio: float = Field(0.3, ge=0, le=1, description="Share of parents drawn "
+                                     "uniformly from all elites rather than the best.")
+    num_inspirations: int = Field(2, ge=0, le=8, description="Other elites shown in the prompt.")
+    seed: int | None = Field(None, description="Random seed of the search (parent sampling, "
+                             "offline mutations); None draws one.")
+
+
+class Config(_Strict):
+    """A whole run. Every key is optional; an empty file runs the defaults."""
+
+    task: str | None = Field(None, description="Task file or folder; a relative path is read "
+                             "from the config file's folder.")
+    task_name: str | None = Field(None, description="Name the run is filed under; default: the "
+                                  "task's file or folder name.")
+    job_name: str | None = Field(None, description="Name of this job; re-running a job resumes it. "
+                                 "Default: run-<timestamp>.")
+    backend: Literal["triton", "cuda"] = Field("triton", description="Kernel language.")
+    gpu_arch: str | None = Field(None, description="Target architecture label (e.g. sm_90); "
+                                 "default: detected.")
+    max_iters: int = Field(5, ge=1, description="Iterations of the search.")
+    branches_per_iteration: int = Field(4, ge=1, description="Candidates per iteration.")
+    start_from_best: bool = Field(False, description="Seed the archive with the best stored "
+                                  "kernel for this task_name and gpu_arch.")
+    kernels_iter_0_path: str | None = Field(None, description="A kernel file to start from.")
+    inference: list[ModelConfig] = Field(default_factory=list, description="Models; empty: the "
+                                         "built-in offline generator.")
+    use_feedback_llm: bool = Field(False, description="Condense long build/test logs with a "
+                                   "second model call before they reach prompts.")
+    user_instructions: str = Field("", description="Appended to the task's USER_INSTRUCTIONS.")
+    eval_config: EvalConfig = Field(default_factory=EvalConfig)
+    paths: PathsConfig = Field(default_factory=PathsConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+
+    @field_validator("inference", mode="before")
+    @classmethod
+    def _one_model_as_list(cls, value: Any) -> Any:
+        if isinstance(value, (dict, str)):
+            value = [value]
+        if isinstance(value, list):
+            return [{"model": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @property
+    def uses_llm(self) -> bool:
+        return bool(self.inference)
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    problems = []
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            problems.append(f"unknown key '{where}'")
+        else:
+            problems.append(f"'{where}': {e['msg']}")
+    return f"{source}: " + "; ".join(problems)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``a.b=value`` into (["a", "b"], parsed YAML value)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected key=value (e.g. max_iters=3)")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"--set {text!r}: the key is empty")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    data = dict(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+            node[part] = child = dict(child)
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level")
+    return data
+
+
+def build_config(
+    base: dict | None = None, overrides: list[str] | None = None, source: str = "config"
+) -> Config:
+    """Validate a dict (from YAML) plus ``--set`` overrides into a Config."""
+    data = apply_overrides(base or {}, overrides or [])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err, source)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Load a YAML config (or the defaults) and apply ``--set`` overrides."""
+    data = read_yaml(path) if path else {}
+    return build_config(data, overrides, source=str(path) if path else "--set")

@@ -1,0 +1,40 @@
+"""Plain records passed between the engine and its evaluation workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What candidates run on, as the engine reports and stores it."""
+
+    label: str  # e.g. "NVIDIA H200 (sm_90)" or "CPU (Triton interpreter)"
+    device: str  # "cuda" or "cpu"
+    gpu_arch: str  # e.g. "sm_90"; "cpu" without a GPU
+    num_gpus: int = 0
+    interpreter: bool = False  # Triton under TRITON_INTERPRET=1: timings are interpreter timings
+    peak_bandwidth_gbs: float | None = None  # measured, not from datasheets (when known)
+    peak_tflops: dict = field(default_factory=dict)  # dtype -> measured TFLOP/s
+
+
+@dataclass
+class TaskProbe:
+    """What a worker learned by loading the reference and running it once.
+
+    Used to validate the task (one clear error), to match offline templates (``aten_ops``),
+    and for roofline estimates (``flops``, ``bytes_moved``).
+    """
+
+    ok: bool
+    error: str = ""  # the one message for a bad task
+    aten_ops: list[str] = field(default_factory=list)  # e.g. ["aten.gelu.default"]
+    input_shapes: list[list[int]] = field(default_factory=list)
+    input_dtypes: list[str] = field(default_factory=list)
+    output_shapes: list[list[int]] = field(default_factory=list)
+    output_dtypes: list[str] = field(default_factory=list)
+    flops: float = 0.0
+    bytes_moved: float = 0.0  # inputs read once + outputs written once
+    warnings: list[str] = field(default_factory=list)
+    hardware: Hardware | None = None
+    log: str = ""

@@ -1,0 +1,126 @@
+"""The one stream of typed events out of the engine.
+
+``openkernel.optimize`` yields these; the TUI, the CLI and scripts consume the same stream.
+Each is a small dataclass named for what happened. Everything after the fact lives in the
+database; events carry just enough to draw a live view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from openkernel.schemas import Program, Status
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class of every engine event."""
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    run_id: int
+    task_name: str
+    job_name: str
+    backend: str
+    hardware: str
+    models: tuple[str, ...]
+    generator: str  # "llm" or "offline"
+    db_path: str
+    max_iters: int
+    branches_per_iteration: int
+    resumed_candidates: int = 0  # candidates already stored for this job (a resumed run)
+
+
+@dataclass(frozen=True)
+class IterationStarted(Event):
+    iteration: int
+
+
+@dataclass(frozen=True)
+class CandidateStarted(Event):
+    label: str
+    iteration: int
+    branch: int
+    parent_id: str | None
+    model: str
+
+
+@dataclass(frozen=True)
+class CandidateGenerated(Event):
+    """The generator answered: what it plans and why (for the chat panel)."""
+
+    label: str
+    model: str
+    description: str
+    reasoning: str = ""
+
+
+@dataclass(frozen=True)
+class CandidateEvaluated(Event):
+    program: Program
+    status: Status
+    label: str
+    speedup: float  # runtime_improvement, -1 when not measured
+    best_speedup: float  # best correct speedup of the job so far
+
+
+@dataclass(frozen=True)
+class BestImproved(Event):
+    program: Program
+    previous_speedup: float
+    speedup: float
+
+
+@dataclass(frozen=True)
+class IterationFinished(Event):
+    iteration: int
+    best_speedup: float
+    evaluated: int
+
+
+@dataclass(frozen=True)
+class CriticDiagnosed(Event):
+    """A diagnosis after an iteration: what limits the best kernel, what to try next."""
+
+    iteration: int
+    text: str
+
+
+@dataclass(frozen=True)
+class RunPaused(Event):
+    pass
+
+
+@dataclass(frozen=True)
+class RunResumed(Event):
+    pass
+
+
+@dataclass(frozen=True)
+class BackendSwitched(Event):
+    backend: str
+    from_iteration: int
+
+
+@dataclass(frozen=True)
+class InstructionAdded(Event):
+    text: str
+    from_iteration: int
+
+
+@dataclass(frozen=True)
+class LogEmitted(Event):
+    level: str  # "info" | "warning" | "error"
+    message: str
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    reason: str  # "completed" | "stopped" | "failed"
+    best_program_id: str | None
+    best_speedup: float
+    candidates: int
+    db_path: str
+    error: str | None = None
+    extra: dict = field(default_factory=dict)

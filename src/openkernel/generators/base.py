@@ -1,0 +1,57 @@
+"""What every generator takes and gives back."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from openkernel.evaluation.types import TaskProbe
+from openkernel.schemas import Program
+from openkernel.task import Task
+
+
+@dataclass
+class ProposalRequest:
+    """Everything a generator may use to write the next candidate."""
+
+    task: Task
+    probe: TaskProbe
+    backend: str  # "triton" | "cuda"
+    iteration: int
+    branch: int
+    parent: Program | None  # sampled from the archive; its eval result and log included
+    best: Program | None  # best kernel so far
+    inspirations: list[Program] = field(default_factory=list)
+    user_instructions: str = ""  # task's USER_INSTRUCTIONS + config + live steering
+    hardware_label: str = ""
+    rng: random.Random = field(default_factory=random.Random)
+
+
+@dataclass
+class Proposal:
+    """A generator's answer. ``code`` is empty when nothing usable came back (see ``log``)."""
+
+    code: str
+    prompt: str
+    answer: str
+    model: str
+    origin: str  # "llm" | "offline"
+    description: str = ""  # one line: what this candidate tries
+    reasoning: str = ""  # the model's plan / diagnosis, for the chat panel
+    log: str = ""  # extraction or generation problems
+    tokens_used: int = 0
+    latency_s: float = 0.0
+    params: dict = field(default_factory=dict)  # template tunables (offline)
+
+
+class Generator(Protocol):
+    name: str  # "llm" | "offline"
+
+    @property
+    def models(self) -> list[str]: ...
+
+    def supports(self, task: Task, probe: TaskProbe, backend: str) -> str | None:
+        """None when it can write candidates for this task; otherwise the plain reason why not."""
+
+    def propose(self, request: ProposalRequest) -> Proposal: ...

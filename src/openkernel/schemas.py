@@ -1,0 +1,247 @@
+"""EvalResult, Program and CompilationResult: the records every part of openkernel shares.
+
+Field names follow the product brief (seeds/schemas.txt) so that results read the same in the
+database, the dashboard and the prompts.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class Status(str, Enum):
+    """How far a candidate got; each value is one colour class of the generation graph."""
+
+    FASTER = "faster"  # green: correct and faster than the reference
+    CORRECT = "correct"  # blue: correct, but no faster than the reference
+    INCORRECT = "incorrect"  # orange: compiled, failed a correctness (or integrity) test
+    TEST_TIMEOUT = "test_timeout"  # yellow: compiled, but the tests timed out
+    COMPILE_ERROR = "compile_error"  # red: did not compile (or import)
+    BUILD_TIMEOUT = "build_timeout"  # pink: the build itself timed out
+    NOT_RUN = "not_run"  # grey: compiled, but this machine cannot run it (CUDA without a GPU)
+
+    @property
+    def label(self) -> str:
+        return STATUS_LABELS[self]
+
+
+STATUS_LABELS = {
+    Status.FASTER: "Correct and faster than the reference",
+    Status.CORRECT: "Correct, but no faster than the reference",
+    Status.INCORRECT: "Compiled, but failed a correctness test",
+    Status.TEST_TIMEOUT: "Compiled, but the tests timed out",
+    Status.COMPILE_ERROR: "Did not compile",
+    Status.BUILD_TIMEOUT: "The build itself timed out",
+    Status.NOT_RUN: "Compiled, but not runnable on this machine",
+}
+
+# perf_score: the discrete quality ladder that compute_performance_score starts from.
+PERF_NONE = 0  # nothing usable (build failed or timed out)
+PERF_COMPILED = 1  # built / imported
+PERF_RAN = 2  # ran to completion on the test inputs
+PERF_CORRECT = 3  # matched the reference on every seed and shape
+PERF_FASTER = 4  # correct and faster than the eager reference
+PERF_FASTER_THAN_COMPILE = 5  # correct and faster than torch.compile of the reference
+
+
+class EvalResult(BaseModel):
+    """Results from evaluating a single kernel.
+
+    ``runtime`` is the candidate's median in milliseconds; ``runtime_improvement`` is the
+    reference's median over the candidate's (a speedup, -1 when the reference was not timed);
+    ``improve_over_compile`` is the same against ``torch.compile`` of the reference.
+    ``metadata`` carries what the seed leaves open: ``timeout`` ("build" | "test"),
+    ``runnable`` (False when the hardware cannot run the candidate), ``integrity_violation``
+    (the name of the check that caught it), ``hardware``, ``timing_method``.
+    """
+
+    compiled: bool = False
+    correctness: bool = False
+    metadata: dict = Field(default_factory=dict)
+    runtime: float = -1.0
+    runtime_stats: dict = Field(default_factory=dict)
+    runtime_improvement: float = -1.0
+    improve_over_compile: float = -1.0
+    perf_score: int = -1
+    profiler_data: dict = Field(default_factory=dict)
+    template_results: dict = Field(default_factory=dict)
+    eval_log: str = ""
+
+    @staticmethod
+    def compute_performance_score(eval_result: "EvalResult") -> float:
+        """Composite performance score (higher is better).
+
+        Base: perf_score (0-5). If runtime_improvement > 0, add the speedup; else if it is -1
+        (reference not timed) and the kernel is correct, add 1/runtime to prefer faster kernels.
+        """
+        score = float(max(eval_result.perf_score, 0))
+        if eval_result.runtime_improvement > 0:
+            score += eval_result.runtime_improvement
+        elif (
+            eval_result.runtime_improvement == -1
+            and eval_result.correctness
+            and eval_result.runtime > 0
+        ):
+            score += 1.0 / eval_result.runtime
+        return score
+
+    @staticmethod
+    def get_eval_status(compiled: bool, correctness: bool, for_prompt: bool = False) -> str:
+        """Turn the two flags into a status word (a sentence when ``for_prompt``)."""
+        if not compiled:
+            status = Status.COMPILE_ERROR
+        elif not correctness:
+            status = Status.INCORRECT
+        else:
+            status = Status.CORRECT
+        return status.label if for_prompt else status.value
+
+    def get_status(self) -> Status:
+        """The colour class of this result (timeouts and speed included)."""
+        timeout = self.metadata.get("timeout")
+        if timeout == "build":
+            return Status.BUILD_TIMEOUT
+        if not self.compiled:
+            return Status.COMPILE_ERROR
+        if self.metadata.get("runnable") is False:
+            return Status.NOT_RUN
+        if timeout == "test":
+            return Status.TEST_TIMEOUT
+        if not self.correctness:
+            return Status.INCORRECT
+        if self.runtime_improvement > 1.0:
+            return Status.FASTER
+        return Status.CORRECT
+
+    def format_for_prompt(self) -> str:
+        """A short account of this result for the next generation's prompt."""
+        status = self.get_status()
+        lines = [f"Status: {status.label}."]
+        if self.correctness and self.runtime > 0:
+            lines.append(f"Runtime: {self.runtime:.4f} ms (median).")
+            if self.runtime_improvement > 0:
+                lines.append(f"Speedup over the reference: {self.runtime_improvement:.2f}x.")
+            if self.improve_over_compile > 0:
+                lines.append(f"Speedup over torch.compile: {self.improve_over_compile:.2f}x.")
+        violation = self.metadata.get("integrity_violation")
+        if violation:
+            lines.append(f"Integrity check failed: {violation}.")
+        if self.eval_log:
+            lines.append("Evaluation log:\n" + self.eval_log.strip())
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Convert exec result to dictionary (with ``status``)."""
+        data = self.model_dump()
+        data["status"] = self.get_status().value
+        return data
+
+
+@dataclass
+class CompilationResult:
+    """Results from compiling a kernel."""
+
+    idx: int
+    binary: object | None
+    kernel_exec_result: object | None
+    compile_success: bool
+    error: str | None = None
+    worker_info: dict | None = None
+
+
+def new_program_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+@dataclass
+class Program:
+    """A kernel program candidate: its code, lineage and evaluation."""
+
+    id: str
+    code: str
+    is_program0: bool = False
+    raw_llm_code: str | None = None
+    language: str = "python"
+    parent_id: str | None = None
+    generation: int = 0
+    timestamp: float = field(default_factory=time.time)
+    iteration_found: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+    complexity: float = 0.0
+    diversity: float = 0.0
+    is_templated: bool = False
+    template_parameter_combinations: list | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    kernel_exec_result: EvalResult | None = None
+    feedback: str | None = None
+    task: Any | None = None  # openkernel.task.Task; not serialised
+
+    @property
+    def status(self) -> Status | None:
+        return self.kernel_exec_result.get_status() if self.kernel_exec_result else None
+
+    @property
+    def score(self) -> float:
+        if self.kernel_exec_result is None:
+            return 0.0
+        return EvalResult.compute_performance_score(self.kernel_exec_result)
+
+    @property
+    def label(self) -> str:
+        """``i<N>-b<M>``: iteration N, branch M."""
+        return f"i{self.iteration_found}-b{self.metadata.get('branch', 0)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Convert to dictionary representation."""
+        data = asdict(self) if self.kernel_exec_result is None else {
+            k: v for k, v in asdict(self).items() if k != "kernel_exec_result"
+        }
+        data.pop("task", None)
+        data["kernel_exec_result"] = (
+            self.kernel_exec_result.model_dump() if self.kernel_exec_result else None
+        )
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Program":
+        """Create from dictionary representation."""
+        data = dict(data)
+        data.pop("task", None)
+        result = data.pop("kernel_exec_result", None)
+        prog = cls(**data)
+        if result is not None:
+            prog.kernel_exec_result = (
+                result if isinstance(result, EvalResult) else EvalResult(**result)
+            )
+        return prog
+
+    def get_artifact(self) -> str:
+        """The evaluation log, from here or from the EvalResult."""
+        if self.feedback:
+            return self.feedback
+        return self.kernel_exec_result.eval_log if self.kernel_exec_result else ""
+
+    def add_eval_results(
+        self,
+        exec_result: EvalResult,
+        artifact_path: str | None = None,
+        artifact_str: str | None = None,
+    ) -> None:
+        """Attach an evaluation and refresh the metrics derived from it."""
+        self.kernel_exec_result = exec_result
+        self.metrics = {
+            "combined_score": EvalResult.compute_performance_score(exec_result),
+            "runtime": exec_result.runtime,
+            "speedup": exec_result.runtime_improvement,
+        }
+        if artifact_str is not None:
+            self.feedback = artifact_str
+        elif artifact_path is not None:
+            with open(artifact_path, encoding="utf-8") as fh:
+                self.feedback = fh.read()

@@ -1,0 +1,9 @@
+"""The results database: SQLAlchemy 2 tables, SQLite (WAL) by default.
+
+The engine is the only writer (``Store``); the dashboard opens it read-only (``open_readonly``).
+"""
+
+from openkernel.store.db import Store, engine_url, open_readonly
+from openkernel.store.tables import Base, Kernel, ReferenceTiming, Run
+
+__all__ = ["Base", "Kernel", "ReferenceTiming", "Run", "Store", "engine_url", "open_readonly"]

@@ -1,0 +1,173 @@
+"""Opening the database and the engine's writes to it.
+
+SQLite runs in WAL mode so the dashboard can read while the engine writes; each candidate is
+committed as soon as it is judged, so a killed engine loses at most the candidates in flight.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+from sqlalchemy import create_engine, event, func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DatabaseError
+from sqlalchemy.orm import Session, sessionmaker
+
+from openkernel.errors import OpenKernelError
+from openkernel.store.tables import Base, Kernel, ReferenceTiming, Run
+
+
+def engine_url(path_or_url: str | Path) -> str:
+    text = str(path_or_url)
+    return text if "://" in text else f"sqlite:///{Path(text).expanduser().resolve()}"
+
+
+def _sqlite_pragmas(engine: Engine, readonly: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # pragma: no cover - exercised through every test
+        cur = dbapi_conn.cursor()
+        if not readonly:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=10000")
+        cur.close()
+
+
+class Store:
+    """The engine's handle on the database: the only writer."""
+
+    def __init__(self, path_or_url: str | Path):
+        url = engine_url(path_or_url)
+        self.url = url
+        if url.startswith("sqlite:///"):
+            db_file = Path(url[len("sqlite:///"):])
+            try:
+                db_file.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise OpenKernelError(f"{db_file.parent}: cannot create the database folder ({err.strerror})") from None
+            self.path: Path | None = db_file
+        else:
+            self.path = None
+        self.engine = create_engine(url)
+        if url.startswith("sqlite"):
+            _sqlite_pragmas(self.engine, readonly=False)
+        try:
+            Base.metadata.create_all(self.engine)
+        except DatabaseError as err:
+            raise OpenKernelError(f"{path_or_url}: not an openkernel database ({err.orig})") from None
+        self.session = sessionmaker(self.engine, expire_on_commit=False)
+
+    def __repr__(self) -> str:
+        return f"Store({self.url})"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # runs -----------------------------------------------------------------------------------
+    def start_run(self, **fields) -> Run:
+        with self.session() as s, s.begin():
+            run = Run(**fields)
+            s.add(run)
+        return run
+
+    def finish_run(self, run_id: int, status: str, error: str = "") -> None:
+        with self.session() as s, s.begin():
+            run = s.get(Run, run_id)
+            if run is not None:
+                run.status = status
+                run.error = error
+                run.finished_at = datetime.now(timezone.utc)
+
+    # kernels --------------------------------------------------------------------------------
+    def add_kernel(self, **fields) -> Kernel:
+        with self.session() as s, s.begin():
+            row = Kernel(**fields)
+            s.add(row)
+        return row
+
+    def job_kernels(self, task_name: str, job_name: str) -> list[Kernel]:
+        with self.session() as s:
+            q = (
+                select(Kernel)
+                .where(Kernel.task_name == task_name, Kernel.job_name == job_name)
+                .order_by(Kernel.iteration, Kernel.branch)
+            )
+            return list(s.scalars(q))
+
+    def get_kernel(self, kernel_id: str) -> Kernel | None:
+        with self.session() as s:
+            return s.get(Kernel, kernel_id)
+
+    def best_kernel(self, task_name: str, gpu_arch: str | None = None) -> Kernel | None:
+        """The best correct, non-reference kernel stored for a task (and architecture)."""
+        with self.session() as s:
+            q = select(Kernel).where(
+                Kernel.task_name == task_name,
+                Kernel.correctness.is_(True),
+                Kernel.is_program0.is_(False),
+            )
+            if gpu_arch:
+                q = q.where(Kernel.gpu_arch == gpu_arch)
+            q = q.order_by(Kernel.score.desc()).limit(1)
+            return s.scalars(q).first()
+
+    def list_jobs(self) -> list[dict]:
+        """One row per (task_name, job_name): counts, best speedup, last activity."""
+        with self.session() as s:
+            q = (
+                select(
+                    Kernel.task_name,
+                    Kernel.job_name,
+                    func.count(Kernel.id),
+                    func.max(Kernel.runtime_improvement),
+                    func.max(Kernel.created_at),
+                    func.max(Kernel.hardware),
+                )
+                .group_by(Kernel.task_name, Kernel.job_name)
+                .order_by(func.max(Kernel.created_at).desc())
+            )
+            return [
+                {"task_name": t, "job_name": j, "kernels": n, "best_speedup": b or -1.0,
+                 "last": last, "hardware": hw}
+                for t, j, n, b, last, hw in s.execute(q)
+            ]
+
+    # reference timings ----------------------------------------------------------------------
+    def reference_timing(self, task_digest: str, hardware: str, kind: str) -> ReferenceTiming | None:
+        with self.session() as s:
+            return s.get(ReferenceTiming, (task_digest, hardware, kind))
+
+    def put_reference_timing(self, task_digest: str, hardware: str, kind: str, runtime: float,
+                             runtime_stats: dict) -> None:
+        with self.session() as s, s.begin():
+            s.merge(ReferenceTiming(task_digest=task_digest, hardware=hardware, kind=kind,
+                                    runtime=runtime, runtime_stats=runtime_stats))
+
+
+def open_readonly(path: str | Path) -> Engine:
+    """An engine on an existing SQLite database that cannot write to it."""
+    db_file = Path(path).expanduser()
+    if not db_file.is_file():
+        raise OpenKernelError(f"{db_file}: no such database")
+    uri = f"file:{db_file.resolve()}?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+    engine = create_engine("sqlite://", creator=connect)
+    _sqlite_pragmas(engine, readonly=True)
+    with engine.connect() as conn:
+        tables = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='table'")}
+    if not {"kernels", "runs"} <= tables:
+        raise OpenKernelError(f"{db_file}: not an openkernel database (no kernels/runs tables)")
+    return engine
+
+
+def iter_kernels(engine: Engine, task_name: str, job_name: str) -> Iterable[Kernel]:
+    with Session(engine) as s:
+        yield from s.scalars(
+            select(Kernel).where(Kernel.task_name == task_name, Kernel.job_name == job_name)
+        )

@@ -1,0 +1,103 @@
+"""Table definitions. One row per run, one per candidate kernel (failures included)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Run(Base):
+    """One invocation of a job; a resumed job gets a new Run row with the same job_name."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_name: Mapped[str] = mapped_column(String(200), index=True)
+    job_name: Mapped[str] = mapped_column(String(200), index=True)
+    backend: Mapped[str] = mapped_column(String(20))
+    gpu_arch: Mapped[str] = mapped_column(String(100), default="")
+    hardware: Mapped[str] = mapped_column(String(200), default="")
+    generator: Mapped[str] = mapped_column(String(20), default="offline")
+    models: Mapped[list] = mapped_column(JSON, default=list)
+    config: Mapped[dict] = mapped_column(JSON, default=dict)
+    task_path: Mapped[str] = mapped_column(Text, default="")
+    status: Mapped[str] = mapped_column(String(20), default="running")  # running|completed|stopped|failed
+    error: Mapped[str] = mapped_column(Text, default="")
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Kernel(Base):
+    """A generated (or starting) kernel and everything recorded about it."""
+
+    __tablename__ = "kernels"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    task_name: Mapped[str] = mapped_column(String(200))
+    job_name: Mapped[str] = mapped_column(String(200))
+    iteration: Mapped[int] = mapped_column(Integer)
+    branch: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str] = mapped_column(String(40))  # i<N>-b<M>
+    parent_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    inspiration_ids: Mapped[list] = mapped_column(JSON, default=list)
+    is_program0: Mapped[bool] = mapped_column(Boolean, default=False)
+    origin: Mapped[str] = mapped_column(String(20))  # reference|file|best|llm|offline
+    model: Mapped[str] = mapped_column(String(200), default="")
+    hardware: Mapped[str] = mapped_column(String(200), default="")
+    gpu_arch: Mapped[str] = mapped_column(String(100), default="")
+    backend: Mapped[str] = mapped_column(String(20), default="triton")
+    language: Mapped[str] = mapped_column(String(20), default="python")
+    description: Mapped[str] = mapped_column(Text, default="")
+    prompt: Mapped[str] = mapped_column(Text, default="")
+    answer: Mapped[str] = mapped_column(Text, default="")
+    reference_code: Mapped[str] = mapped_column(Text, default="")
+    code: Mapped[str] = mapped_column(Text, default="")
+    user_instructions: Mapped[str] = mapped_column(Text, default="")  # incl. live steering
+    status: Mapped[str] = mapped_column(String(20), index=True)
+    compiled: Mapped[bool] = mapped_column(Boolean, default=False)
+    correctness: Mapped[bool] = mapped_column(Boolean, default=False)
+    runtime: Mapped[float] = mapped_column(Float, default=-1.0)  # ms, median
+    runtime_stats: Mapped[dict] = mapped_column(JSON, default=dict)
+    runtime_improvement: Mapped[float] = mapped_column(Float, default=-1.0)  # speedup vs eager
+    improve_over_compile: Mapped[float] = mapped_column(Float, default=-1.0)
+    perf_score: Mapped[int] = mapped_column(Integer, default=-1)
+    score: Mapped[float] = mapped_column(Float, default=0.0)
+    features: Mapped[dict] = mapped_column(JSON, default=dict)  # MAP-Elites coordinates
+    profiler_data: Mapped[dict] = mapped_column(JSON, default=dict)
+    meta: Mapped[dict] = mapped_column("metadata", JSON, default=dict)
+    eval_log: Mapped[str] = mapped_column(Text, default="")
+    generation_log: Mapped[str] = mapped_column(Text, default="")  # extraction / LLM errors
+    tokens_used: Mapped[int] = mapped_column(Integer, default=0)
+    generation_s: Mapped[float] = mapped_column(Float, default=0.0)
+    evaluation_s: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    evaluated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+    __table_args__ = (
+        Index("ix_kernels_task_job", "task_name", "job_name"),
+        Index("ix_kernels_task_arch_score", "task_name", "gpu_arch", "score"),
+    )
+
+
+class ReferenceTiming(Base):
+    """Reference timings (eager and torch.compile) cached per task code and hardware."""
+
+    __tablename__ = "reference_timings"
+
+    task_digest: Mapped[str] = mapped_column(String(32), primary_key=True)
+    hardware: Mapped[str] = mapped_column(String(200), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(20), primary_key=True)  # eager|compile
+    runtime: Mapped[float] = mapped_column(Float)
+    runtime_stats: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
