@@ -1,0 +1,168 @@
+"""`openkernel`: run a search, evaluate one kernel, list runs, show a stored kernel."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from openkernel.errors import OpenKernelError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="openkernel", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="search for a faster kernel")
+    run.add_argument("target", nargs="?", help="task file/folder or run config YAML "
+                     "(default: configs/default.yaml)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+
+    ev = sub.add_parser("eval", help="evaluate one hand-written candidate")
+    ev.add_argument("task", help="task file or folder")
+    ev.add_argument("candidate", help="a Python file defining ModelNew")
+    ev.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
+    ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+
+    runs = sub.add_parser("runs", help="list tasks and jobs in the database")
+    runs.add_argument("--db", default=None, help="database (default runs/kernels.sqlite3)")
+
+    show = sub.add_parser("show", help="print one stored kernel")
+    show.add_argument("kernel_id")
+    show.add_argument("--db", default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"run": cmd_run, "eval": cmd_eval, "runs": cmd_runs, "show": cmd_show}[args.command](args)
+    except OpenKernelError as err:
+        err_console.print(f"[bold red]error:[/] {err}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        err_console.print("interrupted: every candidate judged so far is stored")
+        return 130
+
+
+def cmd_run(args) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    import openkernel
+    from openkernel import events as ev
+
+    finished = None
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[best]}"), TimeElapsedColumn(), console=console,
+                  transient=False) as progress:
+        bar = None
+        for event in openkernel.optimize(args.target, overrides=args.overrides):
+            if isinstance(event, ev.RunStarted):
+                total = event.max_iters * event.branches_per_iteration
+                bar = progress.add_task(f"{event.task_name}/{event.job_name}", total=total,
+                                        best="best: -", completed=event.resumed_candidates and min(
+                                            event.resumed_candidates - 1, total))
+                progress.console.print(
+                    f"{event.hardware} | {event.backend} | generator: {event.generator}"
+                    f" ({', '.join(event.models) or 'offline'}) | db: {event.db_path}", highlight=False)
+            elif isinstance(event, ev.CandidateEvaluated) and bar is not None:
+                sp = f"{event.speedup:.2f}x" if event.speedup > 0 else "-"
+                best = f"best: {event.best_speedup:.2f}x" if event.best_speedup > 0 else "best: -"
+                progress.update(bar, advance=1, best=best)
+                progress.console.print(f"  {event.label:8} {event.status.value:14} {sp:>8}  "
+                                       f"{event.program.metadata.get('description', '')}", highlight=False)
+            elif isinstance(event, ev.LogEmitted):
+                style = {"error": "red", "warning": "yellow"}.get(event.level, "dim")
+                progress.console.print(f"[{style}]{event.message}[/]", highlight=False)
+            elif isinstance(event, ev.CriticDiagnosed):
+                progress.console.print(f"[cyan]critic:[/] {event.text}", highlight=False)
+            elif isinstance(event, ev.RunFinished):
+                finished = event
+    if finished is None:
+        return 1
+    if finished.reason == "failed":
+        err_console.print(f"[bold red]run failed:[/] {finished.error}", highlight=False)
+        return 2 if finished.candidates == 0 else 1
+    best = f"{finished.best_speedup:.2f}x" if finished.best_speedup > 0 else "none correct"
+    console.print(f"\n[bold]{finished.reason}[/]: {finished.candidates} candidates, best speedup "
+                  f"{best} (kernel {finished.best_program_id or '-'}), database {finished.db_path}",
+                  highlight=False)
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from openkernel.evaluation.executor import Evaluator
+    from openkernel.runner import resolve_run
+
+    candidate = Path(args.candidate)
+    if not candidate.is_file():
+        raise OpenKernelError(f"{candidate}: no such candidate file")
+    task, config = resolve_run(args.task, args.overrides)
+    evaluator = Evaluator(task, config, None)
+    try:
+        probe = evaluator.probe()
+        if not probe.ok:
+            raise OpenKernelError(probe.error)
+        result = evaluator.evaluate(candidate.read_text(encoding="utf-8"), config.backend,
+                                    label=candidate.name)
+    finally:
+        evaluator.close()
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+        return 0
+    status = result.get_status()
+    console.print(f"[bold]{status.value}[/]: {status.label}", highlight=False)
+    if result.runtime > 0:
+        console.print(f"runtime {result.runtime:.4f} ms, speedup {result.runtime_improvement:.2f}x"
+                      f" ({result.runtime_stats.get('n_trials', '?')} trials)", highlight=False)
+    if result.eval_log:
+        console.print(result.eval_log, highlight=False, markup=False)
+    return 0
+
+
+def _store(db: str | None):
+    from openkernel.store import Store
+
+    path = Path(db or "runs/kernels.sqlite3")
+    if not path.is_file():
+        raise OpenKernelError(f"{path}: no such database (run a search first, or pass --db)")
+    return Store(path)
+
+
+def cmd_runs(args) -> int:
+    store = _store(args.db)
+    table = Table("task", "job", "kernels", "best speedup", "hardware", "last")
+    for row in store.list_jobs():
+        best = f"{row['best_speedup']:.2f}x" if row["best_speedup"] and row["best_speedup"] > 0 else "-"
+        table.add_row(row["task_name"], row["job_name"], str(row["kernels"]), best,
+                      row["hardware"] or "", str(row["last"])[:19])
+    console.print(table)
+    return 0
+
+
+def cmd_show(args) -> int:
+    store = _store(args.db)
+    row = store.get_kernel(args.kernel_id)
+    if row is None:
+        raise OpenKernelError(f"no kernel with id {args.kernel_id!r} in {store.path}")
+    fields = ["id", "task_name", "job_name", "label", "iteration", "branch", "parent_id", "origin",
+              "model", "hardware", "backend", "status", "runtime", "runtime_improvement",
+              "improve_over_compile", "perf_score", "score", "description"]
+    for name in fields:
+        console.print(f"[bold]{name}:[/] {getattr(row, name)}", highlight=False)
+    console.print(f"[bold]runtime_stats:[/] {json.dumps(row.runtime_stats)}", highlight=False)
+    for name in ("code", "eval_log"):
+        console.print(f"[bold]{name}:[/]", highlight=False)
+        console.print(getattr(row, name) or "(empty)", highlight=False, markup=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The MAP-Elites archive: the best correct kernel of each feature cell.
+
+Parents are drawn from the elites: with probability ``exploration_ratio`` uniformly (explore
+other kinds of kernel), otherwise by a tournament over the best (exploit). Before anything is
+correct, the reference (program 0) or the starting kernel is the parent.
+"""
+
+from __future__ import annotations
+
+import random
+
+from openkernel.schemas import Program
+from openkernel.search.features import cell_of, kernel_features
+
+
+class Archive:
+    def __init__(self, exploration_ratio: float = 0.3, tournament: int = 3):
+        self.exploration_ratio = exploration_ratio
+        self.tournament = tournament
+        self.elites: dict[tuple[int, int], Program] = {}
+        self.roots: list[Program] = []  # program 0 and starting kernels
+        self.best: Program | None = None
+        self.size = 0
+
+    @staticmethod
+    def features_of(program: Program) -> dict[str, int]:
+        if "features" not in program.metadata:
+            program.metadata["features"] = kernel_features(
+                program.code, program.metadata.get("params")
+            )
+        return program.metadata["features"]
+
+    def add(self, program: Program) -> bool:
+        """Offer a judged program; returns True when it became the job's best."""
+        self.size += 1
+        if program.is_program0 or program.metadata.get("origin") in ("reference", "file", "best"):
+            self.roots.append(program)
+        result = program.kernel_exec_result
+        if result is None or not result.correctness or program.is_program0:
+            return False
+        cell = cell_of(self.features_of(program))
+        current = self.elites.get(cell)
+        if current is None or program.score > current.score:
+            self.elites[cell] = program
+        # Only a kernel checked on held-out shapes too may become the best (the evaluator
+        # records that in metadata; kernels without extra shapes pass it trivially).
+        if program.kernel_exec_result.metadata.get("heldout_ok", True) is False:
+            return False
+        if self.best is None or program.score > self.best.score:
+            self.best = program
+            return True
+        return False
+
+    @property
+    def best_speedup(self) -> float:
+        if self.best is None or self.best.kernel_exec_result is None:
+            return -1.0
+        return self.best.kernel_exec_result.runtime_improvement
+
+    def sample_parent(self, rng: random.Random) -> Program | None:
+        elites = list(self.elites.values())
+        if not elites:
+            starts = [p for p in self.roots if not p.is_program0] or self.roots
+            return rng.choice(starts) if starts else None
+        if rng.random() < self.exploration_ratio:
+            return rng.choice(elites)
+        entrants = rng.sample(elites, min(self.tournament, len(elites)))
+        return max(entrants, key=lambda p: p.score)
+
+    def sample_inspirations(self, parent: Program | None, k: int, rng: random.Random) -> list[Program]:
+        pool = [p for p in self.elites.values() if parent is None or p.id != parent.id]
+        if not pool or k <= 0:
+            return []
+        pool.sort(key=lambda p: p.score, reverse=True)
+        top = pool[: max(k, 1)]
+        rest = pool[max(k, 1):]
+        # The best elite plus random others: quality and diversity in one prompt.
+        chosen = top[:1] + rng.sample(top[1:] + rest, min(k - 1, len(top) - 1 + len(rest)))
+        return chosen[:k]

@@ -1,0 +1,76 @@
+"""The rule-based critic: after each iteration, what limits the best kernel and what to try next.
+
+It reads the best kernel's profiler data when there is some (Nsight Compute on a GPU) and
+otherwise places it against the roofline from the task's FLOPs and minimum bytes, labelled as
+an estimate. Interpreter timings on the CPU say nothing about a GPU, and the critic says so.
+"""
+
+from __future__ import annotations
+
+from openkernel.evaluation.types import Hardware, TaskProbe
+from openkernel.schemas import Program, Status
+
+
+def roofline_estimate(runtime_ms: float, probe: TaskProbe, hw: Hardware) -> dict:
+    """Achieved rates and the roofline bound for a kernel of the task, from its runtime."""
+    if runtime_ms <= 0:
+        return {}
+    seconds = runtime_ms / 1e3
+    est = {
+        "estimate": True,
+        "flops": probe.flops,
+        "bytes": probe.bytes_moved,
+        "gflops": probe.flops / seconds / 1e9,
+        "achieved_gbs": probe.bytes_moved / seconds / 1e9,
+        "arithmetic_intensity": probe.flops / probe.bytes_moved if probe.bytes_moved else 0.0,
+    }
+    bw = hw.peak_bandwidth_gbs
+    dtype = probe.output_dtypes[0].replace("torch.", "") if probe.output_dtypes else "float32"
+    peak_tflops = (hw.peak_tflops or {}).get(dtype)
+    if bw:
+        t_mem = probe.bytes_moved / (bw * 1e9)
+        t_math = probe.flops / (peak_tflops * 1e12) if peak_tflops else 0.0
+        floor = max(t_mem, t_math)
+        est["bottleneck"] = "memory_bound" if t_mem >= t_math else "compute_bound"
+        est["dram_throughput_pct"] = 100.0 * est["achieved_gbs"] / bw
+        est["headroom"] = seconds / floor if floor > 0 else None
+    return est
+
+
+def diagnose(best: Program | None, probe: TaskProbe, hw: Hardware) -> str:
+    """One or two sentences for the chat panel and the dashboard."""
+    if best is None or best.kernel_exec_result is None:
+        return ("No correct kernel yet. Read the evaluation logs of the failures: build errors "
+                "first, then correctness (shapes, dtypes, masks on ragged tails).")
+    result = best.kernel_exec_result
+    label = best.metadata.get("label", best.label)
+    speed = result.runtime_improvement
+    head = f"Best so far {label}: {speed:.2f}x over the reference." if speed > 0 else f"Best so far {label}."
+    prof = result.profiler_data or {}
+    if hw.interpreter:
+        return (head + " Timings here are Triton-interpreter timings on the CPU: they rank "
+                "candidates only roughly and say nothing about a GPU. Run on a GPU to profile.")
+    if not prof.get("bottleneck"):
+        prof = roofline_estimate(result.runtime, probe, hw)
+    bottleneck = prof.get("bottleneck")
+    if not bottleneck:
+        return head + " No profile or hardware ceilings yet, so no bottleneck diagnosis."
+    source = "estimate" if prof.get("estimate") else "profile"
+    headroom = prof.get("headroom")
+    if bottleneck == "memory_bound":
+        pct = prof.get("dram_throughput_pct", 0.0)
+        advice = ("near the bandwidth floor: further gains need fewer bytes (fusion, lower "
+                  "precision the task allows)" if pct > 80 else
+                  "try wider (16-byte) loads, more work per program, and fewer passes over memory")
+        text = f"{head} Memory bound ({source}): {pct:.0f}% of peak bandwidth; {advice}."
+    elif bottleneck == "compute_bound":
+        text = (f"{head} Compute bound ({source}): use the tensor cores (tl.dot / wgmma) with "
+                "larger tiles and deeper pipelining (num_stages).")
+    else:
+        text = (f"{head} Latency bound ({source}): too little work in flight; raise occupancy "
+                "or work per program, or use a persistent grid.")
+    if headroom:
+        text += f" Headroom ~{headroom:.1f}x."
+    if best.status == Status.CORRECT:
+        text += " It is correct but not faster: the reference may already be near the floor."
+    return text

@@ -1,0 +1,297 @@
+"""The search loop: iterations x branches of generate -> evaluate -> store, as one event stream.
+
+Threads do the slow parts (a generator call, a candidate's evaluation in its worker process);
+this generator is the only place that writes the database and the archive, so every write
+happens in one thread, in order, and is committed as soon as a candidate is judged.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from typing import Iterator
+
+from openkernel.config import Config
+from openkernel.evaluation.executor import Evaluator
+from openkernel.events import (
+    BackendSwitched, BestImproved, CandidateEvaluated, CandidateGenerated, CandidateStarted,
+    CriticDiagnosed, Event, InstructionAdded, IterationFinished, IterationStarted, LogEmitted,
+    RunFinished, RunPaused, RunResumed, RunStarted,
+)
+from openkernel.generators import make_generator
+from openkernel.generators.base import Generator, ProposalRequest
+from openkernel.schemas import EvalResult, Program, new_program_id
+from openkernel.search.archive import Archive
+from openkernel.search.control import RunControl
+from openkernel.search.critic import diagnose
+from openkernel.search.records import kernel_fields, program_from_row
+from openkernel.store import Store
+from openkernel.task import Task
+
+_DONE = object()
+
+
+class Search:
+    """One job: owns the store handle, the evaluator, the generator and the archive."""
+
+    def __init__(self, task: Task, config: Config, control: RunControl | None = None,
+                 store: Store | None = None, generator: Generator | None = None):
+        self.task = task
+        self.config = config
+        self.control = control or RunControl()
+        self.task_name = config.task_name or task.name
+        self.job_name = config.job_name or datetime.now().strftime("run-%Y%m%d-%H%M%S")
+        self.store = store or Store(config.paths.kernels_db_path)
+        self.evaluator = Evaluator(task, config, self.store)
+        self.generator = generator or make_generator(config)
+        self.archive = Archive(config.search.exploration_ratio)
+        seed = config.search.seed if config.search.seed is not None else random.randrange(2**31)
+        self.rng = random.Random(seed)
+        self.backend = config.backend
+        self.instructions: list[str] = []
+        self.events: queue.Queue = queue.Queue()
+        self.candidates = 0
+
+    # ------------------------------------------------------------------------------------
+    def run(self) -> Iterator[Event]:
+        try:
+            yield from self._run()
+        finally:
+            self.evaluator.close()
+
+    def _run(self) -> Iterator[Event]:
+        probe = self.evaluator.probe()
+        hw = probe.hardware or self.evaluator.hardware
+        if not probe.ok:
+            yield LogEmitted("error", probe.error)
+            yield RunFinished("failed", None, -1.0, 0, str(self.store.url), error=probe.error)
+            return
+        reason = self.generator.supports(self.task, probe, self.backend)
+        if reason:
+            yield LogEmitted("error", reason)
+            yield RunFinished("failed", None, -1.0, 0, str(self.store.url), error=reason)
+            return
+        for warning in probe.warnings:
+            yield LogEmitted("warning", warning)
+        self.probe, self.hardware = probe, hw
+        self.gpu_arch = self.config.gpu_arch or hw.gpu_arch
+
+        stored = self.store.job_kernels(self.task_name, self.job_name)
+        run = self.store.start_run(
+            task_name=self.task_name, job_name=self.job_name, backend=self.backend,
+            gpu_arch=self.gpu_arch, hardware=hw.label, generator=self.generator.name,
+            models=self.generator.models, config=self.config.model_dump(mode="json"),
+            task_path=str(self.task.folder or self.task.reference_path),
+        )
+        self.run_id = run.id
+        yield RunStarted(
+            run_id=run.id, task_name=self.task_name, job_name=self.job_name, backend=self.backend,
+            hardware=hw.label, models=tuple(self.generator.models), generator=self.generator.name,
+            db_path=str(self.store.path or self.store.url), max_iters=self.config.max_iters,
+            branches_per_iteration=self.config.branches_per_iteration,
+            resumed_candidates=len(stored),
+        )
+        try:
+            done = self._restore(stored)
+            if not stored:
+                yield from self._seed_archive()
+            yield from self._iterations(done)
+        except Exception as err:  # a bug: keep what is stored, say why, re-raise for the trace
+            self.store.finish_run(self.run_id, "failed", repr(err))
+            yield RunFinished("failed", self._best_id(), self.archive.best_speedup, self.candidates,
+                              str(self.store.path or self.store.url), error=repr(err))
+            raise
+        reason = "stopped" if self.control.stopped else "completed"
+        self.store.finish_run(self.run_id, reason)
+        yield RunFinished(reason, self._best_id(), self.archive.best_speedup, self.candidates,
+                          str(self.store.path or self.store.url))
+
+    def _best_id(self) -> str | None:
+        return self.archive.best.id if self.archive.best else None
+
+    # starting points ---------------------------------------------------------------------
+    def _restore(self, rows) -> dict[int, set[int]]:
+        """Rebuild the archive from a stored job; returns the branches done per iteration."""
+        done: dict[int, set[int]] = {}
+        for row in rows:
+            self.archive.add(program_from_row(row))
+            done.setdefault(row.iteration, set()).add(row.branch)
+        return done
+
+    def _seed_archive(self) -> Iterator[Event]:
+        program0 = Program(
+            id=new_program_id(), code=self.task.reference_code, is_program0=True,
+            iteration_found=-1,
+            metadata={"branch": 0, "label": "ref", "origin": "reference", "model": "",
+                      "backend": "pytorch", "description": "the reference (program 0)"},
+        )
+        program0.add_eval_results(EvalResult(
+            compiled=True, correctness=True, runtime_improvement=1.0, perf_score=3,
+            eval_log="The reference implementation (program 0): speedup 1.0x by definition.",
+        ))
+        yield from self._record(program0)
+        start = None
+        if self.config.kernels_iter_0_path:
+            path = Path(self.config.kernels_iter_0_path).expanduser()
+            start = ("file", path.read_text(encoding="utf-8"), f"starting kernel {path}")
+        elif self.config.start_from_best:
+            row = self.store.best_kernel(self.task_name, self.gpu_arch)
+            if row is None:
+                yield LogEmitted("warning", f"start_from_best: no stored kernel for "
+                                 f"{self.task_name} on {self.gpu_arch}; starting from the reference")
+            else:
+                start = ("best", row.code, f"best stored kernel {row.id} ({row.job_name})")
+        if start:
+            origin, code, what = start
+            yield LogEmitted("info", f"Evaluating the {what}")
+            result = self.evaluator.evaluate(code, self.backend, label="start")
+            program = Program(
+                id=new_program_id(), code=code, parent_id=program0.id, iteration_found=-1,
+                metadata={"branch": 1, "label": "start", "origin": origin, "model": "",
+                          "backend": self.backend, "description": what},
+            )
+            program.add_eval_results(result)
+            yield from self._record(program)
+
+    # iterations --------------------------------------------------------------------------
+    def _iterations(self, done: dict[int, set[int]]) -> Iterator[Event]:
+        branches = self.config.branches_per_iteration
+        for iteration in range(self.config.max_iters):
+            missing = [b for b in range(branches) if b not in done.get(iteration, set())]
+            if not missing:
+                continue
+            if self.control.stopped:
+                return
+            yield from self._apply_controls(iteration)
+            yield IterationStarted(iteration)
+            yield from self._run_branches(iteration, missing)
+            yield IterationFinished(iteration, self.archive.best_speedup, self.candidates)
+            text = diagnose(self.archive.best, self.probe, self.hardware)
+            if text:
+                yield CriticDiagnosed(iteration, text)
+            if self.control.stopped:
+                return
+
+    def _apply_controls(self, iteration: int) -> Iterator[Event]:
+        backend = self.control.take_backend()
+        if backend and backend != self.backend:
+            reason = self.generator.supports(self.task, self.probe, backend)
+            if reason:
+                yield LogEmitted("warning", f"Backend stays {self.backend}: {reason}")
+            else:
+                self.backend = backend
+                yield BackendSwitched(backend, iteration)
+        for text in self.control.take_instructions():
+            self.instructions.append(text)
+            yield InstructionAdded(text, iteration)
+
+    def _run_branches(self, iteration: int, branches: list[int]) -> Iterator[Event]:
+        slots = threading.Semaphore(self.evaluator.max_workers)
+        steering = "\n".join(self.instructions)
+        instructions = "\n\n".join(
+            s for s in (self.task.user_instructions.strip(), self.config.user_instructions.strip(),
+                        steering) if s
+        )
+        jobs = []
+        for branch in branches:
+            parent = self.archive.sample_parent(self.rng)
+            inspirations = self.archive.sample_inspirations(
+                parent, self.config.search.num_inspirations, self.rng)
+            jobs.append(ProposalRequest(
+                task=self.task, probe=self.probe, backend=self.backend, iteration=iteration,
+                branch=branch, parent=parent, best=self.archive.best, inspirations=inspirations,
+                user_instructions=instructions, hardware_label=self.hardware.label,
+                rng=random.Random(self.rng.random()),
+            ))
+        out: queue.Queue = queue.Queue()
+        paused_seen = False
+        with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="candidate") as pool:
+            for request in jobs:
+                pool.submit(self._candidate, request, slots, steering, out)
+            pending = len(jobs)
+            while pending:
+                try:
+                    item = out.get(timeout=0.2)
+                except queue.Empty:
+                    if self.control.paused != paused_seen:
+                        paused_seen = self.control.paused
+                        yield RunPaused() if paused_seen else RunResumed()
+                    continue
+                if item is _DONE:
+                    pending -= 1
+                elif isinstance(item, Program):
+                    yield from self._record(item)
+                else:
+                    yield item
+        if paused_seen and not self.control.paused:
+            yield RunResumed()
+
+    def _candidate(self, request: ProposalRequest, slots, steering: str, out: queue.Queue) -> None:
+        """Worker thread: generate, then evaluate in a confined subprocess. Never writes the db."""
+        label = f"i{request.iteration}-b{request.branch}"
+        try:
+            if not self.control.wait_while_paused():
+                return
+            model_hint = self.generator.models[0] if self.generator.models else self.generator.name
+            out.put(CandidateStarted(label, request.iteration, request.branch,
+                                     request.parent.id if request.parent else None, model_hint))
+            t0 = time.perf_counter()
+            proposal = self.generator.propose(request)
+            gen_s = time.perf_counter() - t0
+            out.put(CandidateGenerated(label, proposal.model, proposal.description, proposal.reasoning))
+            with slots:
+                if not self.control.wait_while_paused():
+                    return
+                t1 = time.perf_counter()
+                if proposal.code.strip():
+                    result = self.evaluator.evaluate(proposal.code, request.backend, label=label)
+                else:
+                    result = EvalResult(compiled=False, perf_score=0, eval_log=(
+                        "No kernel was extracted from the answer, so nothing was built.\n"
+                        + (proposal.log or "")).strip())
+                eval_s = time.perf_counter() - t1
+            parent = request.parent
+            program = Program(
+                id=new_program_id(), code=proposal.code, raw_llm_code=proposal.answer,
+                parent_id=parent.id if parent else None,
+                generation=(parent.generation + 1) if parent else 1,
+                iteration_found=request.iteration,
+                metadata={
+                    "branch": request.branch, "label": label, "origin": proposal.origin,
+                    "model": proposal.model, "backend": request.backend,
+                    "description": proposal.description, "params": proposal.params,
+                    "prompt": proposal.prompt, "generation_log": proposal.log,
+                    "inspiration_ids": [p.id for p in request.inspirations],
+                    "user_instructions": request.user_instructions if steering else "",
+                    "tokens_used": proposal.tokens_used, "generation_s": gen_s,
+                    "evaluation_s": eval_s,
+                },
+            )
+            program.add_eval_results(result)
+            out.put(program)
+        except Exception as err:  # a generator or evaluator bug: say so, keep the run going
+            out.put(LogEmitted("error", f"{label}: internal error: {err!r}"))
+        finally:
+            out.put(_DONE)
+
+    def _record(self, program: Program) -> Iterator[Event]:
+        previous = self.archive.best_speedup
+        is_best = self.archive.add(program)
+        self.store.add_kernel(**kernel_fields(
+            program, run_id=self.run_id, task_name=self.task_name, job_name=self.job_name,
+            hardware=self.hardware.label, gpu_arch=self.gpu_arch,
+            reference_code=self.task.reference_code,
+        ))
+        if program.is_program0:
+            return
+        self.candidates += 1
+        result = program.kernel_exec_result
+        yield CandidateEvaluated(program, program.status, program.metadata["label"],
+                                 result.runtime_improvement, self.archive.best_speedup)
+        if is_best:
+            yield BestImproved(program, previous, self.archive.best_speedup)

@@ -1,0 +1,93 @@
+"""Archive, features, control and schemas: the search's pure parts."""
+
+import random
+import threading
+import time
+
+from openkernel.schemas import EvalResult, Program, Status
+from openkernel.search.archive import Archive
+from openkernel.search.control import RunControl
+from openkernel.search.features import kernel_features
+
+
+def _prog(pid, speedup, code="", correct=True, params=None):
+    p = Program(id=pid, code=code, metadata={"params": params or {}})
+    p.add_eval_results(EvalResult(compiled=True, correctness=correct, runtime=1.0,
+                                  runtime_improvement=speedup, perf_score=4 if speedup > 1 else 3))
+    return p
+
+
+def test_performance_score_as_the_seed_describes():
+    r = EvalResult(compiled=True, correctness=True, perf_score=4, runtime=2.0, runtime_improvement=1.5)
+    assert EvalResult.compute_performance_score(r) == 5.5
+    r = EvalResult(compiled=True, correctness=True, perf_score=3, runtime=2.0, runtime_improvement=-1)
+    assert EvalResult.compute_performance_score(r) == 3.5
+    r = EvalResult(compiled=True, correctness=False, perf_score=2, runtime=2.0, runtime_improvement=-1)
+    assert EvalResult.compute_performance_score(r) == 2.0
+
+
+def test_status_classes():
+    assert EvalResult().get_status() is Status.COMPILE_ERROR
+    assert EvalResult(metadata={"timeout": "build"}).get_status() is Status.BUILD_TIMEOUT
+    assert EvalResult(compiled=True, metadata={"timeout": "test"}).get_status() is Status.TEST_TIMEOUT
+    assert EvalResult(compiled=True).get_status() is Status.INCORRECT
+    assert EvalResult(compiled=True, correctness=True, runtime_improvement=0.9).get_status() is Status.CORRECT
+    assert EvalResult(compiled=True, correctness=True, runtime_improvement=1.2).get_status() is Status.FASTER
+    assert EvalResult(compiled=True, metadata={"runnable": False}).get_status() is Status.NOT_RUN
+    assert EvalResult.get_eval_status(True, False) == "incorrect"
+
+
+def test_program_round_trip():
+    p = _prog("a", 1.3, "code", params={"BLOCK_SIZE": 1024})
+    q = Program.from_dict(p.to_dict())
+    assert q.kernel_exec_result.runtime_improvement == 1.3 and q.metadata["params"]["BLOCK_SIZE"] == 1024
+
+
+def test_features_from_code_and_params():
+    f = kernel_features("k[grid](x, y, n, BLOCK_SIZE=1024, num_warps=4)")
+    assert f == {"tile": 4, "warps": 2}
+    assert kernel_features("", {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8})["tile"] == 7
+    assert kernel_features("kernel<<<blocks, 256>>>(x)")["warps"] == 3
+    assert kernel_features("no hints") == {"tile": -1, "warps": -1}
+
+
+def test_archive_keeps_best_per_cell_and_samples():
+    arch = Archive(exploration_ratio=0.0)
+    ref = Program(id="ref", code="", is_program0=True)
+    ref.add_eval_results(EvalResult(compiled=True, correctness=True, runtime_improvement=1.0))
+    arch.add(ref)
+    rng = random.Random(0)
+    assert arch.sample_parent(rng).id == "ref"  # nothing correct yet: the reference
+    assert arch.add(_prog("a", 1.2, params={"BLOCK_SIZE": 1024, "num_warps": 4}))
+    assert not arch.add(_prog("b", 1.1, params={"BLOCK_SIZE": 1024, "num_warps": 4}))
+    assert arch.add(_prog("c", 1.5, params={"BLOCK_SIZE": 256, "num_warps": 2}))
+    assert not arch.add(_prog("bad", 9.0, correct=False, params={"BLOCK_SIZE": 64}))
+    assert {p.id for p in arch.elites.values()} == {"a", "c"}
+    assert arch.best.id == "c" and arch.best_speedup == 1.5
+    assert arch.sample_parent(rng).id == "c"  # pure exploitation with a full tournament
+    insp = arch.sample_inspirations(arch.elites[(4, 2)], 2, rng)
+    assert [p.id for p in insp] == ["c"]
+
+
+def test_heldout_failure_cannot_become_best():
+    arch = Archive()
+    p = _prog("x", 3.0)
+    p.kernel_exec_result.metadata["heldout_ok"] = False
+    assert not arch.add(p) and arch.best is None
+
+
+def test_control_pause_resume_stop():
+    c = RunControl()
+    c.pause()
+    assert c.paused
+    t = threading.Thread(target=lambda: (time.sleep(0.3), c.resume()))
+    t.start()
+    assert c.wait_while_paused(0.05) is True
+    t.join()
+    c.set_backend("cuda")
+    assert c.take_backend() == "cuda" and c.take_backend() is None
+    c.add_instruction("  use float4 loads ")
+    assert c.take_instructions() == ["use float4 loads"]
+    c.pause()
+    c.stop()
+    assert c.wait_while_paused(0.05) is False
