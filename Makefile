@@ -1,0 +1,28 @@
+# The two commands of the README: `make run` (kernel-code on the shipped example) and
+# `make test`. Both set up everything first, on a fresh machine.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH ?= torch==2.13.0
+
+.PHONY: install run test gpu-test browser
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	# torch first and pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# Debian's chromium drives the dashboard's browser tests (browsers cannot be downloaded).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium missing and not root: browser tests will be skipped"; fi; }
+
+run: install
+	$(VENV)/bin/kernel-code $(ARGS)
+
+test: install browser
+	$(PY) -m pytest $(PYTEST_ARGS)
