@@ -1,0 +1,80 @@
+"""ncu CSV parsing, bottleneck classification and roofline estimates, without a GPU."""
+
+from openkernel.evaluation.profiling import (
+    METRICS, classify, format_profile, ncu_command, parse_ncu_csv, summarize,
+)
+from openkernel.evaluation.types import Hardware, TaskProbe
+from openkernel.schemas import EvalResult, Program
+from openkernel.search.critic import diagnose, roofline_estimate
+
+HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+          '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
+
+
+def _row(i, kernel, metric, unit, value):
+    return (f'"{i}","1","python3","h","{kernel}","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0",'
+            f'"Command line profiler metrics","{metric}","{unit}","{value}"')
+
+
+SAMPLE = "\n".join([
+    "==PROF== Connected to process 1",
+    HEADER,
+    _row(0, "gelu_kernel", "gpu__time_duration.sum", "usecond", "120.5"),
+    _row(0, "gelu_kernel", "dram__throughput.avg.pct_of_peak_sustained_elapsed", "%", "88.1"),
+    _row(0, "gelu_kernel", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "20.0"),
+    _row(0, "gelu_kernel", "lts__t_sector_hit_rate.pct", "%", "45"),
+    _row(0, "gelu_kernel", "sm__warps_active.avg.pct_of_peak_sustained_active", "%", "78"),
+    _row(0, "gelu_kernel", "launch__registers_per_thread", "register/thread", "32"),
+    _row(0, "gelu_kernel", "dram__bytes.sum", "Mbyte", "1,073.74"),
+    _row(1, "other", "gpu__time_duration.sum", "nsecond", "2,000"),
+    _row(1, "other", "dram__throughput.avg.pct_of_peak_sustained_elapsed", "%", "10"),
+    _row(1, "other", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "5"),
+    "==PROF== Disconnected",
+])
+
+
+def test_parse_and_summarize():
+    launches = parse_ncu_csv(SAMPLE)
+    assert len(launches) == 2
+    assert launches[0]["duration_us"] == 120.5 and launches[1]["duration_us"] == 2.0
+    assert launches[0]["dram_bytes"] == 1073.74e6
+    data = summarize(launches, flops=0.0, bytes_moved=2 * 2**24 * 4, peak_bandwidth_gbs=4000)
+    assert data["kernels"] == 2 and data["bottleneck"] == "memory_bound"
+    assert 85 < data["dram_throughput_pct"] < 88.1
+    assert data["registers_per_thread"] == 32 and data["headroom"] > 1
+    text = format_profile(data)
+    assert "Nsight Compute" in text and "memory_bound" in text
+
+
+def test_parse_garbage_is_empty():
+    assert parse_ncu_csv("==ERROR== something failed") == []
+    assert summarize([]) == {}
+
+
+def test_classify():
+    assert classify(85, 20) == "memory_bound"
+    assert classify(30, 90) == "compute_bound"
+    assert classify(30, 40) == "latency_bound"
+
+
+def test_ncu_command_profiles_only_the_candidate_range():
+    cmd = ncu_command("/usr/bin/ncu", ["python3", "-m", "x"])
+    assert cmd[:3] == ["/usr/bin/ncu", "--clock-control", "none"]
+    assert "--nvtx-include" in cmd and set(cmd[cmd.index("--metrics") + 1].split(",")) == set(METRICS)
+
+
+def test_roofline_estimate_and_critic():
+    probe = TaskProbe(ok=True, flops=0.0, bytes_moved=2 * 8192 * 8192 * 4, output_dtypes=["torch.float32"])
+    hw = Hardware(label="NVIDIA H200 (sm_90)", device="cuda", gpu_arch="sm_90", num_gpus=1,
+                  peak_bandwidth_gbs=4000.0, peak_tflops={"float32": 50.0})
+    est = roofline_estimate(0.2, probe, hw)
+    assert est["estimate"] and est["bottleneck"] == "memory_bound"
+    assert abs(est["achieved_gbs"] - 2684.35) < 1 and est["headroom"] > 1
+    best = Program(id="p", code="", metadata={"label": "i1-b0"})
+    best.add_eval_results(EvalResult(compiled=True, correctness=True, runtime=0.2,
+                                     runtime_improvement=1.4, perf_score=4))
+    text = diagnose(best, probe, hw)
+    assert "i1-b0" in text and "Memory bound (estimate)" in text and "Headroom" in text
+    cpu = Hardware(label="CPU (Triton interpreter)", device="cpu", gpu_arch="cpu", interpreter=True)
+    assert "interpreter" in diagnose(best, probe, cpu)
+    assert "No correct kernel" in diagnose(None, probe, hw)
