@@ -1,0 +1,113 @@
+"""What a template is: tunables with discrete choices, a matcher and a renderer.
+
+Search over tunables is deliberately simple (DESIGN: the MAP-Elites archive does the
+selection): start points are curated per device, mutation moves one or two tunables to a
+neighbouring choice (sometimes a random one), recombination takes each tunable from either
+parent.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from openkernel.evaluation.types import TaskProbe
+from openkernel.task import Task
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """One launch or tiling parameter and the values worth trying, smallest first."""
+
+    name: str
+    choices: tuple
+    cpu_choices: tuple | None = None  # under the interpreter: fewer, larger programs
+    why: str = ""
+
+    def values(self, interpreter: bool) -> tuple:
+        return self.cpu_choices if interpreter and self.cpu_choices else self.choices
+
+
+@dataclass
+class Match:
+    """A template that fits a task, with what it learned about the task (``spec``)."""
+
+    template: "Template"
+    why: str
+    spec: dict = field(default_factory=dict)
+
+
+class Template:
+    """A parametrised kernel. Subclasses set the class attributes and implement two methods."""
+
+    name: str = ""
+    summary: str = ""
+    backends: tuple[str, ...] = ("triton",)
+    tunables: tuple[Tunable, ...] = ()
+    # Curated start points; under the interpreter the CPU ones (few programs in the grid).
+    starts: tuple[dict, ...] = ()
+    cpu_starts: tuple[dict, ...] = ()
+
+    def match(self, task: Task, probe: TaskProbe, backend: str) -> Match | str | None:
+        """A Match, a reason this template nearly fits but cannot (str), or None."""
+        raise NotImplementedError
+
+    def render(self, match: Match, params: dict, backend: str) -> str:
+        """The candidate module (defines ``ModelNew``) for these params."""
+        raise NotImplementedError
+
+    def describe(self, match: Match, params: dict) -> str:
+        """A short label of what the candidate is, e.g. "gelu elementwise"."""
+        return f"{match.spec.get('label', self.name)}"
+
+    def tunables_for(self, backend: str) -> tuple[Tunable, ...]:
+        return self.tunables
+
+    # -- search over tunables ------------------------------------------------------------
+
+    def start(self, rng: random.Random, interpreter: bool, index: int, backend: str) -> dict:
+        """A start point: curated ones in turn by ``index`` (branch), random beyond them."""
+        starts = self.cpu_starts if interpreter and self.cpu_starts else self.starts
+        if index < len(starts):
+            return self.clean(dict(starts[index]), interpreter, backend)
+        return {t.name: rng.choice(t.values(interpreter)) for t in self.tunables_for(backend)}
+
+    def clean(self, params: dict, interpreter: bool, backend: str) -> dict:
+        """Keep only this template's tunables, each on an allowed value (nearest by index)."""
+        out = {}
+        for t in self.tunables_for(backend):
+            values = t.values(interpreter)
+            value = params.get(t.name)
+            if value not in values:
+                value = min(values, key=lambda v: abs(v - value)) if isinstance(
+                    value, (int, float)) else values[len(values) // 2]
+            out[t.name] = value
+        return out
+
+    def mutate(self, params: dict, rng: random.Random, interpreter: bool,
+               backend: str) -> tuple[dict, list[str]]:
+        """Move one tunable (a quarter of the time two) to another choice; return what moved."""
+        params = self.clean(params, interpreter, backend)
+        movable = [t for t in self.tunables_for(backend) if len(t.values(interpreter)) > 1]
+        if not movable:
+            return params, []
+        count = 2 if len(movable) > 1 and rng.random() < 0.25 else 1
+        changed = []
+        for t in rng.sample(movable, count):
+            values = t.values(interpreter)
+            i = values.index(params[t.name])
+            if rng.random() < 0.2:  # an occasional jump escapes a local optimum
+                j = rng.choice([k for k in range(len(values)) if k != i])
+            else:
+                j = i + rng.choice([-1, 1])
+                j = j if 0 <= j < len(values) else i - (j - i)
+            params[t.name] = values[j]
+            changed.append(f"{t.name} {values[i]}->{values[j]}")
+        return params, changed
+
+    def crossover(self, a: dict, b: dict, rng: random.Random, interpreter: bool,
+                  backend: str) -> dict:
+        """Each tunable from either parent with equal chance."""
+        a = self.clean(a, interpreter, backend)
+        b = self.clean(b, interpreter, backend)
+        return {k: (a[k] if rng.random() < 0.5 else b[k]) for k in a}
