@@ -1,0 +1,202 @@
+"""The offline generator: real kernels from parametrised templates, no network.
+
+It matches the task (probe aten ops + the reference's syntax tree) against the template
+library, then searches the template's tunables: curated start points in iteration 0 (one per
+branch), afterwards a mutation of the parent's params, sometimes recombined with an
+inspiration's. When no template fits it says so (``supports``) and never writes a fake kernel.
+
+Params flow: every Proposal carries ``params = {"template": NAME, TUNABLE: value, ...}``; the
+search loop stores them in ``Program.metadata["params"]``, which is where the next proposal
+reads its parent's (and inspirations') params from.
+"""
+
+from __future__ import annotations
+
+import random
+
+from openkernel.evaluation.types import TaskProbe
+from openkernel.generators.base import Proposal, ProposalRequest
+from openkernel.generators.templates import TEMPLATES, Match, Template
+from openkernel.generators.templates.common import op_bases
+from openkernel.schemas import Program
+from openkernel.task import Task
+
+
+def _interpreter(request: ProposalRequest) -> bool:
+    """Triton under TRITON_INTERPRET=1: prefer few, large programs (each one costs time)."""
+    hw = request.probe.hardware
+    if hw is not None:
+        return bool(hw.interpreter)
+    return "interpret" in request.hardware_label.lower()
+
+
+def find_match(task: Task, probe: TaskProbe, backend: str) -> Match | str:
+    """The first template that fits, or the plainest reason none does."""
+    near = []
+    for template in TEMPLATES:
+        result = template.match(task, probe, backend)
+        if isinstance(result, Match):
+            return result
+        if isinstance(result, str):
+            near.append(result)
+    ops = ", ".join(probe.aten_ops) or "none recorded"
+    reason = (f"The offline generator has no template for this task (ops: {ops})"
+              + (f": {near[0]}" if near else "") + ". Configure a model under `inference` "
+              "to search it.")
+    return reason
+
+
+def skill_matches(probe: TaskProbe, backend: str, task: Task | None = None) -> list[dict]:
+    """Templates that claim the task's ops, for the TUI's "s" panel.
+
+    Each dict: ``template``, ``summary``, ``why`` (or the reason it cannot be used, with
+    ``usable`` False), ``backends`` and ``tunables`` ({name: {"choices": [...], "why": str}}).
+    Without ``task`` only the op set is checked (the reference's arguments are not read).
+    """
+    out = []
+    for template in TEMPLATES:
+        usable, why = True, ""
+        if task is not None:
+            result = template.match(task, probe, backend)
+            if result is None:
+                continue
+            usable = isinstance(result, Match)
+            why = result.why if usable else result
+        elif not _claims(template, probe):
+            continue
+        else:
+            why = f"ops {', '.join(op_bases(probe))} fit: {template.summary}"
+        if backend not in template.backends:
+            usable, why = False, f"{template.name} has no {backend} version"
+        out.append({
+            "template": template.name, "summary": template.summary, "why": why,
+            "usable": usable, "backends": list(template.backends),
+            "tunables": {t.name: {"choices": list(t.choices), "why": t.why}
+                         for t in template.tunables_for(backend)},
+        })
+    return out
+
+
+def _claims(template: Template, probe: TaskProbe) -> bool:
+    from openkernel.generators.templates.activations import ATEN_NAMES
+
+    ops = op_bases(probe)
+    if template.name == "elementwise":
+        return len(ops) == 1 and ops[0] in ATEN_NAMES
+    if template.name == "row_softmax":
+        return ops in (["_softmax"], ["_log_softmax"])
+    return bool(ops) and ops[0] in ("mm", "matmul")
+
+
+def _params_of(program: Program | None, template: Template) -> dict | None:
+    params = program.metadata.get("params") if program is not None else None
+    if isinstance(params, dict) and params.get("template") == template.name:
+        return {k: v for k, v in params.items() if k != "template"}
+    return None
+
+
+def _fmt(params: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+class OfflineGenerator:
+    """Template-based candidates; see the module docstring."""
+
+    name = "offline"
+
+    def __init__(self) -> None:
+        self._matches: dict[tuple, Match | str] = {}
+        self._seen: dict[tuple, set] = {}  # params already proposed, per task and backend
+
+    @property
+    def models(self) -> list[str]:
+        return [f"offline:{t.name}" for t in TEMPLATES]
+
+    def _match(self, task: Task, probe: TaskProbe, backend: str) -> Match | str:
+        key = (task.digest, tuple(probe.aten_ops), tuple(map(tuple, probe.input_shapes)), backend)
+        if key not in self._matches:
+            self._matches[key] = find_match(task, probe, backend)
+        return self._matches[key]
+
+    def supports(self, task: Task, probe: TaskProbe, backend: str) -> str | None:
+        """None when a template fits; otherwise the plain reason."""
+        result = self._match(task, probe, backend)
+        return result if isinstance(result, str) else None
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        """One candidate: a start point, or the parent's params mutated (and recombined)."""
+        match = self._match(request.task, request.probe, request.backend)
+        if isinstance(match, str):
+            return Proposal(code="", prompt=match, answer=match, model="offline",
+                            origin="offline", description="no template fits", log=match)
+        template, rng, backend = match.template, request.rng, request.backend
+        interp = _interpreter(request)
+        seen = self._seen.setdefault((request.task.digest, backend), set())
+        parent_params = _params_of(request.parent, template)
+        steps: list[str] = []
+        if parent_params is None:
+            index = request.branch if request.iteration == 0 else len(template.starts) + 1
+            params = template.start(rng, interp, index, backend)
+            for _ in range(8):  # later start points are random: avoid repeats
+                if tuple(sorted(params.items())) not in seen:
+                    break
+                params = template.start(rng, interp, 10**6, backend)
+            origin = "curated start point" if index < len(template.starts) else "random start"
+            short = origin
+        else:
+            base = parent_params
+            others = [p for p in request.inspirations if _params_of(p, template) is not None
+                      and (request.parent is None or p.id != request.parent.id)]
+            if others and rng.random() < 0.5:
+                mate = rng.choice(others)
+                base = template.crossover(base, _params_of(mate, template), rng, interp, backend)
+                steps.append(f"recombined with inspiration {mate.label} ({mate.id})")
+            for _ in range(8):  # mutate until the point is new to this search
+                params, changed = template.mutate(base, rng, interp, backend)
+                if tuple(sorted(params.items())) not in seen:
+                    break
+            steps.append("mutated " + ", ".join(changed) if changed else "kept the params")
+            short = ("mutated " + " and ".join(c.split()[0] for c in changed) + " from parent"
+                     if changed else "parent's params")
+            if len(steps) > 1:
+                short = "recombined, " + short
+            origin = "; ".join(steps)
+        seen.add(tuple(sorted(params.items())))
+        code = template.render(match, params, backend)
+        label = template.describe(match, params)
+        knobs = [f"{k}={v}" for k, v in params.items() if k not in ("num_warps", "num_stages")]
+        if "num_warps" in params:
+            knobs.append(f"{params['num_warps']} warps")
+        description = f"{label}, {', '.join(knobs)} ({short})"
+        account = self._account(request, match, params, origin, interp)
+        return Proposal(
+            code=code, prompt=account,
+            answer=account + "\n\n```python\n" + code.rstrip("\n") + "\n```\n",
+            model=f"offline:{template.name}", origin="offline", description=description,
+            reasoning=f"{match.why}. {origin[:1].upper() + origin[1:]}.",
+            params={"template": template.name, **params})
+
+    def _account(self, request: ProposalRequest, match: Match, params: dict, origin: str,
+                 interp: bool) -> str:
+        template = match.template
+        lines = [
+            f"Offline generator (no model): template `{template.name}`: {template.summary}.",
+            f"Task: {request.task.name}; backend: {request.backend}; "
+            f"ops: {', '.join(request.probe.aten_ops) or 'none'}.",
+            f"Why this template: {match.why}.",
+            "Device: Triton interpreter (CPU), so tunables come from the CPU choices (few, "
+            "large programs)." if interp else f"Device: {request.hardware_label or 'GPU'}.",
+        ]
+        parent = request.parent
+        if parent is not None:
+            pp = _params_of(parent, template)
+            result = parent.kernel_exec_result
+            status = result.get_status().value if result else "not evaluated"
+            lines.append(f"Parent: {parent.label} ({parent.id}), status {status}, "
+                         + (f"params {_fmt(pp)}." if pp else "no template params (reference)."))
+        lines.append(f"Step: {origin}.")
+        lines.append(f"Params: {_fmt(params)}.")
+        lines.append("Tunables:")
+        for t in template.tunables_for(request.backend):
+            lines.append(f"  {t.name} in {list(t.values(interp))}: {t.why}")
+        return "\n".join(lines)
