@@ -1,0 +1,1 @@
+"""Pages of the dashboard: runs listing, one job (with its panels), one kernel."""

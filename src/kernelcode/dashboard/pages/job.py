@@ -1,0 +1,138 @@
+"""The page of one job: header, run health, the generation graph with the kernel panel, tabs.
+
+The graph's elements are part of the first response (no second round trip before the graph
+draws). A ``dcc.Interval`` then asks only for the job's signature (count, newest kernel); the
+graph, the header and the open panel are redrawn only when it changed.
+"""
+
+from __future__ import annotations
+
+import dash_cytoscape as cyto
+from dash import Input, Output, State, ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
+
+from kernelcode.dashboard.components import kernel_panel, message_page
+from kernelcode.dashboard.graph import (BEST_MEANING, STATUS_COLORS, STATUS_MEANINGS, graph_elements,
+                                        stylesheet)
+from kernelcode.dashboard.health import branches_from_config, job_health
+from kernelcode.dashboard.pages import panels
+
+HINT = "Click a circle (or a row of the experiment table) to see everything recorded for that kernel."
+
+
+def legend() -> html.Div:
+    """The seed's colour table, plus how to read size and arrows."""
+    items = [html.Li([html.Span(className="dot", style={"backgroundColor": c}), f"{s}: {STATUS_MEANINGS[s]}"])
+             for s, c in STATUS_COLORS.items()]
+    items.append(html.Li([html.Span(className="dot best-dot"), BEST_MEANING]))
+    items.append(html.Li("Bigger is faster; arrows point from parent to child; labels read i<N>-b<M>."))
+    return html.Ul(items, className="legend", id="graph-legend")
+
+
+def header(data) -> list:
+    """Title, run facts and a live badge."""
+    runs = data.runs
+    last = runs[-1] if runs else {}
+    best = data.by_id.get(data.best_id) if data.best_id else None
+    facts = [f"{len(data.rows)} kernels", f"{len(runs)} run(s)",
+             f"hardware: {last.get('hardware') or '-'}", f"backend: {last.get('backend') or '-'}",
+             f"generator: {last.get('generator') or '-'}",
+             f"models: {', '.join(last.get('models') or []) or '-'}",
+             f"best: {best['label']} {best['runtime_improvement']:.3f}x" if best and best.get(
+                 "runtime_improvement", -1) > 0 else "best: -"]
+    state = "running (refreshes by itself)" if data.running else (last.get("status") or "no run row")
+    return [html.H2([data.task_name, " / ", data.job_name]),
+            html.Div(" | ".join(facts), className="muted", id="job-facts"),
+            html.Span(state, className="live" if data.running else "done", id="job-live")]
+
+
+def health_strip(data) -> html.Div:
+    """The symptoms this job shows, one line each, with where to look."""
+    config = data.runs[-1].get("config") if data.runs else None
+    warns = [c for c in job_health(data.rows, branches_from_config(config)) if c.state == "warn"]
+    if not warns:
+        return html.Div("Run health: none of the usual symptoms.", className="health-ok", id="health-strip")
+    return html.Div([html.Strong("Run health: ")] + [
+        html.Div(f"{c.symptom}: {c.evidence}. Likely: {c.cause}. Look at: {c.where}.", className="health-warn")
+        for c in warns], id="health-strip")
+
+
+def layout(source, task: str, job: str):
+    """The page, or a clear message for an unknown job."""
+    data = source.job(task, job)
+    if data is None:
+        return message_page("Unknown job", f"No job named {job!r} of task {task!r} in this database. "
+                            "Pick one from the list of runs.")
+    return html.Div([
+        dcc.Store(id="job-key", data={"task": task, "job": job}),
+        dcc.Store(id="job-sig", data=list(data.signature)),
+        dcc.Store(id="selected-kernel", data=None),
+        dcc.Interval(id="job-tick", interval=source_refresh(source), n_intervals=0),
+        html.Div(header(data), id="job-header"),
+        html.Div(health_strip(data), id="job-health"),
+        html.Div([
+            html.Div([
+                legend(),
+                cyto.Cytoscape(id="job-graph", elements=graph_elements(data.rows, data.best_id),
+                               layout={"name": "preset", "fit": True, "padding": 30},
+                               stylesheet=stylesheet(), autoRefreshLayout=False, minZoom=0.02,
+                               maxZoom=4, boxSelectionEnabled=False,
+                               style={"width": "100%", "height": "640px"}, className="graph"),
+            ], className="graph-col"),
+            html.Div(html.P(HINT, className="muted"), id="kernel-detail", className="detail-col"),
+        ], className="graph-row"),
+        panels.tabs(),
+    ], className="job-page")
+
+
+def source_refresh(source) -> int:
+    """The refresh interval registered for this source (ms)."""
+    return getattr(source, "refresh_ms", 2000)
+
+
+def register(app, source, refresh_ms: int) -> None:
+    """Callbacks of the job page (the tab panels register in ``panels``)."""
+    from kernelcode.dashboard.app import guarded
+
+    source.refresh_ms = refresh_ms
+
+    @app.callback(Output("job-sig", "data"), Input("job-tick", "n_intervals"),
+                  State("job-key", "data"), State("job-sig", "data"), prevent_initial_call=True)
+    @guarded(lambda msg: no_update)  # a busy or vanished database: keep what is on screen
+    def _tick(_n, key, sig):
+        new = list(source.signature(key["task"], key["job"]))
+        if new == list(sig or []):
+            raise PreventUpdate
+        return new
+
+    @app.callback(Output("job-graph", "elements"), Output("job-header", "children"),
+                  Output("job-health", "children"), Input("job-sig", "data"), State("job-key", "data"),
+                  prevent_initial_call=True)
+    @guarded(lambda msg: (no_update, no_update, html.Div(msg, className="error")))
+    def _refresh(sig, key):
+        data = source.job(key["task"], key["job"], tuple(sig))
+        if data is None:
+            raise PreventUpdate
+        return graph_elements(data.rows, data.best_id), header(data), health_strip(data)
+
+    @app.callback(Output("selected-kernel", "data"), Input("job-graph", "tapNodeData"),
+                  Input("exp-grid", "cellClicked"), prevent_initial_call=True)
+    def _select(node, cell):
+        if ctx.triggered_id == "job-graph" and node:
+            return node.get("id")
+        if ctx.triggered_id == "exp-grid" and cell and cell.get("rowId"):
+            return cell["rowId"]
+        raise PreventUpdate
+
+    @app.callback(Output("kernel-detail", "children"), Input("selected-kernel", "data"),
+                  prevent_initial_call=True)
+    @guarded(lambda msg: html.Div(msg, className="error"))
+    def _detail(kernel_id):
+        if not kernel_id:
+            raise PreventUpdate
+        kernel = source.kernel(kernel_id)
+        if kernel is None:
+            return message_page("Unknown kernel", f"No kernel with id {kernel_id!r} in this database.", back=False)
+        return kernel_panel(kernel)
+
+    panels.register(app, source)

@@ -1,0 +1,209 @@
+"""The dashboard panels of a job page, one tab each, drawn only while their tab is open.
+
+Each panel's callback listens to the open tab and the job's signature, so a live job redraws
+the panel in view and nothing else; the experiment table keeps its filters across refreshes
+because rows are matched by kernel id (``getRowId``).
+"""
+
+from __future__ import annotations
+
+import dash_ag_grid as dag
+from dash import Input, Output, Patch, State, dcc, html, no_update
+from dash.exceptions import PreventUpdate
+
+from kernelcode.dashboard.components import diff_table
+from kernelcode.dashboard.figures import gauges_figure, heatmap_figure, landscape_figure, roofline_figure, \
+    trajectory_figure
+from kernelcode.dashboard.graph import STATUS_COLORS
+from kernelcode.dashboard.health import branches_from_config, job_health
+from kernelcode.dashboard.profile import best_profiled, hardware_peaks
+
+TABS = [("trajectory", "Optimization trajectory"), ("roofline", "Roofline"), ("resources", "Resources"),
+        ("table", "Experiment table"), ("diff", "Code diff"), ("landscape", "Optimization landscape"),
+        ("memory", "Memory heatmap"), ("health", "Run health")]
+HEATMAP_HELP = ("No deep profiling data for this job. The memory-access heatmap comes from Nsight "
+                "Compute's MemoryWorkloadAnalysis section: re-run the job (or the kernel) with deep "
+                "profiling on, e.g. `ncu --section MemoryWorkloadAnalysis_Chart --section "
+                "MemoryWorkloadAnalysis_Tables`, so that profiler_data['memory_heatmap'] is stored.")
+NO_PROFILE = ("No profiler data for this job: the timed trials were not inside profiler_session "
+              "(see Writing tests), or profiling is off in the config.")
+
+
+def _grid() -> dag.AgGrid:
+    status_style = {"styleConditions": [
+        {"condition": f"params.value == '{s}'", "style": {"backgroundColor": c, "color": "white"}}
+        for s, c in STATUS_COLORS.items()]}
+    num = {"filter": "agNumberColumnFilter", "type": "numericColumn"}
+    cols = [
+        {"field": "label", "pinned": "left", "width": 110},
+        {"field": "status", "cellStyle": status_style, "width": 130},
+        {"field": "speedup", "headerName": "speedup x", "sort": "desc", **num},
+        {"field": "vs_compile", "headerName": "vs compile x", **num},
+        {"field": "runtime", "headerName": "median ms", **num},
+        {"field": "n_trials", **num}, {"field": "cv", **num},
+        {"field": "iteration", **num}, {"field": "branch", **num},
+        {"field": "model"}, {"field": "integrity"}, {"field": "description", "flex": 1, "minWidth": 220},
+        {"field": "created"},
+    ]
+    return dag.AgGrid(
+        id="exp-grid", columnDefs=cols, rowData=[], getRowId="params.data.id",
+        defaultColDef={"filter": True, "sortable": True, "resizable": True, "floatingFilter": True},
+        dashGridOptions={"pagination": True, "paginationPageSize": 100, "animateRows": False,
+                         "quickFilterText": ""},
+        style={"height": "560px", "width": "100%"})
+
+
+def tabs() -> html.Div:
+    """Tab headers and one container per panel (hidden unless its tab is open)."""
+    bodies = {
+        "table": [dcc.Input(id="table-search", type="search", placeholder="quick search (any column)",
+                            debounce=0.2, className="search"), _grid(), dcc.Store(id="grid-sig")],
+        "diff": [html.Div([dcc.Dropdown(id="diff-a", placeholder="kernel A", className="dd"),
+                           dcc.Dropdown(id="diff-b", placeholder="kernel B", className="dd")],
+                          className="toolbar"), html.Div(id="diff-body")],
+    }
+    containers = [html.Div(bodies.get(name, html.Div(id=f"{name}-body")), id=f"panel-{name}",
+                           style={"display": "block" if name == "trajectory" else "none"}) for name, _ in TABS]
+    return html.Div([dcc.Tabs(id="job-tabs", value="trajectory",
+                              children=[dcc.Tab(label=t, value=v) for v, t in TABS])] + containers,
+                    className="panels")
+
+
+def _note(text: str) -> html.P:
+    return html.P(text, className="note")
+
+
+def _graph(fig) -> dcc.Graph:
+    return dcc.Graph(figure=fig, config={"displaylogo": False})
+
+
+def table_rows(rows: list[dict]) -> list[dict]:
+    """Experiment table rows from light kernel rows."""
+    out = []
+    for r in rows:
+        st, meta = r.get("runtime_stats") or {}, r.get("meta") or {}
+        flags = [f"violation: {meta['integrity_violation']}"] if meta.get("integrity_violation") else []
+        flags += ["flagged"] if meta.get("flagged_for_review") else []
+        speed = r.get("runtime_improvement")
+        out.append({
+            "id": r["id"], "label": r["label"], "status": r["status"],
+            "speedup": round(speed, 4) if speed and speed > 0 else None,
+            "vs_compile": round(r["improve_over_compile"], 4) if (r.get("improve_over_compile") or -1) > 0 else None,
+            "runtime": r["runtime"] if (r.get("runtime") or -1) > 0 else None,
+            "n_trials": st.get("n_trials"), "cv": st.get("cv"), "iteration": r["iteration"],
+            "branch": r["branch"], "model": r.get("model") or "", "integrity": ", ".join(flags),
+            "description": (r.get("description") or "")[:300], "created": r.get("created_at") or "",
+        })
+    return out
+
+
+def register(app, source) -> None:
+    """Callbacks of the panels."""
+    from kernelcode.dashboard.app import guarded
+
+    error = guarded(lambda msg: html.Div(msg, className="error"))
+
+    @app.callback([Output(f"panel-{n}", "style") for n, _ in TABS], Input("job-tabs", "value"))
+    def _show(tab):
+        return [{"display": "block" if n == tab else "none"} for n, _ in TABS]
+
+    def job_for(tab, want, key, sig):
+        if tab != want:
+            raise PreventUpdate
+        data = source.job(key["task"], key["job"], tuple(sig) if sig else None)
+        if data is None:
+            raise PreventUpdate
+        return data
+
+    def panel(name, *extra):
+        return lambda fn: app.callback(Output(f"{name}-body", "children"), Input("job-tabs", "value"),
+                                       Input("job-sig", "data"), *extra, State("job-key", "data"))(error(fn))
+
+    @panel("trajectory")
+    def _trajectory(tab, sig, key):
+        fig = trajectory_figure(job_for(tab, "trajectory", key, sig).rows)
+        return _graph(fig) if fig else _note("No kernels yet.")
+
+    @panel("roofline")
+    def _roofline(tab, sig, key):
+        data = job_for(tab, "roofline", key, sig)
+        fig, note = roofline_figure(data.rows, hardware_peaks(data.rows, [r.get("config") for r in data.runs]))
+        return ([_note(note)] if note else []) + ([_graph(fig)] if fig else [])
+
+    @panel("resources", Input("selected-kernel", "data"))
+    def _resources(tab, sig, selected, key):
+        data = job_for(tab, "resources", key, sig)
+        row = best_profiled(data.rows, selected)
+        if row is None:
+            return _note(NO_PROFILE)
+        prof = row.get("profiler_data") or {}
+        title = f"Resource utilization: {row['label']}" + (" (estimate)" if prof.get("estimate") else "")
+        extra = f"bottleneck: {prof['bottleneck']}" if prof.get("bottleneck") else ""
+        which = "" if row["id"] == selected else " (the fastest profiled kernel; click another to compare)"
+        return [_note(f"Showing {row['label']}{which}. {extra}"), _graph(gauges_figure(prof, title))]
+
+    @panel("landscape")
+    def _landscape(tab, sig, key):
+        fig = landscape_figure(job_for(tab, "landscape", key, sig).rows)
+        return _graph(fig) if fig else _note("No kernel has feature or parameter coordinates yet.")
+
+    @panel("memory", Input("selected-kernel", "data"))
+    def _memory(tab, sig, selected, key):
+        data = job_for(tab, "memory", key, sig)
+        with_heat = [r for r in data.rows if r.get("has_heatmap")]
+        if not with_heat:
+            return _note(HEATMAP_HELP)
+        row = next((r for r in with_heat if r["id"] == selected), None) or next(
+            (r for r in with_heat if r["id"] == data.best_id), with_heat[0])
+        fig = heatmap_figure(source.heatmap(row["id"]), row["label"])
+        return _graph(fig) if fig else _note(f"{row['label']}: the stored heatmap is not a 2-D list.")
+
+    @panel("health")
+    def _health(tab, sig, key):
+        data = job_for(tab, "health", key, sig)
+        config = data.runs[-1].get("config") if data.runs else None
+        head = html.Tr([html.Th(h) for h in ("", "symptom", "what this job shows", "likely cause", "where to look")])
+        icon = {"warn": "⚠", "ok": "✓", "n/a": "·"}
+        body = [html.Tr([html.Td(icon[c.state], className=f"state-{c.state.replace('/', '')}"), html.Td(c.symptom),
+                         html.Td(c.evidence), html.Td(c.cause), html.Td(c.where)])
+                for c in job_health(data.rows, branches_from_config(config))]
+        return html.Table([html.Thead(head), html.Tbody(body)], className="health", id="health-table")
+
+    @app.callback(Output("exp-grid", "rowData"), Output("grid-sig", "data"), Input("job-tabs", "value"),
+                  Input("job-sig", "data"), State("job-key", "data"), State("grid-sig", "data"))
+    @guarded(lambda msg: (no_update, no_update))
+    def _grid_rows(tab, sig, key, shown):
+        if tab != "table" or (shown and shown == sig):
+            raise PreventUpdate  # the grid already holds this version of the job
+        return table_rows(job_for(tab, "table", key, sig).rows), sig
+
+    @app.callback(Output("exp-grid", "dashGridOptions"), Input("table-search", "value"), prevent_initial_call=True)
+    def _quick(text):
+        patch = Patch()
+        patch["quickFilterText"] = text or ""
+        return patch
+
+    @app.callback(Output("diff-a", "options"), Output("diff-b", "options"), Output("diff-a", "value"),
+                  Output("diff-b", "value"), Input("job-tabs", "value"), Input("job-sig", "data"),
+                  State("job-key", "data"), State("diff-a", "value"), State("diff-b", "value"))
+    @guarded(lambda msg: (no_update,) * 4)
+    def _diff_options(tab, sig, key, a, b):
+        data = job_for(tab, "diff", key, sig)
+        opts = [{"label": f"{r['label']} [{r['status']}]" + (
+            f" {r['runtime_improvement']:.2f}x" if (r.get("runtime_improvement") or -1) > 0 else ""),
+                 "value": r["id"]} for r in data.rows]
+        if not (a and b) and data.rows:
+            best = data.by_id.get(data.best_id) or data.rows[-1]
+            parent = best.get("parent_id") if best.get("parent_id") in data.by_id else data.rows[0]["id"]
+            a, b = parent, best["id"]
+        return opts, opts, a, b
+
+    @app.callback(Output("diff-body", "children"), Input("diff-a", "value"), Input("diff-b", "value"))
+    @error
+    def _diff(a, b):
+        if not (a and b):
+            return _note("Pick two kernels to compare.")
+        ka, kb = source.kernel(a), source.kernel(b)
+        if ka is None or kb is None:
+            return _note("One of these kernels is no longer in the database.")
+        return diff_table(ka, kb)
