@@ -1,0 +1,167 @@
+"""KernelCodeApp: the main screen, the engine worker, and how events reach the panels.
+
+Events flow one way: the engine (or an injected source) runs in a thread worker and feeds an
+``EventBuffer``; the buffer posts one coalescing ``EventsReady`` message; the UI drains a batch,
+folds it into ``RunState``, writes the chat lines and rows, and redraws the other panels once
+per batch. The keys (``KeyActions``) only talk to ``RunControl``; the app holds no engine logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.reactive import reactive
+from textual.widgets import DataTable, Footer
+
+from openkernel import events as ev
+from openkernel.search.control import RunControl
+
+from kernelcode.tui.actions import KeyActions
+from kernelcode.tui.bridge import EventBuffer, EventsReady, pump
+from kernelcode.tui.engine import EventSource, engine_events, source_events
+from kernelcode.tui.narrate import narrate
+from kernelcode.tui.state import RunState
+from kernelcode.tui.widgets.chat import ChatPanel
+from kernelcode.tui.widgets.experiment_log import ExperimentLog
+from kernelcode.tui.widgets.header import RunHeader
+from kernelcode.tui.widgets.profiling import ProfilingPanel
+from kernelcode.tui.widgets.trajectory import TrajectoryPanel
+
+# Events taken per turn of the UI loop; more wait for the next turn, after queued key presses.
+BATCH_LIMIT = 400
+
+
+class KernelCodeApp(KeyActions, App[int]):
+    """The kernel-code terminal app. Build it with :func:`create_app`."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "kernel code"
+    AUTO_FOCUS = "#experiment-log"
+    BINDINGS = [
+        Binding("d", "dashboard", "Dashboard"),
+        Binding("k", "kernel_diff", "Kernel diff"),
+        Binding("r", "roofline", "Roofline"),
+        Binding("s", "skills", "Skills"),
+        Binding("p", "pause", "Pause/resume"),
+        Binding("b", "backend", "Backend"),
+        Binding("slash", "steer", "Steer"),
+        Binding("q", "quit", "Quit"),
+        Binding("escape", "escape", "Back", show=False),
+    ]
+
+    paused: reactive[bool] = reactive(False, init=False)
+    pending_backend: reactive[str] = reactive("", init=False)
+    stopping: reactive[bool] = reactive(False, init=False)
+
+    def __init__(self, task_or_config: str | Path | None = None, overrides: Sequence[str] = (),
+                 *, event_source: EventSource | None = None, quit_timeout_s: float = 5.0):
+        super().__init__()
+        self.task_or_config, self.overrides = task_or_config, tuple(overrides)
+        self.event_source = event_source
+        self.quit_timeout_s = quit_timeout_s
+        self.control = RunControl()
+        self.state = RunState()
+        self.buffer = EventBuffer(lambda: self.post_message(EventsReady()))
+        self.events_applied = 0  # for tests and the benchmark
+
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="header")
+        with Horizontal(id="main"):
+            yield ChatPanel(id="chat")
+            with Vertical(id="right"):
+                yield TrajectoryPanel(id="trajectory")
+                yield ProfilingPanel(id="profiling")
+                yield ExperimentLog(id="experiment-log")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        titles = {"#chat": "Chat / Agent", "#trajectory": "Optimization Trajectory",
+                  "#profiling": "Profiling Summary", "#experiment-log": "Experiment Log"}
+        for selector, title in titles.items():
+            self.query_one(selector).border_title = title
+        self.engine_worker = self.run_engine()
+
+    # -- the engine, in a thread ---------------------------------------------------------------
+    @work(thread=True, exclusive=True, exit_on_error=False, group="engine", name="engine")
+    def run_engine(self) -> None:
+        """Iterate the engine's (or the injected) events in this worker thread."""
+        if self.event_source is not None:
+            source = self.event_source
+            pump(lambda: source_events(source, self.control), self.buffer)
+        else:
+            pump(lambda: engine_events(self.task_or_config, self.overrides, self.control),
+                 self.buffer)
+
+    @property
+    def engine_running(self) -> bool:
+        return not self.engine_worker.is_finished
+
+    @on(EventsReady)
+    def _drain(self) -> None:
+        self.apply_events(self.buffer.drain(BATCH_LIMIT))
+
+    def apply_events(self, batch: list[object]) -> None:
+        """Fold a batch of events into the state and the panels (one redraw per batch)."""
+        if not batch:
+            return
+        table = self.query_one(ExperimentLog)
+        lines = []
+        for event in batch:
+            row = self.state.apply(event)
+            if row is not None:
+                table.upsert(row)
+            if isinstance(event, ev.IterationStarted):
+                self.pending_backend = ""  # the engine took (or refused) the switch by now
+            elif isinstance(event, ev.RunPaused):
+                self.set_reactive(KernelCodeApp.paused, True)
+            lines.extend(narrate(event))
+        self.query_one(ChatPanel).say(lines)
+        self.events_applied += len(batch)
+        self.refresh_panels()
+
+    def refresh_panels(self) -> None:
+        """Copy the state into the header and redraw the trajectory and profile panels."""
+        s, header = self.state, self.query_one(RunHeader)
+        if s.started is not None:
+            header.hardware = s.started.hardware
+            header.models = ", ".join(s.started.models) or s.started.generator
+            header.job, header.db_path = s.started.job_name, s.started.db_path
+        header.problem = s.problem or header.problem
+        header.backend, header.pending_backend = s.backend, self.pending_backend
+        header.iteration, header.max_iters = s.iteration, s.max_iters
+        header.phase = "stopping" if self.stopping and s.active else s.phase
+        header.paused, header.best = self.paused, s.best_speedup
+        self.query_one(TrajectoryPanel).show(s)
+        self.query_one(ProfilingPanel).show(s)
+
+    def watch_paused(self) -> None:
+        self.refresh_panels()
+
+    def watch_pending_backend(self) -> None:
+        self.refresh_panels()
+
+    def watch_stopping(self) -> None:
+        self.refresh_panels()
+
+    @on(DataTable.RowSelected, "#experiment-log")
+    def _open_candidate(self, event: DataTable.RowSelected) -> None:
+        self.open_candidate(str(event.row_key.value))
+
+
+def create_app(task_or_config: str | Path | None = None, overrides: Sequence[str] = (), *,
+               event_source: EventSource | None = None) -> KernelCodeApp:
+    """Build the app as the CLI, the tests and the benchmark all do.
+
+    Args:
+        task_or_config: A task file or folder, or a run config YAML; None runs the shipped
+            default example.
+        overrides: ``key.sub=value`` strings, as ``--set`` on the command line.
+        event_source: Events to show instead of a real run (an iterable, or a function of the
+            app's RunControl returning one): for snapshot tests and the benchmark only.
+    """
+    return KernelCodeApp(task_or_config, overrides, event_source=event_source)

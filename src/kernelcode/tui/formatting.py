@@ -1,0 +1,82 @@
+"""How statuses, speedups and labels look everywhere in the app.
+
+The colours are the generation graph's (seeds/results-browser.txt), so a candidate reads the
+same here, in the dashboard and in kernelfoundry-gui.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from openkernel.schemas import Program, Status
+
+# Hex values rather than theme variables: the seed fixes the meaning of each colour, and the
+# same hue must show in every theme (and in the exported SVG).
+STATUS_COLOURS: dict[Status, str] = {
+    Status.FASTER: "#3fb950",  # green
+    Status.CORRECT: "#58a6ff",  # blue
+    Status.INCORRECT: "#f0883e",  # orange
+    Status.TEST_TIMEOUT: "#e3c341",  # yellow
+    Status.COMPILE_ERROR: "#f85149",  # red
+    Status.BUILD_TIMEOUT: "#ff7eb6",  # pink
+    Status.NOT_RUN: "#8b949e",  # grey
+}
+
+STATUS_WORDS: dict[Status, str] = {
+    Status.FASTER: "faster",
+    Status.CORRECT: "correct",
+    Status.INCORRECT: "incorrect",
+    Status.TEST_TIMEOUT: "test timeout",
+    Status.COMPILE_ERROR: "build error",
+    Status.BUILD_TIMEOUT: "build timeout",
+    Status.NOT_RUN: "not run",
+}
+
+# One glyph per outcome for the chat panel: the eye finds failures by shape, not only colour.
+STATUS_GLYPHS: dict[Status, str] = {
+    Status.FASTER: "✓",
+    Status.CORRECT: "✓",
+    Status.INCORRECT: "✗",
+    Status.TEST_TIMEOUT: "✗",
+    Status.COMPILE_ERROR: "✗",
+    Status.BUILD_TIMEOUT: "✗",
+    Status.NOT_RUN: "∅",
+}
+
+RUNNING_STYLE = "#8b949e italic"
+
+
+def speedup_str(value: float | None) -> str:
+    """``1.80x``, or an em dash when the speedup was not measured (-1 in the schema)."""
+    if value is None or value <= 0:
+        return "—"
+    return f"{value:.2f}x"
+
+
+def status_text(status: Status | None) -> Text:
+    """The status word in its seed colour; ``running`` while the candidate is in flight."""
+    if status is None:
+        return Text("running", style=RUNNING_STYLE)
+    return Text(STATUS_WORDS[status], style=STATUS_COLOURS[status])
+
+
+def is_error(status: Status | None) -> bool:
+    """True for candidates that produced no usable kernel (the trajectory's ``error`` mark)."""
+    return status not in (None, Status.FASTER, Status.CORRECT)
+
+
+def label_of(program: Program) -> str:
+    """``i<N>-b<M>`` as the engine stored it (``ref`` and ``start`` included)."""
+    return str(program.metadata.get("label") or program.label)
+
+
+def pretty_backend(backend: str) -> str:
+    """``triton`` -> ``Triton``, ``cuda`` -> ``CUDA``."""
+    return {"triton": "Triton", "cuda": "CUDA"}.get(backend, backend)
+
+
+def pretty_hardware(hardware: str) -> str:
+    """The header's hardware label: the engine's CPU label reads "CPU, Triton interpreter"."""
+    if "interpreter" in hardware.lower() and hardware.lower().startswith("cpu"):
+        return "CPU, Triton interpreter"
+    return hardware

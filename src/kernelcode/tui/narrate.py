@@ -1,0 +1,134 @@
+"""What the Chat / Agent panel says about each event: plain Rich Text, one or more lines.
+
+Kept apart from the widgets so the wording can be read and tested on its own.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from openkernel import events as ev
+
+from kernelcode.tui.formatting import (
+    STATUS_COLOURS, STATUS_GLYPHS, STATUS_WORDS, label_of, pretty_backend, pretty_hardware,
+    speedup_str,
+)
+from kernelcode.tui.state import RunCouldNotStart, RunCrashed
+
+DIM = "#8b949e"
+ERROR = "bold #f85149"
+WARN = "#e3c341"
+ACCENT = "bold #58a6ff"
+
+
+def narrate(event: object) -> list[Text]:
+    """Chat lines for one event; an empty list for events the chat leaves out."""
+    handler = _HANDLERS.get(type(event))
+    return handler(event) if handler else []
+
+
+def _started(e: ev.RunStarted) -> list[Text]:
+    models = ", ".join(e.models) or e.generator
+    lines = [Text.assemble(("▶ ", ACCENT), f"Optimizing {e.task_name} ({e.job_name}) with ",
+                           (models, "bold"), f" on {pretty_hardware(e.hardware)}, ",
+                           f"{pretty_backend(e.backend)} backend: {e.max_iters} iterations × "
+                           f"{e.branches_per_iteration} branches.")]
+    if e.resumed_candidates:
+        lines.append(Text(f"  Resuming: {e.resumed_candidates} candidates already stored.", DIM))
+    if e.generator == "offline":
+        lines.append(Text("  Offline generator: templates and tunables, no LLM.", DIM))
+    return lines
+
+
+def _iteration(e: ev.IterationStarted) -> list[Text]:
+    return [Text(f"── iteration {e.iteration} ──", DIM)]
+
+
+def _generated(e: ev.CandidateGenerated) -> list[Text]:
+    lines = [Text.assemble((f"{e.label} ", "bold"), (f"[{e.model}] ", DIM),
+                           e.description or "(no description)")]
+    if e.reasoning.strip():
+        lines.append(Text("  " + " ".join(e.reasoning.split()), style="italic"))
+    return lines
+
+
+def _evaluated(e: ev.CandidateEvaluated) -> list[Text]:
+    colour = STATUS_COLOURS[e.status]
+    text = Text.assemble((f"{STATUS_GLYPHS[e.status]} {e.label} ", colour),
+                         (STATUS_WORDS[e.status], colour))
+    if e.speedup > 0:
+        text.append(f"  {speedup_str(e.speedup)}")
+    return [text]
+
+
+def _best(e: ev.BestImproved) -> list[Text]:
+    return [Text.assemble(("↑ ", "bold #3fb950"),
+                          f"{speedup_str(e.previous_speedup)} → ",
+                          (speedup_str(e.speedup), "bold #3fb950"),
+                          (f"  new best: {label_of(e.program)}", DIM))]
+
+
+def _iteration_done(e: ev.IterationFinished) -> list[Text]:
+    return [Text(f"  iteration {e.iteration} done: {e.evaluated} judged, "
+                 f"best {speedup_str(e.best_speedup)}", DIM)]
+
+
+def _critic(e: ev.CriticDiagnosed) -> list[Text]:
+    return [Text.assemble(("Critic: ", "bold #d2a8ff"), (f'"{e.text.strip()}"', "#d2a8ff"))]
+
+
+def _paused(_: ev.RunPaused) -> list[Text]:
+    return [Text("⏸ Engine paused between candidates; nothing in flight was lost.", WARN)]
+
+
+def _resumed(_: ev.RunResumed) -> list[Text]:
+    return [Text("▶ Engine resumed.", ACCENT)]
+
+
+def _switched(e: ev.BackendSwitched) -> list[Text]:
+    return [Text(f"⇄ Backend is now {pretty_backend(e.backend)} "
+                 f"(from iteration {e.from_iteration}).", ACCENT)]
+
+
+def _instruction(e: ev.InstructionAdded) -> list[Text]:
+    return [Text(f"✎ Instruction joins the prompt from iteration {e.from_iteration}: "
+                 f"{e.text}", ACCENT)]
+
+
+def _log(e: ev.LogEmitted) -> list[Text]:
+    style = {"error": ERROR, "warning": WARN}.get(e.level, DIM)
+    return [Text(e.message, style)]
+
+
+def _finished(e: ev.RunFinished) -> list[Text]:
+    stored = f"{e.candidates} candidates stored in {e.db_path}"
+    if e.reason == "failed":
+        return [Text(f"✗ Run failed: {e.error or 'no reason given'}", ERROR),
+                Text(f"  What was judged is kept: {stored}.", DIM)]
+    verb = "stopped" if e.reason == "stopped" else "finished"
+    return [Text.assemble(("■ ", ACCENT), f"Run {verb}: best ",
+                          (speedup_str(e.best_speedup), "bold"), f", {stored}.")]
+
+
+def _could_not_start(e: RunCouldNotStart) -> list[Text]:
+    return [Text(f"✗ Cannot start: {e.message}", ERROR),
+            Text("  Fix the task or config and run kernel-code again (q quits).", DIM)]
+
+
+def _crashed(e: RunCrashed) -> list[Text]:
+    lines = [Text(f"✗ Run failed: {e.message}", ERROR),
+             Text("  Candidates judged before the failure stay in the database.", DIM)]
+    if e.traceback:
+        # Not an OpenKernelError: a bug, so the traceback stays visible for the report.
+        lines.append(Text(e.traceback.rstrip(), DIM))
+    return lines
+
+
+_HANDLERS = {
+    ev.RunStarted: _started, ev.IterationStarted: _iteration, ev.CandidateGenerated: _generated,
+    ev.CandidateEvaluated: _evaluated, ev.BestImproved: _best,
+    ev.IterationFinished: _iteration_done, ev.CriticDiagnosed: _critic, ev.RunPaused: _paused,
+    ev.RunResumed: _resumed, ev.BackendSwitched: _switched, ev.InstructionAdded: _instruction,
+    ev.LogEmitted: _log, ev.RunFinished: _finished, RunCouldNotStart: _could_not_start,
+    RunCrashed: _crashed,
+}

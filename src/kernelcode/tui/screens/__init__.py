@@ -1,0 +1,1 @@
+"""Overlays on the main screen: kernel diff, roofline, skills, candidate detail."""

@@ -1,0 +1,76 @@
+"""CandidateScreen: everything recorded for one candidate: stats, code, evaluation log."""
+
+from __future__ import annotations
+
+import json
+
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widgets import Static
+
+from openkernel.schemas import Program
+
+from kernelcode.tui.formatting import label_of, speedup_str, status_text
+from kernelcode.tui.screens.overlay import Overlay
+
+DIM = "#8b949e"
+
+
+def stats_table(program: Program) -> Table:
+    """Kernel info and runtime stats, the fields the results browser shows."""
+    result = program.kernel_exec_result
+    meta = program.metadata
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style=DIM)
+    table.add_column()
+    table.add_row("Status", status_text(program.status))
+    table.add_row("Iteration / branch", f"{program.iteration_found} / {meta.get('branch', 0)}")
+    table.add_row("Model", str(meta.get("model") or meta.get("origin") or "–"))
+    table.add_row("Backend", str(meta.get("backend") or "–"))
+    table.add_row("Parent", program.parent_id or "–")
+    table.add_row("Program id", program.id)
+    table.add_row("What it tried", str(meta.get("description") or "–"))
+    if result is not None:
+        table.add_row("Runtime", f"{result.runtime:.4f} ms (median)" if result.runtime > 0 else "–")
+        table.add_row("Speedup vs reference", speedup_str(result.runtime_improvement))
+        table.add_row("Speedup vs torch.compile", speedup_str(result.improve_over_compile))
+        stats = result.runtime_stats or {}
+        if stats:
+            table.add_row("Runtime stats", ", ".join(f"{k} {_num(v)}" for k, v in stats.items()))
+        timing = result.metadata.get("timing_method") or result.metadata.get("hardware")
+        if timing:
+            table.add_row("Measured", str(timing))
+        if result.profiler_data:
+            table.add_row("Profiler data", json.dumps(result.profiler_data, default=str)[:400])
+    if meta.get("user_instructions"):
+        table.add_row("Steered by", str(meta["user_instructions"]))
+    return table
+
+
+def _num(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+class CandidateScreen(Overlay):
+    """Opened by selecting a row of the Experiment Log."""
+
+    TITLE_TEXT = "Candidate"
+
+    def __init__(self, program: Program) -> None:
+        super().__init__()
+        self.program = program
+        self.TITLE_TEXT = f"Candidate {label_of(program)}"
+
+    def compose_body(self) -> ComposeResult:
+        program = self.program
+        yield Static(stats_table(program), id="candidate-stats")
+        yield Static(Text("Code", style="bold"), classes="section")
+        code = program.code.strip() or "(no code: nothing was extracted from the answer)"
+        yield Static(Syntax(code, "python", theme="monokai", line_numbers=True,
+                            background_color="default",
+                            word_wrap=False), id="candidate-code")
+        yield Static(Text("Evaluation log", style="bold"), classes="section")
+        log = program.get_artifact().strip() or "(empty)"
+        yield Static(Text(log), id="candidate-log")

@@ -1,0 +1,37 @@
+"""Overlay: the shared frame of every modal view (title, body, Escape closes)."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+
+class Overlay(ModalScreen[None]):
+    """A bordered modal with a title and a scrollable body; Escape (or its key) closes it."""
+
+    BINDINGS = [Binding("escape", "close", "Close", priority=True)]
+    TITLE_TEXT = ""
+    # The app key that opened this overlay; pressing it again closes it (a toggle).
+    TOGGLE_KEY = ""
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="overlay-frame") as frame:
+            frame.border_title = self.TITLE_TEXT
+            frame.border_subtitle = "Esc closes"
+            yield from self.compose_header()
+            with VerticalScroll(id="overlay-body"):
+                yield from self.compose_body()
+
+    def compose_header(self) -> ComposeResult:
+        """Optional lines above the scrolling body."""
+        yield from ()
+
+    def compose_body(self) -> ComposeResult:
+        """The overlay's content."""
+        yield Static("")
+
+    def action_close(self) -> None:
+        self.dismiss()

@@ -1,0 +1,50 @@
+"""SkillsScreen: the offline templates and strategies that match this task."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widgets import Static
+
+from kernelcode.tui.screens.overlay import Overlay
+
+
+def skills_table(matches: list[dict]) -> Table:
+    """One row per match; columns are the keys the matches carry, in their first order."""
+    columns: list[str] = []
+    for match in matches:
+        columns += [k for k in match if k not in columns]
+    table = Table(box=None, padding=(0, 2), show_edge=False, expand=True)
+    for name in columns:
+        table.add_column(name.replace("_", " "), overflow="fold")
+    for match in matches:
+        table.add_row(*(Text(_cell(match.get(name))) for name in columns))
+    return table
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+class SkillsScreen(Overlay):
+    """Skill library: ``s``."""
+
+    TITLE_TEXT = "Skill library"
+    TOGGLE_KEY = "s"
+
+    def __init__(self, matches: list[dict], note: str = "") -> None:
+        super().__init__()
+        self.matches, self.note = matches, note
+
+    def compose_body(self) -> ComposeResult:
+        if self.note:
+            yield Static(self.note, classes="overlay-note" if self.matches else "overlay-message")
+        if self.matches:
+            yield Static(skills_table(self.matches), id="skills")

@@ -1,0 +1,172 @@
+"""RunState: the live view of one search, folded from the engine's events.
+
+Pure data, no Textual: the widgets draw from it and the tests can check it directly. It
+mirrors what the events say and decides nothing about the search itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from openkernel import events as ev
+from openkernel.schemas import Program, Status
+
+from kernelcode.tui.formatting import is_error
+
+
+@dataclass(frozen=True)
+class RunCouldNotStart:
+    """The task or config was rejected before the search began (an OpenKernelError)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class RunCrashed:
+    """The engine raised something that is not an OpenKernelError: a bug, kept with its trace."""
+
+    message: str
+    traceback: str = ""
+
+
+@dataclass(frozen=True)
+class RunResolved:
+    """The task and config resolved (the app's own event): the reference for the kernel diff."""
+
+    task_name: str
+    reference_code: str
+
+
+@dataclass
+class Candidate:
+    """One row of the Experiment Log."""
+
+    label: str
+    iteration: int
+    branch: int
+    model: str = ""
+    description: str = ""
+    program: Program | None = None
+    status: Status | None = None  # None while in flight
+    speedup: float = -1.0
+    mark: str = ""  # "keep" | "discard" | "error", once evaluated
+
+
+@dataclass
+class RunState:
+    """Everything the panels show, updated one event at a time by :meth:`apply`."""
+
+    started: ev.RunStarted | None = None
+    finished: ev.RunFinished | None = None
+    phase: str = "starting"  # starting | running | finished | stopped | failed | error
+    problem: str = ""
+    backend: str = "triton"
+    iteration: int = -1  # 0-based like the i<N> labels; -1 before the first iteration
+    max_iters: int = 0
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+    evaluated: list[Candidate] = field(default_factory=list)
+    best: Program | None = None
+    best_speedup: float = -1.0
+    # Best program before each candidate was judged, so the kernel diff can compare a candidate
+    # with the best it was up against.
+    best_before: dict[str, Program | None] = field(default_factory=dict)
+    trajectory: list[float] = field(default_factory=list)  # best speedup after each candidate
+    error: str = ""
+    reference_code: str = ""
+
+    def apply(self, event: object) -> Candidate | None:
+        """Fold one event in; returns the Experiment Log row it touched, if any."""
+        handler = getattr(self, f"_on_{type(event).__name__}", None)
+        return handler(event) if handler else None
+
+    # -- handlers, one per event type that changes what is shown ------------------------------
+    def _on_RunStarted(self, e: ev.RunStarted) -> None:
+        self.started, self.phase = e, "running"
+        self.problem, self.backend, self.max_iters = e.task_name, e.backend, e.max_iters
+
+    def _on_RunResolved(self, e: RunResolved) -> None:
+        self.problem, self.reference_code = e.task_name, e.reference_code
+
+    def _on_IterationStarted(self, e: ev.IterationStarted) -> None:
+        self.iteration = e.iteration
+
+    def _on_CandidateStarted(self, e: ev.CandidateStarted) -> Candidate:
+        row = Candidate(e.label, e.iteration, e.branch, model=e.model)
+        self.candidates[e.label] = row
+        return row
+
+    def _on_CandidateGenerated(self, e: ev.CandidateGenerated) -> Candidate:
+        row = self._row(e.label)
+        row.description, row.model = e.description or row.description, e.model or row.model
+        return row
+
+    def _on_CandidateEvaluated(self, e: ev.CandidateEvaluated) -> Candidate:
+        row = self._row(e.label, e.program)
+        p = e.program
+        row.program, row.status, row.speedup = p, e.status, e.speedup
+        row.description = row.description or str(p.metadata.get("description") or "")
+        row.model = row.model or str(p.metadata.get("model") or "")
+        self.best_before[row.label] = self.best
+        # The engine's archive starts from the reference (1.0x), so a candidate is a keep only
+        # when it is now the best *and* it raised the best.
+        improved = (e.status in (Status.FASTER, Status.CORRECT) and e.speedup > 0
+                    and e.speedup >= e.best_speedup > self.best_speedup)
+        if improved:
+            self.best, self.best_speedup = p, e.speedup
+        row.mark = "error" if is_error(e.status) else ("keep" if improved else "discard")
+        self.best_speedup = max(self.best_speedup, e.best_speedup)
+        self.evaluated.append(row)
+        self.trajectory.append(max(self.best_speedup, 0.0))
+        return row
+
+    def _on_BestImproved(self, e: ev.BestImproved) -> None:
+        self.best, self.best_speedup = e.program, e.speedup
+
+    def _on_IterationFinished(self, e: ev.IterationFinished) -> None:
+        self.best_speedup = max(self.best_speedup, e.best_speedup)
+
+    def _on_BackendSwitched(self, e: ev.BackendSwitched) -> None:
+        self.backend = e.backend
+
+    def _on_RunFinished(self, e: ev.RunFinished) -> None:
+        self.finished = e
+        self.phase = {"completed": "finished"}.get(e.reason, e.reason)
+        self.error = e.error or ""
+
+    def _on_RunCouldNotStart(self, e: RunCouldNotStart) -> None:
+        self.phase, self.error = "error", e.message
+
+    def _on_RunCrashed(self, e: RunCrashed) -> None:
+        self.phase, self.error = "failed", e.message
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _row(self, label: str, program: Program | None = None) -> Candidate:
+        """The row for ``label``, created when an event arrives without its CandidateStarted."""
+        row = self.candidates.get(label)
+        if row is None:
+            it = program.iteration_found if program else 0
+            branch = int(program.metadata.get("branch", 0)) if program else 0
+            row = self.candidates[label] = Candidate(label, it, branch)
+        return row
+
+    @property
+    def latest(self) -> Candidate | None:
+        """The most recently judged candidate."""
+        return self.evaluated[-1] if self.evaluated else None
+
+    @property
+    def active(self) -> bool:
+        """True while the engine may still accept pause, backend and steering commands."""
+        return self.phase in ("starting", "running")
+
+    @property
+    def uses_llm(self) -> bool:
+        return bool(self.started and self.started.generator == "llm")
+
+    @property
+    def on_cpu(self) -> bool:
+        return bool(self.started and self.started.hardware.lower().startswith("cpu"))
+
+    def programs(self) -> list[Program]:
+        """Judged programs in the order they were judged."""
+        return [c.program for c in self.evaluated if c.program is not None]

@@ -1,0 +1,28 @@
+"""ChatPanel: what the generator and critic say, each outcome, and the steering input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Input, RichLog
+
+
+class ChatPanel(Vertical):
+    """A scrolling log of the run in words, with an input line for steering at the bottom."""
+
+    # Bounded so an all-night run does not grow the app without end; the database keeps all.
+    MAX_LINES = 2000
+
+    def compose(self) -> ComposeResult:
+        yield RichLog(id="chat-log", wrap=True, markup=False, max_lines=self.MAX_LINES,
+                      min_width=20)
+        yield Input(id="steer", placeholder="Steer the search… (/ to type, Enter to send)")
+
+    def say(self, lines: Iterable[Text]) -> None:
+        """Append lines to the chat."""
+        log = self.query_one(RichLog)
+        for line in lines:
+            log.write(line)

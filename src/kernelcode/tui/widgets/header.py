@@ -1,0 +1,75 @@
+"""RunHeader: version, hardware, backend, problem, model(s), iteration and run state."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from kernelcode import __version__
+from kernelcode.tui.formatting import pretty_backend, pretty_hardware, speedup_str
+
+SEP = ("  │  ", "#6e7681")
+PHASE_WORDS = {"starting": "STARTING", "running": "RUNNING", "finished": "FINISHED",
+               "stopped": "STOPPED", "stopping": "STOPPING", "failed": "FAILED",
+               "error": "ERROR"}
+
+
+class RunHeader(Widget):
+    """Two lines: what runs where (line 1), and where its results go (line 2).
+
+    Every field is reactive, so the app can set them all after each batch of events and only
+    an actual change repaints.
+    """
+
+    hardware = reactive("detecting hardware…")
+    backend = reactive("triton")
+    pending_backend = reactive("")  # asked for with `b`, not yet switched by the engine
+    problem = reactive("…")
+    models = reactive("…")
+    iteration = reactive(-1)  # 0-based, as in the i<N> labels; -1 before the first
+    max_iters = reactive(0)
+    phase = reactive("starting")
+    paused = reactive(False)
+    job = reactive("")
+    db_path = reactive("")
+    best = reactive(-1.0)
+    dashboard_url = reactive("")
+
+    def watch_phase(self, old: str, new: str) -> None:
+        """Colour the whole bar by state, so a failed or finished run is seen from afar."""
+        self.remove_class(f"-{old}")
+        self.add_class(f"-{new}")
+
+    def watch_paused(self, paused: bool) -> None:
+        self.set_class(paused, "-paused")
+
+    @property
+    def state_word(self) -> str:
+        """RUNNING, PAUSED, FINISHED, ...: what the right end of line 1 says."""
+        if self.paused and self.phase in ("running", "starting"):
+            return "PAUSED"
+        return PHASE_WORDS.get(self.phase, self.phase.upper())
+
+    def render(self) -> Text:
+        backend = pretty_backend(self.backend)
+        if self.pending_backend and self.pending_backend != self.backend:
+            backend += f" → {pretty_backend(self.pending_backend)} (next iteration)"
+        it = "iteration –" if self.iteration < 0 else f"iteration {self.iteration + 1}"
+        if self.max_iters:
+            it += f"/{self.max_iters}"
+        line1 = Text.assemble(
+            ("kernel code ", "bold"), (f"v{__version__}", "bold"), SEP,
+            (pretty_hardware(self.hardware), "bold #58a6ff"), SEP, (backend, "bold"), SEP,
+            self.problem, SEP, self.models, SEP, it, SEP, ("● " + self.state_word, "bold"))
+        parts = []
+        if self.job:
+            parts.append(f"job {self.job}")
+        if self.db_path:
+            parts.append(f"db {self.db_path}")
+        if self.best > 0:
+            parts.append(f"best {speedup_str(self.best)}")
+        if self.dashboard_url:
+            parts.append(f"dashboard {self.dashboard_url}")
+        line2 = Text("  ·  ".join(parts) or "waiting for the engine…", style="#8b949e")
+        return Text("\n").join([line1, line2])

@@ -1,0 +1,46 @@
+"""ProfilingPanel: bottleneck, bandwidth, L2 hit rate, occupancy and headroom of a kernel."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.widget import Widget
+
+from kernelcode.tui import profile
+from kernelcode.tui.formatting import label_of
+from kernelcode.tui.state import RunState
+
+DIM = "#8b949e"
+
+
+class ProfilingPanel(Widget):
+    """Shows the best kernel's profile (or the latest profiled one), labelled by its source."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._state: RunState | None = None
+
+    def show(self, state: RunState) -> None:
+        """Redraw from the run's state (called once per batch of events)."""
+        self._state = state
+        self.refresh()
+
+    def render(self) -> Table | Text:
+        state = self._state
+        if state is None:
+            return Text("Waiting for the engine…", style=DIM)
+        program, which = profile.choose(state.best, state.programs())
+        if program is None:
+            return Text(profile.why_no_profile(state.on_cpu, len(state.evaluated)), style=DIM)
+        data = profile.profiled(program)
+        source = "estimate" if data.get("estimate") else "measured"
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style=DIM)
+        table.add_column()
+        table.add_row("Kernel", Text.assemble(label_of(program), (f" ({which}, {source})", DIM)))
+        rows = profile.summary_rows(data)
+        for name, value in rows:
+            table.add_row(name, value)
+        if not rows:
+            table.add_row("", Text("profiled, but without bottleneck metrics", DIM))
+        return table

@@ -1,0 +1,57 @@
+"""TrajectoryPanel: best speedup after each judged candidate, with keep/discard/error marks."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widget import Widget
+
+from kernelcode.tui.formatting import STATUS_COLOURS, label_of, speedup_str
+from kernelcode.tui.state import RunState
+
+BARS = "▁▂▃▄▅▆▇█"
+MARKS = {"keep": ("↑", "#3fb950"), "discard": ("·", "#8b949e"), "error": ("×", "#f85149")}
+
+
+class TrajectoryPanel(Widget):
+    """A sparkline drawn with block characters, one column group per candidate.
+
+    Hand-drawn rather than Textual's Sparkline because the marks under each bar must line up
+    with their candidate, and Sparkline buckets its data to the width.
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._state: RunState | None = None
+
+    def show(self, state: RunState) -> None:
+        """Redraw from the run's state (called once per batch of events)."""
+        self._state = state
+        self.refresh()
+
+    def render(self) -> Text:
+        state = self._state
+        if state is None or not state.evaluated:
+            return Text("No candidate judged yet.", style="#8b949e")
+        width = max(self.size.width, 10)
+        rows = state.evaluated[-width:]
+        values = state.trajectory[-len(rows):]
+        col = max(1, min(3, width // len(rows)))
+        # Scale between the lowest and highest best-so-far, so that steps of 0.1x still show.
+        low, top = min(values), max(values)
+        span = (top - low) or 1.0
+        bars, marks = Text(), Text()
+        for row, value in zip(rows, values):
+            level = BARS[round((value - low) / span * (len(BARS) - 1))]
+            bars.append(level * col, style="#3fb950" if value > 1 else "#58a6ff")
+            glyph, colour = MARKS[row.mark]
+            if row.mark == "error" and row.status is not None:
+                colour = STATUS_COLOURS[row.status]
+            marks.append(glyph.ljust(col), style=colour)
+        counts = {m: sum(1 for r in state.evaluated if r.mark == m) for m in MARKS}
+        best = label_of(state.best) if state.best is not None else "ref"
+        summary = Text.assemble(
+            ("best ", "#8b949e"), (speedup_str(state.best_speedup), "bold"),
+            (f" ({best})  ", "#8b949e"),
+            (f"↑keep {counts['keep']}  ", "#3fb950"), (f"·discard {counts['discard']}  ", "#8b949e"),
+            (f"×error {counts['error']}", "#f85149"))
+        return Text("\n").join([bars, marks, summary])
