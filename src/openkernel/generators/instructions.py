@@ -1,0 +1,85 @@
+"""Fixed prompt text: language rules per backend and optimisation strategies per op class.
+
+Op classes come from the probe's aten ops: matmul-like ops make a task compute bound, row
+reductions need a reduction strategy, everything else is elementwise and memory bound. The
+strategies are short on purpose: the model knows the techniques; it needs to know which apply.
+"""
+
+from __future__ import annotations
+
+from openkernel.evaluation.types import TaskProbe
+
+MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution",
+              "_convolution", "conv1d", "conv2d", "conv3d", "einsum", "_scaled_mm"}
+REDUCTION_OPS = {"_softmax", "_log_softmax", "native_layer_norm", "native_group_norm",
+                 "native_batch_norm", "_native_batch_norm_legit",
+                 "_native_batch_norm_legit_no_training", "sum", "mean", "amax", "amin", "max",
+                 "min", "var", "std", "var_mean", "norm", "linalg_vector_norm", "cumsum",
+                 "argmax", "argmin", "logsumexp", "prod", "rms_norm", "_fused_rms_norm"}
+
+LANGUAGE = {
+    "triton": """Write the kernel in Triton (`import triton`, `import triton.language as tl`).
+- Define `class ModelNew(nn.Module)` with the same `__init__` arguments and `forward` signature as `Model`; it must return what `Model.forward` returns (same shapes and dtypes).
+- The computation happens in your `@triton.jit` kernels, launched from `forward` as `kernel[grid](...)`. In `forward`, torch is only for allocating outputs (`torch.empty*`), shapes and strides, `.contiguous()` and views: no torch compute ops (`torch.matmul`, `F.*`, `torch.softmax`, ...) and no fallback to the reference.
+- Mask every load and store: inputs of any size must work, not only the benchmark shape (ragged tails, sizes that are not multiples of the block). Use 64-bit offsets where an index can exceed 2**31.
+- Load, compute in float32, store in the output's dtype; accumulate matmuls in float32.
+- Block sizes are `tl.constexpr` powers of two; pass `num_warps` / `num_stages` at launch. If you use `@triton.autotune`, keep the config list short.
+- Keep parameters and buffers named and initialised as in `Model`, so the same state dict loads.
+- Imports: torch, triton, math and the standard library only. No files, network, subprocesses, or tricks with timing or caching outputs: the evaluation checks for them.""",
+    "cuda": """Write the kernel in CUDA C++, compiled with `torch.utils.cpp_extension.load_inline`.
+- At module level: a CUDA source string with your `__global__` kernels and host functions taking and returning `torch::Tensor`, a `cpp_sources` string declaring those functions, and `load_inline(name=<unique name>, cpp_sources=..., cuda_sources=..., functions=[...], extra_cuda_cflags=["-O3"])`.
+- Define `class ModelNew(nn.Module)` with the same `__init__` arguments and `forward` signature as `Model`; `forward` calls your extension and returns what `Model.forward` returns (same shapes and dtypes).
+- Launch on the current stream (`at::cuda::getCurrentCUDAStream()`), then `C10_CUDA_KERNEL_LAUNCH_CHECK()`; guard the device with `c10::cuda::CUDAGuard`.
+- Bounds-check every index so any input size works; use `int64_t` indexing; make inputs contiguous or honour their strides.
+- Dispatch over the input dtypes (`AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, ...)`) or `TORCH_CHECK` the one you support; accumulate in float.
+- No ATen compute (`at::matmul`, `torch::softmax`, ...) in place of your kernel and no fallback to the reference. No files, network, subprocesses, or tricks with timing or caching outputs: the evaluation checks for them.""",
+}
+
+STRATEGIES = {
+    "elementwise": [
+        "Memory bound: one read and one write per element is the floor. Fuse every elementwise op into a single kernel and never write intermediates.",
+        "Give each program plenty of work (blocks of 1024-8192 elements, or several blocks per program) and let each thread move 16 bytes at a time (vectorised loads).",
+        "Compute in float32 registers and store the input dtype; avoid extra copies (`.contiguous()` only when the input is not).",
+        "Compare the runtime with bytes moved / memory bandwidth: when close, stop tuning the kernel and remove launches instead.",
+    ],
+    "reduction": [
+        "One program per row (several rows per program when rows are short); keep the row in registers when it fits one block.",
+        "For long rows loop over the row with an online update (running max and rescaled sum) so the input is read at most twice.",
+        "Reduce in float32 and subtract the maximum before exponentiating.",
+        "Fuse the ops before and after the reduction into the same pass; scale num_warps with the row length.",
+    ],
+    "matmul": [
+        "Compute bound: tile for tensor cores (BLOCK_M/BLOCK_N 64-256, BLOCK_K 32-64) with float16/bfloat16 inputs and float32 accumulation.",
+        "Software-pipeline the K loop (num_stages 3-5) and order tiles in groups (GROUP_M) so neighbouring programs reuse A and B from L2.",
+        "Fuse bias, activation and residual into the epilogue: never write the raw product to memory.",
+        "Mask M, N and K edges; for small M*N with a large K consider split-K, for many small tiles a persistent kernel.",
+    ],
+}
+_CUDA_EXTRA = {
+    "elementwise": "In CUDA, use vector types (float4 / half2) for aligned bulk and a scalar tail loop.",
+    "reduction": "In CUDA, reduce within a warp with __shfl_down_sync, then across warps in shared memory.",
+    "matmul": "In CUDA, tile through shared memory with cp.async double buffering and use WMMA / mma.sync for tensor cores.",
+}
+
+
+def op_classes(probe: TaskProbe) -> list[str]:
+    """The task's op classes, most demanding first: matmul, reduction, elementwise."""
+    ops = {op.split(".")[1] if op.startswith("aten.") else op for op in probe.aten_ops}
+    classes = []
+    if ops & MATMUL_OPS:
+        classes.append("matmul")
+    if ops & REDUCTION_OPS:
+        classes.append("reduction")
+    if not classes:  # elementwise ops next to a matmul or reduction are its fused epilogue
+        classes.append("elementwise")
+    return classes
+
+
+def strategies_for(probe: TaskProbe, backend: str) -> list[str]:
+    """Strategy lines for this task's op classes and backend."""
+    lines = []
+    for cls in op_classes(probe):
+        lines.extend(STRATEGIES[cls])
+        if backend == "cuda":
+            lines.append(_CUDA_EXTRA[cls])
+    return lines

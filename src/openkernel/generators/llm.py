@@ -1,0 +1,176 @@
+"""The LLM generator: litellm with any model string, an ensemble sampled by weight.
+
+litellm is imported on first use (with its price map kept local: no network at import), so
+the engine imports without it. Retries are ours rather than litellm's ``num_retries``: that
+path delegates to the provider SDK's own retry loop, whose backoff cannot be set per call and
+differs between providers; here transient failures (connection errors, timeouts, 408/409/429,
+5xx) are retried ``ModelConfig.num_retries`` times with jittered exponential backoff, and
+everything else (401, 400, a missing key) fails at once into a Proposal with empty code and a
+log that says why, so the search goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+
+from openkernel.config import ModelConfig
+from openkernel.evaluation.types import TaskProbe
+from openkernel.generators.base import Proposal, ProposalRequest
+from openkernel.generators.extract import extract_code
+from openkernel.generators.feedback import LogCondenser
+from openkernel.generators.prompt import build_prompt
+from openkernel.task import Task
+
+_TRANSIENT_STATUS = {408, 409, 425, 429}
+_TRANSIENT_NAMES = {"Timeout", "APIConnectionError", "RateLimitError", "InternalServerError",
+                    "ServiceUnavailableError", "BadGatewayError"}
+
+
+def _litellm():
+    """Import litellm lazily, with the local price map and without its help banners."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.drop_params = True  # a provider that lacks a parameter should not fail the call
+    return litellm
+
+
+class LLMError(Exception):
+    """A model call that gave no answer; ``transient`` says whether retrying could help."""
+
+    def __init__(self, message: str, transient: bool, attempts: int) -> None:
+        super().__init__(message)
+        self.transient = transient
+        self.attempts = attempts
+
+
+def is_transient(err: BaseException) -> bool:
+    """Connection problems, timeouts, rate limits and server errors are worth retrying."""
+    if any(cls.__name__ in _TRANSIENT_NAMES for cls in type(err).__mro__):
+        return True
+    status = getattr(err, "status_code", None)
+    return isinstance(status, int) and (status in _TRANSIENT_STATUS or status >= 500)
+
+
+def _describe(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    status = getattr(err, "status_code", None)
+    prefix = f"{type(err).__name__}" + (f" (HTTP {status})" if isinstance(status, int) else "")
+    return f"{prefix}: {text[:600]}"
+
+
+class LLMGenerator:
+    """Candidates from language models through litellm.
+
+    Args:
+        models: the ``inference`` entries; one is sampled per proposal by ``weight``.
+        use_feedback_llm: condense long evaluation logs with one call to the first model.
+        backoff_s: first retry delay; doubles per retry (with jitter) up to ``max_backoff_s``.
+        sleep: injectable for tests.
+    """
+
+    name = "llm"
+
+    def __init__(self, models: list[ModelConfig], use_feedback_llm: bool = False,
+                 backoff_s: float = 1.0, max_backoff_s: float = 30.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if not models:
+            raise ValueError("LLMGenerator needs at least one model under `inference`")
+        self._models = list(models)
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._sleep = sleep
+        self._jitter = random.Random()
+        complete = self._feedback_complete if use_feedback_llm else None
+        self.condenser = LogCondenser(complete=complete)
+        _litellm()  # fail early (at build time) if litellm is missing
+
+    @property
+    def models(self) -> list[str]:
+        return [m.model for m in self._models]
+
+    def supports(self, task: Task, probe: TaskProbe, backend: str) -> str | None:
+        if backend not in ("triton", "cuda"):
+            return f"The LLM generator writes triton or cuda kernels, not {backend!r}."
+        return None
+
+    def pick(self, rng: random.Random) -> ModelConfig:
+        """One model of the ensemble, drawn by weight."""
+        return rng.choices(self._models, weights=[m.weight for m in self._models])[0]
+
+    def complete(self, cfg: ModelConfig, prompt: str) -> tuple[str, str, int, int]:
+        """One chat completion with retries: (answer, provider reasoning, tokens, attempts)."""
+        litellm = _litellm()
+        kwargs = dict(model=cfg.model, messages=[{"role": "user", "content": prompt}],
+                      temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+                      timeout=cfg.timeout_s, num_retries=0, max_retries=0)
+        if cfg.api_base:
+            kwargs["api_base"] = cfg.api_base
+        if cfg.api_key_env:
+            key = os.environ.get(cfg.api_key_env)
+            if not key:
+                raise LLMError(f"the environment variable {cfg.api_key_env} (api_key_env of "
+                               f"{cfg.model}) is not set", transient=False, attempts=0)
+            kwargs["api_key"] = key
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = litellm.completion(**kwargs)
+                break
+            except Exception as err:  # noqa: BLE001 - classified below, never lost
+                transient = is_transient(err)
+                if not transient or attempt > cfg.num_retries:
+                    raise LLMError(_describe(err), transient, attempt) from err
+                delay = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
+                self._sleep(delay * self._jitter.uniform(0.5, 1.0))
+        choice = response.choices[0]
+        message = choice.message
+        text = message.content or ""
+        reasoning = getattr(message, "reasoning_content", None) or ""
+        if not text and getattr(choice, "finish_reason", "") == "length":
+            text = ""  # extraction reports the empty answer; max_tokens is the likely cause
+        usage = getattr(response, "usage", None)
+        tokens = int(getattr(usage, "total_tokens", 0) or 0) if usage else 0
+        return text, reasoning, tokens, attempt
+
+    def _feedback_complete(self, prompt: str) -> tuple[str, int]:
+        text, _, tokens, _ = self.complete(self._models[0], prompt)
+        return text, tokens
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        """Sample a model, build the prompt, call it, extract the kernel."""
+        cfg = self.pick(request.rng)
+        spent = {"tokens": 0, "notes": []}
+
+        def condense(log: str) -> str:
+            text, tokens, note = self.condenser.condense(log)
+            spent["tokens"] += tokens
+            if note:
+                spent["notes"].append(f"evaluation log {note}")
+            return text
+
+        prompt = build_prompt(request, condense=condense)
+        start = time.perf_counter()
+        try:
+            answer, provider_reasoning, tokens, attempts = self.complete(cfg, prompt)
+        except LLMError as err:
+            how = (f"after {err.attempts} attempts" if err.transient
+                   else "not retried (not a transient error)")
+            log = f"generation failed ({cfg.model}), {how}: {err}"
+            return Proposal(code="", prompt=prompt, answer="", model=cfg.model, origin="llm",
+                            description="model call failed", log=log,
+                            tokens_used=spent["tokens"],
+                            latency_s=time.perf_counter() - start)
+        latency = time.perf_counter() - start
+        extraction = extract_code(answer)
+        notes = spent["notes"] + ([f"answered after {attempts} attempts"] if attempts > 1 else [])
+        log = "\n".join(filter(None, [extraction.log] + notes))
+        reasoning = "\n\n".join(filter(None, [provider_reasoning.strip(), extraction.reasoning]))
+        return Proposal(code=extraction.code, prompt=prompt, answer=answer, model=cfg.model,
+                        origin="llm", description=extraction.description, reasoning=reasoning,
+                        log=log, tokens_used=tokens + spent["tokens"], latency_s=latency)

@@ -1,0 +1,136 @@
+"""The LLM prompt, in the product brief's order (seeds/results-browser.txt):
+
+intro, user instructions, reference implementation, best kernel so far, parent kernel (with
+its evaluation log), inspirations, language-specific instructions, optimization strategies,
+then what the answer must look like (a plan first, then exactly one fenced code block).
+Every section is present in every prompt (saying "none" when empty), so a stored prompt
+always reads the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from openkernel.generators.base import ProposalRequest
+from openkernel.generators.instructions import LANGUAGE, op_classes, strategies_for
+from openkernel.schemas import Program
+
+SECTIONS = ("Task", "User instructions", "Reference implementation", "Best kernel so far",
+            "Parent kernel", "Inspirations", "Language-specific instructions",
+            "Optimization strategies", "Your answer")
+INSPIRATION_LINES = 60  # inspirations are shown short: the idea matters, not every line
+
+_BACKEND_NAMES = {"triton": "Triton", "cuda": "CUDA C++"}
+
+ANSWER_FORMAT = """Answer in this order:
+1. A line `Idea: <one line: what this version tries>`.
+2. Your reasoning: what the parent's result says (the error, the failed check, or the bottleneck), and your plan.
+3. The complete module in exactly one fenced ```python code block, defining `ModelNew`. Nothing after the block."""
+
+
+def _fence(code: str) -> str:
+    return "```python\n" + code.rstrip("\n") + "\n```"
+
+
+def _clip_code(code: str, max_lines: int) -> str:
+    lines = code.rstrip("\n").splitlines()
+    if len(lines) <= max_lines:
+        return code
+    return "\n".join(lines[:max_lines]) + f"\n# ... ({len(lines) - max_lines} more lines)\n"
+
+
+def format_result(program: Program, condense: Callable[[str], str] | None = None) -> str:
+    """A program's evaluation for the prompt, its log condensed when ``condense`` is given."""
+    result = program.kernel_exec_result
+    if result is None:
+        return "Not evaluated."
+    log = program.feedback or result.eval_log
+    if condense is not None and log:
+        log = condense(log)
+    return result.model_copy(update={"eval_log": log}).format_for_prompt()
+
+
+def _probe_summary(request: ProposalRequest) -> str:
+    probe = request.probe
+    parts = []
+    if probe.input_shapes:
+        shapes = ", ".join(f"{list(s)} {d.replace('torch.', '')}"
+                           for s, d in zip(probe.input_shapes, probe.input_dtypes or
+                                           [""] * len(probe.input_shapes)))
+        parts.append(f"Inputs (as benchmarked here): {shapes}.")
+    if probe.output_shapes:
+        parts.append("Outputs: " + ", ".join(f"{list(s)} {d.replace('torch.', '')}" for s, d in
+                                             zip(probe.output_shapes, probe.output_dtypes)) + ".")
+    if probe.aten_ops:
+        parts.append(f"Aten ops: {', '.join(probe.aten_ops)} ({' + '.join(op_classes(probe))}).")
+    if probe.flops or probe.bytes_moved:
+        intensity = probe.flops / probe.bytes_moved if probe.bytes_moved else 0.0
+        parts.append(f"Work: {probe.flops:.3g} FLOPs, {probe.bytes_moved:.3g} bytes moved "
+                     f"(arithmetic intensity {intensity:.2f} FLOP/byte).")
+    return "\n".join(parts)
+
+
+def _section(title: str, body: str) -> str:
+    return f"## {title}\n\n{body.strip()}\n"
+
+
+def build_prompt(request: ProposalRequest,
+                 condense: Callable[[str], str] | None = None) -> str:
+    """The full prompt for one proposal; ``condense`` shortens long evaluation logs."""
+    backend = _BACKEND_NAMES.get(request.backend, request.backend)
+    task = request.task
+    intro = (
+        "You are an expert GPU kernel engineer. Write `ModelNew`, a faster drop-in replacement "
+        f"for the PyTorch module `Model` below, in {backend}. Each candidate is built, checked "
+        "against `Model` on several random inputs (other shapes included) and timed against it."
+        f"\n\nTask: {task.name}. Target hardware: {request.hardware_label or 'an NVIDIA GPU'}. "
+        f"Iteration {request.iteration}, branch {request.branch}.")
+    parts = [_section(SECTIONS[0], intro)]
+    parts.append(_section(SECTIONS[1], request.user_instructions.strip() or "None given."))
+    reference = _fence(task.reference_code)
+    summary = _probe_summary(request)
+    parts.append(_section(SECTIONS[2], reference + ("\n\n" + summary if summary else "")))
+
+    parent, best = request.parent, request.best
+    if best is None or best.is_program0 or not best.code.strip():
+        best_text = "No kernel has beaten the reference yet."
+    elif parent is not None and best.id == parent.id:
+        best_text = "The parent kernel below is the best kernel so far."
+    else:
+        best_text = (f"{best.label} ({best.id}):\n\n{_fence(best.code)}\n\n"
+                     + format_result(best, condense))
+    parts.append(_section(SECTIONS[3], best_text))
+
+    if parent is None or parent.is_program0 or not parent.code.strip():
+        parent_text = "The parent is the reference itself: write a first kernel for it."
+        if parent is not None and parent.kernel_exec_result is not None:
+            parent_text += "\n\n" + format_result(parent, condense)
+    else:
+        note = parent.metadata.get("description")
+        parent_text = (f"{parent.label} ({parent.id})" + (f": {note}" if note else "") + "\n\n"
+                       + _fence(parent.code) + "\n\n" + format_result(parent, condense))
+    parts.append(_section(SECTIONS[4], parent_text))
+
+    shown = [p for p in request.inspirations
+             if p.code.strip() and not p.is_program0 and (parent is None or p.id != parent.id)]
+    if shown:
+        blocks = []
+        for p in shown:
+            result = p.kernel_exec_result
+            status = result.get_status().label if result else "Not evaluated"
+            speed = (f", {result.runtime_improvement:.2f}x over the reference"
+                     if result and result.runtime_improvement > 0 else "")
+            note = p.metadata.get("description")
+            blocks.append(f"### {p.label} ({p.id}): {status}{speed}"
+                          + (f"\n{note}" if note else "") + "\n\n"
+                          + _fence(_clip_code(p.code, INSPIRATION_LINES)))
+        insp_text = "Other kernels from the archive, for ideas:\n\n" + "\n\n".join(blocks)
+    else:
+        insp_text = "None yet."
+    parts.append(_section(SECTIONS[5], insp_text))
+
+    parts.append(_section(SECTIONS[6], LANGUAGE.get(request.backend, LANGUAGE["triton"])))
+    strategies = strategies_for(request.probe, request.backend)
+    parts.append(_section(SECTIONS[7], "\n".join(f"- {s}" for s in strategies)))
+    parts.append(_section(SECTIONS[8], ANSWER_FORMAT))
+    return "\n".join(parts)
