@@ -1,0 +1,266 @@
+"""Offline generator: every template is a real kernel, correct on ragged shapes.
+
+Candidates are our own templates, so the tests import them in-process and run them under the
+Triton interpreter on the CPU (and on a GPU where one exists) against torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from openkernel.evaluation.types import Hardware, TaskProbe
+from openkernel.generators import make_generator
+from openkernel.generators.base import ProposalRequest
+from openkernel.generators.offline import OfflineGenerator, skill_matches
+from openkernel.generators.templates import TEMPLATES
+from openkernel.config import Config
+from openkernel.schemas import EvalResult, Program
+from openkernel.task import load_task
+
+CPU = Hardware(label="CPU (Triton interpreter)", device="cpu", gpu_arch="cpu", interpreter=True)
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _task_and_inputs(path: Path, device: str, tmp_path: Path):
+    """(task, reference module, list of input sets): the task's own CPU/GPU inputs."""
+    task = load_task(path)
+    ref = _load(task.reference_path, f"ref_{task.name}_{abs(hash(str(tmp_path)))}")
+    sets = None
+    if task.hooks_path is not None:
+        hooks = _load(task.hooks_path, f"hooks_{task.name}_{abs(hash(str(tmp_path)))}")
+        sets = [hooks.get_inputs(device)] + list(getattr(hooks, "get_extra_inputs",
+                                                         lambda d: [])(device))
+    if sets is None:
+        sets = [[t.to(device) for t in ref.get_inputs()]]
+    return task, ref, sets
+
+
+def _probe(ref, inputs, init=()) -> TaskProbe:
+    model = ref.Model(*init)
+    with torch.no_grad(), _Ops() as rec:
+        out = model(*inputs)
+    return TaskProbe(ok=True, aten_ops=list(dict.fromkeys(rec.ops)),
+                     input_shapes=[list(t.shape) for t in inputs],
+                     input_dtypes=[str(t.dtype) for t in inputs],
+                     output_shapes=[list(out.shape)], output_dtypes=[str(out.dtype)],
+                     hardware=CPU)
+
+
+def _run_candidate(code: str, tmp_path: Path, name: str, init, sets, ref) -> None:
+    path = tmp_path / f"{name}.py"
+    path.write_text(code)
+    module = _load(path, name)
+    torch.manual_seed(0)
+    expected_model = ref.Model(*init)
+    candidate = module.ModelNew(*init)
+    for inputs in sets:
+        expected = expected_model(*inputs)
+        got = candidate(*inputs)
+        assert got.shape == expected.shape and got.dtype == expected.dtype
+        tol = 1e-2 if expected.dtype in (torch.float16, torch.bfloat16) else 1e-4
+        torch.testing.assert_close(got, expected, atol=tol, rtol=tol)
+
+
+EXAMPLES = ["gelu", "softmax", "matmul_bias_relu", "kernelbench/19_ReLU.py"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_examples_candidates_are_correct(example, device, examples_dir, tmp_path, monkeypatch):
+    if device == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    task, ref, sets = _task_and_inputs(examples_dir / example, device, tmp_path)
+    probe = _probe(ref, sets[0])
+    if device == "cuda":
+        probe.hardware = None
+    gen = OfflineGenerator()
+    assert gen.supports(task, probe, "triton") is None
+    rng = random.Random(7)
+    parent = None
+    # Iteration 0's curated starts, then a lineage of mutations: several param settings each.
+    for i in range(4):
+        request = ProposalRequest(task=task, probe=probe, backend="triton", iteration=i // 2,
+                                  branch=i % 2, parent=parent, best=None, rng=rng,
+                                  hardware_label=probe.hardware.label if probe.hardware else "")
+        proposal = gen.propose(request)
+        assert proposal.origin == "offline" and proposal.model.startswith("offline:")
+        assert proposal.params["template"] == proposal.model.split(":", 1)[1]
+        assert "```python" in proposal.answer and proposal.code in proposal.answer
+        _run_candidate(proposal.code, tmp_path, f"cand_{task.name}_{device}_{i}", (), sets, ref)
+        parent = Program(id=f"p{i}", code=proposal.code, iteration_found=i // 2,
+                         metadata={"params": proposal.params, "branch": i % 2})
+
+
+ACTIVATION_REFS = {
+    "leaky_init": ("""
+        def __init__(self, negative_slope: float = 0.01):
+            super().__init__()
+            self.negative_slope = negative_slope
+        def forward(self, x):
+            return torch.nn.functional.leaky_relu(x, negative_slope=self.negative_slope)
+    """, (0.2,)),
+    "hardtanh": ("""
+        def forward(self, x):
+            return F.hardtanh(x, min_val=-0.5, max_val=0.75)
+    """, ()),
+    "relu6_module": ("""
+        def __init__(self):
+            super().__init__()
+            self.act = nn.ReLU6()
+        def forward(self, x):
+            return self.act(x)
+    """, ()),
+    "gelu_tanh": ("""
+        def forward(self, x):
+            return F.gelu(x, approximate="tanh")
+    """, ()),
+    "softplus": ("""
+        def forward(self, x):
+            return F.softplus(x, beta=2.0, threshold=10.0)
+    """, ()),
+    "elu": ("""
+        def __init__(self, alpha: float = 1.0):
+            super().__init__()
+            self.alpha = alpha
+        def forward(self, x):
+            return F.elu(x, alpha=self.alpha)
+    """, (0.7,)),
+    "selu": ("def forward(self, x):\n    return torch.selu(x)", ()),
+    "mish": ("def forward(self, x):\n    return F.mish(x)", ()),
+    "silu": ("def forward(self, x):\n    return F.silu(x)", ()),
+    "tanh": ("def forward(self, x):\n    return torch.tanh(x)", ()),
+    "sigmoid": ("def forward(self, x):\n    return torch.sigmoid(x)", ()),
+    "hardswish": ("def forward(self, x):\n    return F.hardswish(x)", ()),
+    "hardsigmoid": ("def forward(self, x):\n    return F.hardsigmoid(x)", ()),
+    "log_softmax": ("def forward(self, x):\n    return torch.log_softmax(x, dim=1)", ()),
+    "bf16_gelu": ("def forward(self, x):\n    return F.gelu(x)", ()),
+}
+
+
+def _write_reference(tmp_path: Path, name: str, body: str) -> Path:
+    body = textwrap.indent(textwrap.dedent(body).strip(), "    ")
+    dtype = "torch.bfloat16" if name.startswith("bf16") else "torch.float32"
+    code = (f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+            f"class Model(nn.Module):\n{body}\n\n\n"
+            f"def get_inputs():\n    return [torch.randn(37, 1000, dtype={dtype}) * 4]\n\n\n"
+            "def get_init_inputs():\n    return []\n")
+    path = tmp_path / f"{name}.py"
+    path.write_text(code)
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATION_REFS))
+def test_activation_variants_match_torch(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    body, init = ACTIVATION_REFS[name]
+    path = _write_reference(tmp_path, name, body)
+    task, ref, sets = _task_and_inputs(path, "cpu", tmp_path)
+    sets.append([torch.randn(5, 7, dtype=sets[0][0].dtype)])  # a tail smaller than any block
+    probe = _probe(ref, sets[0], init)
+    gen = OfflineGenerator()
+    assert gen.supports(task, probe, "triton") is None
+    proposal = gen.propose(ProposalRequest(task=task, probe=probe, backend="triton", iteration=0,
+                                           branch=3, parent=None, best=None,
+                                           rng=random.Random(1)))
+    _run_candidate(proposal.code, tmp_path, f"act_{name}", init, sets, ref)
+
+
+def test_supports_refuses_unknown_ops_plainly(examples_dir):
+    task = load_task(examples_dir / "gelu")
+    probe = TaskProbe(ok=True, aten_ops=["aten.convolution.default", "aten.relu.default"],
+                      input_shapes=[[1, 3, 8, 8]], input_dtypes=["torch.float32"])
+    gen = OfflineGenerator()
+    reason = gen.supports(task, probe, "triton")
+    assert reason.startswith("The offline generator has no template for this task")
+    assert "aten.convolution.default" in reason and "`inference`" in reason
+    proposal = gen.propose(ProposalRequest(task=task, probe=probe, backend="triton", iteration=0,
+                                           branch=0, parent=None, best=None))
+    assert proposal.code == "" and proposal.log == reason
+
+
+def test_cuda_backend_elementwise_only(examples_dir, tmp_path):
+    gelu = load_task(examples_dir / "gelu")
+    probe = TaskProbe(ok=True, aten_ops=["aten.gelu.default"], input_shapes=[[64, 1024]],
+                      input_dtypes=["torch.float32"])
+    gen = OfflineGenerator()
+    assert gen.supports(gelu, probe, "cuda") is None
+    proposal = gen.propose(ProposalRequest(task=gelu, probe=probe, backend="cuda", iteration=0,
+                                           branch=0, parent=None, best=None))
+    assert "load_inline" in proposal.code and "erff" in proposal.code
+    compile(proposal.code, "cand.py", "exec")
+    softmax = load_task(examples_dir / "softmax")
+    sprobe = TaskProbe(ok=True, aten_ops=["aten._softmax.default"], input_shapes=[[64, 512]],
+                       input_dtypes=["torch.float32"])
+    assert "Triton only" in gen.supports(softmax, sprobe, "cuda")
+
+
+def test_params_flow_mutation_and_recombination(examples_dir):
+    task = load_task(examples_dir / "gelu")
+    probe = TaskProbe(ok=True, aten_ops=["aten.gelu.default"], input_shapes=[[64, 1024]],
+                      input_dtypes=["torch.float32"], hardware=CPU)
+    gen = make_generator(Config())
+    assert isinstance(gen, OfflineGenerator) and gen.models == ["offline"]
+    starts = [gen.propose(ProposalRequest(task=task, probe=probe, backend="triton", iteration=0,
+                                          branch=b, parent=None, best=None,
+                                          rng=random.Random(b))) for b in range(3)]
+    assert len({tuple(sorted(p.params.items())) for p in starts}) == 3  # branches differ
+    assert all("curated start point" in p.description for p in starts)
+    parent = Program(id="par", code=starts[0].code, iteration_found=0,
+                     metadata={"params": starts[0].params, "branch": 0})
+    parent.add_eval_results(EvalResult(compiled=True, correctness=True, runtime=1.0,
+                                       runtime_improvement=1.2, perf_score=4))
+    mate = Program(id="mate", code=starts[1].code, metadata={"params": starts[1].params})
+    seen = set()
+    for i in range(12):
+        child = gen.propose(ProposalRequest(task=task, probe=probe, backend="triton",
+                                            iteration=1, branch=i, parent=parent, best=parent,
+                                            inspirations=[mate], rng=random.Random(100 + i)))
+        tunables = {k: v for k, v in child.params.items() if k != "template"}
+        assert child.params != starts[0].params
+        assert set(tunables) == {"BLOCK", "UNROLL", "num_warps"}
+        assert child.description.startswith("gelu elementwise, BLOCK=")
+        assert "from parent" in child.description
+        assert "Parent: i0-b0 (par), status faster" in child.prompt
+        seen.add(child.description.split("(")[-1])
+    assert any("recombined" in s for s in seen) and any("recombined" not in s for s in seen)
+
+
+def test_skill_matches(examples_dir):
+    task = load_task(examples_dir / "matmul_bias_relu")
+    probe = TaskProbe(ok=True, aten_ops=["aten.mm.default", "aten.add.Tensor",
+                                         "aten.relu.default"],
+                      input_shapes=[[64, 128], [128, 96], [96]], input_dtypes=["torch.float32"] * 3)
+    rows = skill_matches(probe, "triton", task)
+    assert [r["template"] for r in rows] == ["matmul_epilogue"]
+    assert rows[0]["usable"] and "GROUP_M" in rows[0]["tunables"]
+    assert skill_matches(probe, "cuda", task)[0]["usable"] is False
+    gelu = TaskProbe(ok=True, aten_ops=["aten.gelu.default"])
+    assert [r["template"] for r in skill_matches(gelu, "triton")] == ["elementwise"]
+    assert skill_matches(TaskProbe(ok=True, aten_ops=["aten.convolution.default"]), "triton") == []
+    assert {t.name for t in TEMPLATES} == {"elementwise", "row_softmax", "matmul_epilogue"}
