@@ -1,0 +1,125 @@
+"""Building a candidate inside a worker: importing it, and compiling CUDA C++ without a GPU.
+
+On a GPU a CUDA C++ candidate builds itself at import through
+``torch.utils.cpp_extension.load_inline`` (nvcc, ~50 s on the H200). Without a GPU, a CPU-only
+torch cannot link a CUDA extension, so :func:`check_cuda_sources` replaces ``load_inline`` for
+the duration of the import with a stand-in that records the sources the candidate passes and
+compiles its CUDA part to PTX with nvcc (``-ptx``: the device compiler parses the whole
+translation unit, torch headers included, and reports every error, but the slow host compile
+and link are skipped). The import then stops with :class:`NotRunnable`; the candidate is reported
+as compiled but not runnable here. Sources that never reach ``load_inline`` during the import
+are found statically (string constants holding ``__global__``).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from openkernel.evaluation.reference import load_module
+
+CANDIDATE_MODULE = "openkernel_candidate"
+
+
+class NotRunnable(Exception):
+    """Raised by the load_inline stand-in once the CUDA sources were compiled (or failed)."""
+
+    def __init__(self, ok: bool, log: str):
+        super().__init__(log)
+        self.ok = ok
+        self.log = log
+
+
+def import_candidate(path: Path) -> ModuleType:
+    """Import the candidate file; it must define ``ModelNew``."""
+    module = load_module(path, CANDIDATE_MODULE)
+    if not hasattr(module, "ModelNew"):
+        raise AttributeError("the candidate defines no ModelNew class")
+    return module
+
+
+def _as_text(sources: Any) -> str:
+    if sources is None:
+        return ""
+    if isinstance(sources, (list, tuple)):
+        return "\n".join(str(s) for s in sources)
+    return str(sources)
+
+
+def nvcc_compile(cuda_source: str, workdir: Path, arch: str, timeout_s: float) -> tuple[bool, str]:
+    """Compile CUDA source to PTX with torch's include paths; returns (ok, log)."""
+    nvcc = shutil.which("nvcc") or (shutil.which("/usr/local/cuda/bin/nvcc"))
+    if nvcc is None:
+        return False, "nvcc not found: the CUDA source could not be compiled on this machine"
+    from torch.utils.cpp_extension import include_paths
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    src = workdir / "candidate_kernel.cu"
+    header = "#include <torch/extension.h>\n" if "torch/extension.h" not in cuda_source else ""
+    src.write_text(header + cuda_source, encoding="utf-8")
+    sm = arch if arch.startswith("sm_") else "sm_90"
+    cmd = [nvcc, "-ptx", "-std=c++17", f"-arch={sm}", "-w", "-DTORCH_EXTENSION_NAME=candidate",
+           f"-I{sysconfig.get_paths()['include']}", *[f"-I{p}" for p in include_paths()],
+           "-o", str(workdir / "candidate_kernel.ptx"), str(src)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=workdir)
+    except subprocess.TimeoutExpired:
+        return False, f"nvcc did not finish within {timeout_s:.0f} s"
+    log = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0:
+        return False, f"nvcc failed (exit {proc.returncode}):\n{log[-4000:]}"
+    return True, f"nvcc -ptx -arch={sm}: compiled" + (f"\n{log[-2000:]}" if log else "")
+
+
+def static_cuda_sources(code: str) -> str:
+    """String constants of the candidate that hold a ``__global__`` kernel."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return ""
+    return "\n".join(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                     and isinstance(n.value, str) and "__global__" in n.value)
+
+
+def check_cuda_sources(path: Path, scratch: Path, arch: str, timeout_s: float) -> tuple[bool, str]:
+    """Import a CUDA C++ candidate with ``load_inline`` replaced; returns (compiled, log)."""
+    import torch.utils.cpp_extension as cpp
+
+    def fake_load_inline(name: str = "", cpp_sources: Any = None, cuda_sources: Any = None,
+                         *args: Any, **kwargs: Any) -> Any:
+        cuda = _as_text(cuda_sources)
+        if not cuda.strip():
+            raise NotRunnable(False, f"load_inline({name!r}) was given no cuda_sources")
+        ok, log = nvcc_compile(cuda, scratch / "nvcc", arch, timeout_s)
+        raise NotRunnable(ok, log)
+
+    original = cpp.load_inline
+    cpp.load_inline = fake_load_inline
+    try:
+        import_candidate(path)
+    except NotRunnable as stop:
+        return stop.ok, stop.log
+    finally:
+        cpp.load_inline = original
+    source = static_cuda_sources(path.read_text(encoding="utf-8"))
+    if not source:
+        return False, "no CUDA source found: load_inline was not called at import and no string holds a __global__ kernel"
+    return nvcc_compile(source, scratch / "nvcc", arch, timeout_s)
+
+
+def is_compile_error(err: BaseException) -> bool:
+    """Whether an exception from the first call is a kernel compilation failure."""
+    names = {c.__name__ for c in type(err).__mro__}
+    return bool(names & {"CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct"}) or (
+        type(err).__module__.startswith("triton.compiler"))
+
+
+def python_executable() -> str:
+    return sys.executable or os.environ.get("PYTHON", "python3")

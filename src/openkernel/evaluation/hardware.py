@@ -1,0 +1,69 @@
+"""What the candidates run on: detected inside a worker process, never in the engine.
+
+The engine must not initialise CUDA itself (a forked or long-lived engine holding a CUDA
+context is fragile, and it must stay importable on machines without torch.cuda), so
+:func:`detect` runs in a worker (``python -m openkernel.evaluation.worker --hardware``) and the
+engine rebuilds the :class:`Hardware` record from the JSON it prints.
+
+Peak figures are datasheet values (dense, no sparsity), used only to flag speedups that beat
+the roofline; they are deliberately generous so a real kernel is never flagged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from openkernel.evaluation.types import Hardware
+
+CPU_LABEL = "CPU (Triton interpreter)"
+
+# name fragment -> (HBM GB/s, {dtype: TFLOP/s}); dense tensor-core peaks for 16-bit types.
+_PEAKS: dict[str, tuple[float, dict[str, float]]] = {
+    "H200": (4800.0, {"float32": 67.0, "tf32": 495.0, "float16": 990.0, "bfloat16": 990.0}),
+    "H100": (3350.0, {"float32": 67.0, "tf32": 495.0, "float16": 990.0, "bfloat16": 990.0}),
+    "A100": (2039.0, {"float32": 19.5, "tf32": 156.0, "float16": 312.0, "bfloat16": 312.0}),
+    "L40S": (864.0, {"float32": 91.6, "tf32": 183.0, "float16": 366.0, "bfloat16": 366.0}),
+}
+
+
+def peaks_for(name: str) -> tuple[float | None, dict[str, float]]:
+    for fragment, (bw, tflops) in _PEAKS.items():
+        if fragment in name:
+            return bw, dict(tflops)
+    return None, {}
+
+
+def detect() -> Hardware:
+    """Probe torch for GPUs (imports torch; call this only inside a worker)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        name = torch.cuda.get_device_name(0)
+        major, minor = torch.cuda.get_device_capability(0)
+        arch = f"sm_{major}{minor}"
+        bw, tflops = peaks_for(name)
+        return Hardware(label=f"{name} ({arch})", device="cuda", gpu_arch=arch,
+                        num_gpus=torch.cuda.device_count(), interpreter=False,
+                        peak_bandwidth_gbs=bw, peak_tflops=tflops)
+    return Hardware(label=CPU_LABEL, device="cpu", gpu_arch="cpu", num_gpus=0, interpreter=True)
+
+
+def to_json(hw: Hardware) -> dict[str, Any]:
+    return asdict(hw)
+
+
+def from_json(data: dict[str, Any]) -> Hardware:
+    return Hardware(**data)
+
+
+def roofline_ms(flops: float, bytes_moved: float, hw: Hardware, dtype: str) -> float | None:
+    """Lower bound on a kernel's runtime in ms from peak bandwidth and compute, or None."""
+    if hw.device != "cuda" or not hw.peak_bandwidth_gbs:
+        return None
+    t_mem = bytes_moved / (hw.peak_bandwidth_gbs * 1e9)
+    # For float32 assume TF32 tensor cores: the most generous bound a legal kernel could hit.
+    peak = hw.peak_tflops.get("tf32" if dtype == "float32" else dtype) or max(
+        hw.peak_tflops.values(), default=0.0)
+    t_compute = flops / (peak * 1e12) if peak else 0.0
+    return max(t_mem, t_compute) * 1e3

@@ -1,0 +1,247 @@
+"""Integrity checks: a kernel that cheats is never "faster" (issue 3).
+
+Static checks read the candidate's source and are a first line: a file that defines no kernel
+at all, or that falls back to PyTorch in an ``except`` handler, is rejected before it runs.
+Dynamic checks decide; they run inside the worker around the candidate's calls:
+
+* ``kernel_launches``: every forward must launch a kernel of its own (Triton launches counted
+  by wrapping ``JITFunction.run`` / the interpreter's ``run``; on a GPU the profiler's CUDA
+  kernels for CUDA C++), so a decoy-free PyTorch answer is caught;
+* ``torch_compute``: the forward must not run every compute op of the reference in PyTorch
+  (recorded with a ``TorchDispatchMode``), so a decoy kernel plus PyTorch math is caught;
+* ``patched_functions``: timers, synchronisation, RNG and comparison functions must be the
+  very objects captured before the candidate was imported;
+* ``background_thread``: no thread may outlive a forward call;
+* ``lazy_output``: outputs are plain, materialised ``torch.Tensor`` objects;
+* the runner adds ``inputs_modified``, ``memoization``, ``reference_memory_reuse``,
+  ``precision``, ``held_out_shapes`` and, on a GPU, ``hidden_work`` (profiler kernel time
+  versus the timed events) and the roofline flag.
+
+A worker runs candidate code in its own process, so a determined candidate could still reach
+into the worker's memory; these checks stop the cheats that generated kernels actually try
+(see README, "Evaluation"), and the process boundary plus Landlock keep the engine safe.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import statistics
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class IntegrityViolation(Exception):
+    """A candidate cheated; ``check`` names the check that caught it."""
+
+    def __init__(self, check: str, message: str):
+        super().__init__(message)
+        self.check = check
+
+
+# --- static scan ---------------------------------------------------------------------------
+_TORCH_ROOTS = {"torch", "F", "nn", "functional"}
+_NOT_COMPUTE_CALLS = {"empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full",
+                      "full_like", "tensor", "as_tensor", "device", "dtype", "Size", "cdiv",
+                      "is_tensor", "numel", "contiguous", "view", "reshape", "warn", "print"}
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    if isinstance(node, ast.Call):
+        return _dotted(node.func) + "()"
+    return "?"
+
+
+def _has_kernel(tree: ast.Module, code: str) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for dec in node.decorator_list:
+                name = _dotted(dec.func if isinstance(dec, ast.Call) else dec)
+                if name.split(".")[-1] in ("jit", "autotune", "heuristics") and (
+                        "triton" in name or name in ("jit", "autotune")):
+                    return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "__global__" in node.value:
+            return True
+    return "load_inline" in code and "__global__" in code
+
+
+def _fallback_calls(handler: ast.ExceptHandler) -> list[str]:
+    """PyTorch compute calls (or the reference Model) inside an except handler."""
+    found = []
+    for node in ast.walk(handler):
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func)
+            root, leaf = name.split(".")[0], name.split(".")[-1]
+            if name.startswith("super()") and leaf == "forward" or "Model" in name.split("."):
+                found.append(name)
+            elif root in _TORCH_ROOTS and leaf not in _NOT_COMPUTE_CALLS:
+                found.append(name)
+    return found
+
+
+def static_scan(code: str) -> list[tuple[str, str]]:
+    """Decisive static findings as (check, message); empty when the source looks honest."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []  # the build reports syntax errors with their line
+    findings = []
+    if not _has_kernel(tree, code):
+        findings.append(("static_no_kernel", "the candidate defines no custom kernel "
+                         "(no @triton.jit function and no CUDA __global__ source)"))
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Try):
+                for handler in node.handlers:
+                    calls = _fallback_calls(handler)
+                    if calls:
+                        findings.append(("static_fallback", f"{fn.name}() falls back to PyTorch "
+                                         f"in an except handler ({', '.join(calls[:3])})"))
+    return findings
+
+
+# --- kernel launch counting ----------------------------------------------------------------
+class LaunchCounter:
+    """Counts Triton kernel launches by wrapping the launchers' ``run`` at class level."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.wrapped: list[tuple[type, Callable]] = []
+        classes = []
+        try:
+            from triton.runtime.jit import JITFunction
+            classes.append(JITFunction)
+            from triton.runtime.interpreter import InterpretedFunction
+            classes.append(InterpretedFunction)
+        except Exception:  # no Triton (or an older layout): CUDA C++ candidates only
+            pass
+        for cls in classes:
+            self._wrap(cls)
+
+    def _wrap(self, cls: type) -> None:
+        original = cls.run
+        counter = self
+
+        def run(self, *args, grid, warmup, **kwargs):
+            if not warmup:
+                counter.count += 1
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+        cls.run = run
+        self.wrapped.append((cls, run))
+
+
+# --- aten ops --------------------------------------------------------------------------------
+_NON_COMPUTE = {
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
+    "full_like", "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "arange",
+    "view", "_unsafe_view", "reshape", "as_strided", "expand", "permute", "transpose", "t",
+    "contiguous", "clone", "copy_", "_to_copy", "to", "detach", "alias", "slice", "select",
+    "unsqueeze", "squeeze", "split", "split_with_sizes", "unbind", "lift_fresh", "fill_", "zero_",
+    "_local_scalar_dense", "sym_size", "sym_stride", "sym_numel", "is_same_size", "item",
+    "lift_fresh_copy", "resize_", "set_", "flatten", "view_as", "narrow", "stride", "size",
+}
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the base names of the aten ops dispatched while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def compute_ops(ops: list[str]) -> set[str]:
+    """``aten.gelu.default`` -> ``gelu``, dropping allocation, view and copy ops."""
+    bases = {op.split(".")[1] if op.startswith("aten.") else op for op in ops}
+    return {b for b in bases if b not in _NON_COMPUTE}
+
+
+# --- identity of what the evaluation relies on ---------------------------------------------
+_GUARDED = [
+    (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),
+    (threading, "active_count"), (threading, "enumerate"), (statistics, "median"),
+    (torch, "manual_seed"), (torch, "randn"), (torch, "rand"), (torch, "randint"),
+    (torch, "randn_like"), (torch, "rand_like"), (torch, "allclose"), (torch, "isnan"),
+    (torch, "isinf"), (torch, "equal"), (torch, "abs"), (torch, "where"), (torch.linalg, "vector_norm"),
+    (torch.Tensor, "normal_"), (torch.Tensor, "uniform_"), (torch.Tensor, "copy_"),
+    (torch.Tensor, "clone"), (torch.Tensor, "to"), (torch.Tensor, "__sub__"),
+    (torch.Tensor, "data_ptr"), (torch.cuda, "synchronize"), (torch.cuda, "Event"),
+    (torch.cuda.Event, "record"), (torch.cuda.Event, "elapsed_time"),
+    (torch.cuda.Event, "synchronize"), (torch.cuda.Stream, "synchronize"),
+    (builtins, "float"), (builtins, "len"), (builtins, "max"), (builtins, "sum"),
+    (builtins, "isinstance"),
+]
+
+
+class Guard:
+    """Snapshot of functions the evaluation trusts; :meth:`changed` lists any replaced."""
+
+    def __init__(self, extra: list[tuple[Any, str]] = ()):
+        self.items = [(owner, name, owner.__dict__.get(name, getattr(owner, name, None))
+                       if isinstance(owner, type) else getattr(owner, name, None))
+                      for owner, name in list(_GUARDED) + list(extra)]
+
+    def changed(self) -> list[str]:
+        out = []
+        for owner, name, obj in self.items:
+            now = owner.__dict__.get(name, getattr(owner, name, None)) if isinstance(
+                owner, type) else getattr(owner, name, None)
+            if now is not obj:
+                label = getattr(owner, "__name__", type(owner).__name__)
+                out.append(f"{label}.{name}")
+        return out
+
+
+# --- outputs ---------------------------------------------------------------------------------
+def output_problem(outs: list, ref_device: torch.device) -> str | None:
+    """Why an output is not a real, materialised tensor on the right device (or None)."""
+    for i, t in enumerate(outs):
+        if type(t) not in (torch.Tensor, torch.nn.Parameter):
+            return f"output {i} is a {type(t).__module__}.{type(t).__name__}, not a plain torch.Tensor"
+        if t.is_meta or t.layout != torch.strided:
+            return f"output {i} is not a materialised dense tensor ({t.layout}, meta={t.is_meta})"
+        if t.device.type != ref_device.type:
+            return f"output {i} is on {t.device}, the reference's on {ref_device}"
+    return None
+
+
+def kernel_profile(fn: Callable[[], Any], sync: Callable[[], None]) -> tuple[list[str], float]:
+    """CUDA kernels one call launches (names) and their summed device time in ms (GPU only)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        sync()
+    names, total_us = [], 0.0
+    for evt in prof.events():
+        if evt.device_type == DeviceType.CUDA:
+            names.append(evt.name)
+            total_us += getattr(evt, "device_time", None) or getattr(evt, "cuda_time", 0.0)
+    return names, total_us / 1e3
+
+
+_TORCH_KERNEL_PREFIXES = ("void at::", "at::", "void (anonymous namespace)", "void cutlass",
+                          "sm90_", "sm80_", "ampere_", "cutlass", "Memcpy", "Memset",
+                          "void cublas", "nvjet", "gemm", "void gemv", "cudnn", "triton_")
+
+
+def custom_kernels(names: list[str]) -> list[str]:
+    """The kernels in a profile that PyTorch's own libraries did not launch."""
+    return [n for n in names if not n.startswith(_TORCH_KERNEL_PREFIXES)]

@@ -1,0 +1,119 @@
+"""Turning what a worker reported (or how it died) into an EvalResult.
+
+perf_score follows the ladder in schemas.py: 0 nothing usable (build failed or timed out),
+1 built, 2 ran, 3 correct on every seed, in-place rewritten inputs and held-out shapes,
+4 correct and faster than eager, 5 faster than torch.compile as well. An integrity violation
+makes the candidate INCORRECT whatever its timings (runtime_improvement stays -1).
+"""
+
+from __future__ import annotations
+
+import signal
+
+from openkernel.evaluation.hardware import roofline_ms
+from openkernel.evaluation.types import Hardware, TaskProbe
+from openkernel.schemas import (PERF_COMPILED, PERF_CORRECT, PERF_FASTER, PERF_FASTER_THAN_COMPILE,
+                                PERF_NONE, PERF_RAN, EvalResult)
+
+CPU_TIMING = "wall clock, Triton interpreter (CPU)"
+ROOFLINE_MARGIN = 0.8  # a kernel faster than 80% of the roofline minimum is flagged for review
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "killed"
+    if returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def from_worker(payload: dict | None, *, phase: str, timed_out: str | None,
+                returncode: int | None, log_tail: str, hw: Hardware, probe: TaskProbe | None,
+                compile_ratio: float | None, limits: dict) -> EvalResult:
+    """Build the EvalResult for one candidate from the worker's payload (None if it died)."""
+    meta: dict = {"hardware": hw.label, "device": hw.device, "phase_reached": phase}
+    lines: list[str] = []
+    if timed_out or payload is None or "fatal" in payload:
+        compiled = phase in ("test", "benchmark")
+        if timed_out:
+            meta["timeout"] = timed_out
+            limit = limits["build_timeout_s" if timed_out == "build" else "test_timeout_s"]
+            lines.append(f"{'Build' if timed_out == 'build' else 'Test'} timeout: the worker was "
+                         f"still in the {phase} phase after {limit:g} s and was killed.")
+        elif payload is None:
+            lines.append(f"The worker died during the {phase} phase ({describe_exit(returncode)}) "
+                         "without reporting a result.")
+        else:
+            lines.append(f"The worker failed during the {phase} phase: {payload['fatal']}")
+        if payload and payload.get("log"):
+            lines.extend(payload["log"])
+        if log_tail.strip():
+            lines.append("Last lines of the worker's output:\n" + log_tail.rstrip())
+        return EvalResult(compiled=compiled, correctness=False, metadata=meta,
+                          perf_score=(PERF_RAN if phase == "benchmark" else PERF_COMPILED)
+                          if compiled else PERF_NONE, eval_log="\n".join(lines))
+
+    p = payload
+    for key in ("integrity_violation", "integrity_checks", "heldout_ok", "heldout_source",
+                "confinement", "weights_copied", "runnable", "kernels"):
+        if key in p:
+            meta[key] = p[key]
+    meta["timing_method"] = CPU_TIMING if hw.device == "cpu" else p.get("timing_method", "")
+    if p.get("errors"):
+        meta["max_rel_error"] = max(e.get("rel_error", 0.0) for e in p["errors"])
+        meta["max_abs_error"] = max(e.get("max_abs_error", 0.0) for e in p["errors"])
+    lines.extend(p.get("log", []))
+    result = EvalResult(compiled=bool(p.get("compiled")), correctness=bool(p.get("correctness")),
+                        metadata=meta)
+    if meta.get("runnable") is False:
+        result.perf_score = PERF_COMPILED if result.compiled else PERF_NONE
+    elif not result.compiled:
+        result.perf_score = PERF_NONE
+    elif not p.get("ran"):
+        result.perf_score = PERF_COMPILED
+    elif not result.correctness or meta.get("integrity_violation"):
+        result.correctness = False
+        result.perf_score = PERF_RAN
+    else:
+        result.perf_score = PERF_CORRECT
+    cand, ref = p.get("cand_stats"), p.get("ref_stats")
+    if cand and cand.get("n_trials"):
+        result.runtime = cand["median"]
+        result.runtime_stats = {**cand, "unit": "ms", "reference": ref or {}}
+        if result.correctness and ref and ref.get("n_trials") and cand["median"] > 0:
+            result.runtime_improvement = ref["median"] / cand["median"]
+            if result.runtime_improvement > 1.0:
+                result.perf_score = PERF_FASTER
+            if compile_ratio:
+                result.improve_over_compile = compile_ratio * result.runtime_improvement
+                if result.improve_over_compile > 1.0 and result.runtime_improvement > 1.0:
+                    result.perf_score = PERF_FASTER_THAN_COMPILE
+            lines.append(f"runtime {cand['median']:.4f} ms (median of {cand['n_trials']}, "
+                         f"CV {cand['cv']:.2%}), reference {ref['median']:.4f} ms: "
+                         f"{result.runtime_improvement:.2f}x ({meta['timing_method']})")
+        _roofline(result, probe, hw, lines)
+    if p.get("confinement"):
+        lines.append(f"sandbox: {p['confinement']}")
+    if log_tail.strip() and not result.correctness:
+        lines.append("Last lines of the worker's output:\n" + log_tail.rstrip())
+    result.eval_log = "\n".join(lines)
+    return result
+
+
+def _roofline(result: EvalResult, probe: TaskProbe | None, hw: Hardware, lines: list[str]) -> None:
+    """Flag a runtime below what the hardware's peaks allow (never a failure by itself)."""
+    if probe is None or not probe.ok or not result.correctness:
+        return
+    dtype = probe.output_dtypes[0].replace("torch.", "") if probe.output_dtypes else "float32"
+    bound = roofline_ms(probe.flops, probe.bytes_moved, hw, dtype)
+    if bound is None:
+        return
+    result.metadata["roofline_ms"] = bound
+    if result.runtime < ROOFLINE_MARGIN * bound:
+        result.metadata["flagged_for_review"] = True
+        lines.append(f"FLAGGED FOR REVIEW: {result.runtime:.4f} ms is below the roofline "
+                     f"minimum of {bound:.4f} ms for {probe.flops:.3g} FLOPs and "
+                     f"{probe.bytes_moved:.3g} bytes: too good to be true")

@@ -1,0 +1,338 @@
+"""One candidate's evaluation inside a worker: build, correctness + integrity, benchmark.
+
+The order matters for integrity: on every seed the candidate runs *before* the reference, on
+the very input tensors (then checked unchanged), while the reference runs on pristine clones;
+reference outputs are poisoned with NaN once compared, so memory still holding a reference
+answer is useless to a candidate. The functions the checks rely on are captured (Guard,
+Timer, correctness' private references) before the candidate is imported.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import traceback
+from pathlib import Path
+
+import torch
+
+from openkernel.evaluation import integrity as ig
+from openkernel.evaluation.build import check_cuda_sources, import_candidate, is_compile_error
+from openkernel.evaluation.correctness import compare_outputs, flatten_outputs, relative_error, tolerances_for
+from openkernel.evaluation.reference import TaskRuntime, clone, tensors_in
+from openkernel.evaluation.timing import Timer, summarize
+
+_active_count = threading.active_count
+_equal = torch.equal
+
+
+def _tail(err: BaseException, limit: int = 6) -> str:
+    return "".join(traceback.format_exception(type(err), err, err.__traceback__, limit=-limit)).strip()
+
+
+def _load_state(ref_model: torch.nn.Module, cand_model: torch.nn.Module) -> bool:
+    """Copy the reference's weights when both state_dicts have the same keys and shapes."""
+    if not isinstance(cand_model, torch.nn.Module):
+        return False
+    ref_sd, cand_sd = ref_model.state_dict(), cand_model.state_dict()
+    if ref_sd and ref_sd.keys() == cand_sd.keys() and all(
+            ref_sd[k].shape == cand_sd[k].shape for k in ref_sd):
+        cand_model.load_state_dict(ref_sd)
+        return True
+    return False
+
+
+def _poison(device: str, nbytes: int) -> None:
+    """Leave NaN in the allocator's free memory, so unwritten outputs show up as NaN."""
+    if nbytes > 0:
+        block = torch.empty(max(nbytes // 4, 1) * 2, dtype=torch.float32, device=device)
+        block.fill_(float("nan"))
+        del block
+
+
+class Evaluation:
+    """State of one evaluation; ``payload`` is what goes back to the executor."""
+
+    def __init__(self, job: dict, ch):
+        self.job, self.ch = job, ch
+        self.device = job["device"]
+        self.gpu = self.device.startswith("cuda")
+        self.timer = Timer(self.device)  # captures synchronize / Event before the candidate
+        self.counter = ig.LaunchCounter()
+        import torch._dynamo  # noqa: F401 - dispatch modes import it lazily; it rewraps manual_seed
+        self.guard = ig.Guard(extra=[(cls, "run") for cls, _ in self.counter.wrapped])
+        self.payload: dict = {"compiled": False, "ran": False, "correctness": False, "log": [],
+                              "integrity_checks": [], "timing_method": self.timer.method}
+        self.log = self.payload["log"]
+        self.ref_ptrs: set[int] = set()
+        if self.gpu:
+            torch.cuda.set_per_process_memory_fraction(job["gpu_memory_fraction"])
+
+    def violation(self, check: str, message: str) -> dict:
+        self.payload["integrity_violation"] = check
+        self.payload["correctness"] = False
+        self.log.append(f"INTEGRITY VIOLATION [{check}]: {message}")
+        return self.payload
+
+    def ran_checks(self, *names: str) -> None:
+        for n in names:
+            if n not in self.payload["integrity_checks"]:
+                self.payload["integrity_checks"].append(n)
+
+    # -- build ----------------------------------------------------------------------------
+    def build(self) -> bool:
+        job, path = self.job, Path(self.job["code_path"])
+        self.ch.phase("build")
+        if job["backend"] == "cuda" and not self.gpu:
+            ok, log = check_cuda_sources(path, Path(job["scratch"]), job.get("gpu_arch") or "sm_90",
+                                         job["build_timeout_s"])
+            self.payload.update(compiled=ok, runnable=False)
+            self.log.append(log)
+            self.log.append("CUDA C++ cannot run on this machine (no GPU): compiled with nvcc "
+                            "only, not tested or timed.")
+            return False
+        try:
+            self.module = import_candidate(path)
+        except BaseException as err:  # SystemExit and friends included: a candidate fault
+            self.log.append(f"import failed:\n{_tail(err)}")
+            return False
+        self.payload["compiled"] = True
+        return True
+
+    # -- one call with the per-call checks --------------------------------------------------
+    def call(self, inputs: list, record: bool = False) -> tuple[list, list[str]]:
+        threads, launches = _active_count(), self.counter.count
+        recorder = ig.OpRecorder() if record else None
+        with torch.no_grad():
+            if recorder:
+                with recorder:
+                    out = self.model(*inputs)
+            else:
+                out = self.model(*inputs)
+        if self.gpu:
+            self.timer._sync()
+        if _active_count() > threads:
+            raise ig.IntegrityViolation("background_thread", "a thread started in forward was "
+                                        "still running when it returned (work hidden from the timer)")
+        if self.job["backend"] == "triton" and self.counter.count == launches:
+            raise ig.IntegrityViolation("kernel_launches", "forward launched no Triton kernel: "
+                                        "the answer was computed some other way")
+        outs = flatten_outputs(out)
+        problem = ig.output_problem(outs, torch.device(self.device))
+        if problem:
+            raise ig.IntegrityViolation("lazy_output", problem)
+        return outs, (recorder.ops if recorder else [])
+
+    def reference(self, inputs: list, record: bool = False) -> tuple[list, list[str], bool]:
+        ins = clone(inputs)
+        recorder = ig.OpRecorder() if record else None
+        with torch.no_grad():
+            if recorder:
+                with recorder:
+                    out = self.ref_model(*ins)
+            else:
+                out = self.ref_model(*ins)
+        mutates = not all(_equal(a, b) for a, b in zip(tensors_in(ins), tensors_in(inputs)))
+        return flatten_outputs(out), (recorder.ops if recorder else []), mutates
+
+    def retire(self, ref_outs: list) -> None:
+        """Remember where reference answers lived, then poison them."""
+        for t in ref_outs:
+            self.ref_ptrs.add(t.data_ptr())
+            if t.is_floating_point():
+                t.fill_(float("nan"))
+
+    def failure(self, where: str, msg: str, outs: list, prev: torch.Tensor | None) -> dict:
+        """Name the cheat behind a mismatch when one explains it."""
+        if outs and any(t.data_ptr() in self.ref_ptrs for t in outs):
+            return self.violation("reference_memory_reuse", f"{where}: {msg}; the output lies in "
+                                  "memory that held a reference output")
+        if prev is not None and outs and outs[0].shape == prev.shape and _equal(outs[0], prev):
+            return self.violation("memoization", f"{where}: returned the previous call's output "
+                                  "for new input values")
+        self.log.append(f"{where}: {msg}")
+        return self.payload
+
+    def precision(self, inputs: list, outs: list, ref_outs: list) -> str | None:
+        """Why the candidate's precision is below the task's, or None (float64 reference)."""
+        for o, r in zip(outs, ref_outs):
+            if o.dtype != r.dtype and o.dtype.is_floating_point and r.dtype.is_floating_point:
+                if torch.finfo(o.dtype).bits < torch.finfo(r.dtype).bits or o.dtype == torch.bfloat16:
+                    return f"output dtype {o.dtype} is below the reference's {r.dtype}"
+        if not ref_outs or not ref_outs[0].is_floating_point() or ref_outs[0].dtype == torch.float64:
+            return None
+        try:
+            model64 = copy.deepcopy(self.ref_model).double()
+            ins64 = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                     for t in clone(inputs)]
+            with torch.no_grad():
+                exact = flatten_outputs(model64(*ins64))
+        except Exception:
+            return None  # the reference has no float64 path; the tolerances still apply
+        for i, (o, r, e) in enumerate(zip(outs, ref_outs, exact)):
+            if o.shape != e.shape or not o.is_floating_point():
+                continue
+            err_ref, err_cand = relative_error(r.to(torch.float64), e), relative_error(o.to(torch.float64), e)
+            floor = tolerances_for(r.dtype, self.rt.hook("get_tolerances"))["max_rel_error"] / 2
+            if err_cand > max(16 * err_ref, floor):
+                return (f"output {i}: error against a float64 reference {err_cand:.3g}, the "
+                        f"reference's own {err_ref:.3g} (limit {max(16 * err_ref, floor):.3g})")
+        return None
+
+    # -- correctness and integrity ----------------------------------------------------------
+    def test(self) -> dict:
+        p, rt, tol = self.payload, self.rt, self.rt.hook("get_tolerances")
+        self.ran_checks("static_scan", "patched_functions", "kernel_launches", "background_thread",
+                        "lazy_output", "inputs_modified", "reference_memory_reuse", "memoization",
+                        "precision", "torch_compute", "held_out_shapes")
+        prev = None
+        seeds = list(range(1, self.job["correctness_seeds"] + 1))
+        inputs = []
+        for k, seed in enumerate(seeds):
+            inputs = rt.inputs(seed)
+            pristine = clone(inputs)
+            _poison(self.device, sum(t.numel() * t.element_size() for t in tensors_in(inputs)))
+            outs, ops = self.call(inputs, record=k == 0)
+            p["ran"] = True
+            ref_outs, ref_ops, ref_mutates = self.reference(pristine, record=k == 0)
+            if not ref_mutates and not all(_equal(a, b) for a, b in zip(tensors_in(inputs), tensors_in(pristine))):
+                return self.violation("inputs_modified", f"seed {seed}: forward changed its inputs")
+            if k == 0:
+                ref_compute, cand_compute = ig.compute_ops(ref_ops), ig.compute_ops(ops)
+                if ref_compute and ref_compute <= cand_compute:
+                    return self.violation("torch_compute", "forward runs every compute op of the "
+                                          f"reference in PyTorch ({', '.join(sorted(ref_compute))})")
+                why = self.precision(pristine, outs, ref_outs)
+                if why:
+                    return self.violation("precision", why)
+            ok, msg, stats = compare_outputs(outs, ref_outs, tol)
+            if not ok:
+                return self.failure(f"seed {seed}", msg, outs, prev)
+            p.setdefault("errors", []).append(stats)
+            prev = outs[0].detach().clone() if outs else None
+            self.retire(ref_outs)
+        # Same addresses, new values: a result keyed on data_ptr (or cached) shows here.
+        fresh = rt.inputs(10_000)
+        for t, f in zip(tensors_in(inputs), tensors_in(fresh)):
+            t.copy_(f)
+        pristine = clone(inputs)
+        outs, _ = self.call(inputs)
+        ref_outs, _, _ = self.reference(pristine)
+        ok, msg, _ = compare_outputs(outs, ref_outs, tol)
+        if not ok:
+            failure = self.failure("inputs rewritten in place", msg, outs, prev)
+            return failure if p.get("integrity_violation") else self.violation(
+                "memoization", f"inputs rewritten in place at the same addresses: {msg}")
+        self.retire(ref_outs)
+        extra, source = rt.extra_inputs(20_000, self.ref_model)
+        p["heldout_source"] = source
+        for i, ins in enumerate(extra):
+            try:
+                outs, _ = self.call(ins)
+            except ig.IntegrityViolation:
+                raise
+            except Exception as err:
+                p["heldout_ok"] = False
+                return self.violation("held_out_shapes", f"held-out input set {i} "
+                                      f"({source}) raised {type(err).__name__}: {err}")
+            ref_outs, _, _ = self.reference(ins)
+            ok, msg, _ = compare_outputs(outs, ref_outs, tol)
+            if not ok:
+                p["heldout_ok"] = False
+                return self.violation("held_out_shapes", f"held-out input set {i} ({source}): {msg}")
+        p["heldout_ok"] = True
+        p["correctness"] = True
+        self.log.append(f"correct on {len(seeds)} seed(s), in-place rewritten inputs and "
+                        f"{len(extra)} held-out input set(s) ({source})")
+        return p
+
+    def benchmark(self) -> None:
+        self.ch.phase("benchmark")
+        inputs = self.rt.inputs(1)
+        ref_in = clone(inputs)
+        with torch.no_grad():
+            samples = self.timer.interleaved(
+                {"reference": lambda: self.ref_model(*ref_in), "candidate": lambda: self.model(*inputs)},
+                budget_s=self.job["bench_budget_s"], min_trials=self.job["min_trials"],
+                max_trials=self.job["max_trials"])
+        ref, cand = summarize(samples["reference"]), summarize(samples["candidate"])
+        self.payload.update(ref_stats=ref, cand_stats=cand)
+        if self.gpu:
+            self.gpu_checks(inputs, cand)
+
+    def gpu_checks(self, inputs: list, cand: dict) -> None:
+        with torch.no_grad():
+            names, kernel_ms = ig.kernel_profile(lambda: self.model(*inputs), self.timer._sync)
+        self.payload["kernels"] = sorted(set(names))[:20]
+        self.ran_checks("hidden_work")
+        if self.job["backend"] == "cuda" and not ig.custom_kernels(names):
+            self.violation("kernel_launches", "forward launched only PyTorch library kernels")
+        elif kernel_ms > 1.5 * cand["median"] + 0.02:
+            self.violation("hidden_work", f"the profiler saw {kernel_ms:.4f} ms of kernels per "
+                           f"call, the timed stream {cand['median']:.4f} ms: work ran on another "
+                           "stream or outside the timed region")
+
+
+def run_evaluate(job: dict, ch) -> dict:
+    """Worker mode ``evaluate``."""
+    from openkernel.evaluation import sandbox
+
+    ev = Evaluation(job, ch)
+    ev.rt = TaskRuntime(job["reference_path"], job.get("hooks_path"), ev.device)
+    ev.ref_model = ev.rt.make_model(ev.rt.ref.Model)
+    ev.payload["confinement"] = sandbox.confine(
+        Path(job["scratch"]), [Path(p) for p in job.get("read_only", [])], gpu=ev.gpu)
+    if not ev.build():
+        return ev.payload
+    changed = ev.guard.changed()
+    if changed:
+        return ev.violation("patched_functions", f"the candidate replaced {', '.join(changed)}")
+    for check, message in ig.static_scan(Path(job["code_path"]).read_text(encoding="utf-8")):
+        ev.ran_checks("static_scan")
+        return ev.violation(check, message)
+    try:
+        ev.model = ev.rt.make_model(ev.module.ModelNew)
+        ev.payload["weights_copied"] = _load_state(ev.ref_model, ev.model)
+        with torch.no_grad():
+            ev.model(*ev.rt.inputs(0))  # first call: Triton JIT compiles here (build phase)
+        if ev.gpu:
+            ev.timer._sync()
+    except BaseException as err:
+        compile_err = is_compile_error(err)
+        ev.payload["compiled"] = not compile_err
+        ev.log.append(("kernel compilation failed" if compile_err else "first call failed")
+                      + f":\n{_tail(err)}")
+        return ev.payload
+    ch.phase("test")
+    try:
+        ev.test()
+        if ev.payload["correctness"]:
+            ev.benchmark()
+    except ig.IntegrityViolation as v:
+        ev.violation(v.check, str(v))
+    except BaseException as err:
+        ev.log.append(f"test failed:\n{_tail(err)}")
+        ev.payload["correctness"] = False
+    changed = ev.guard.changed()
+    if changed:
+        ev.violation("patched_functions", f"the candidate replaced {', '.join(changed)}")
+    return ev.payload
+
+
+def run_reference_timing(job: dict, ch) -> dict:
+    """Worker mode ``reference``: eager vs ``torch.compile`` of the reference, interleaved."""
+    device = job["device"]
+    rt = TaskRuntime(job["reference_path"], job.get("hooks_path"), device)
+    model = rt.make_model(rt.ref.Model)
+    ch.phase("build")
+    compiled = torch.compile(model)
+    inputs = rt.inputs(1)
+    with torch.no_grad():
+        compiled(*inputs)
+        ch.phase("benchmark")
+        timer = Timer(device)
+        samples = timer.interleaved({"eager": lambda: model(*inputs), "compile": lambda: compiled(*inputs)},
+                                    budget_s=job["bench_budget_s"], min_trials=job["min_trials"],
+                                    max_trials=job["max_trials"])
+    return {"eager": summarize(samples["eager"]), "compile": summarize(samples["compile"]),
+            "timing_method": timer.method}

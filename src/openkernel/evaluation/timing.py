@@ -1,0 +1,113 @@
+"""Timing the reference and a candidate the same way (runs inside a worker process).
+
+Method on a GPU (what ``metadata["timing_method"]`` calls "cuda events, L2 flushed"):
+
+* warm-up calls first (Triton compiles at the first call; that belongs to the build phase);
+* before every timed call a 256 MB buffer is zeroed so neither kernel finds its inputs in
+  L2 (the H200's L2 is 50 MB) - the same policy as ``triton.testing.do_bench``;
+* each call is bracketed by CUDA events on the current stream, and the device is synchronised
+  (all streams) after every A/B pair, so work left on a side stream cannot spill into the next
+  trial; integrity.hidden_work compares the events with the profiler's kernel time to catch
+  work hidden on another stream;
+* reference (A) and candidate (B) alternate A B A B so clock and thermal drift cancel;
+* the trial count adapts: fast kernels get more trials, bounded by a time budget;
+* the median is the runtime; mean, std, min, max, CV and the trial count are kept.
+
+Without a GPU the same loop runs with ``time.perf_counter`` (captured before candidate code is
+imported) around each call; under ``TRITON_INTERPRET=1`` those are interpreter timings.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+_perf_counter = time.perf_counter
+FLUSH_BYTES = 256 * 1024 * 1024
+
+
+def summarize(samples_ms: list[float]) -> dict[str, float]:
+    """Median, mean, std, min, max, coefficient of variation and trial count."""
+    if not samples_ms:
+        return {"n_trials": 0}
+    mean = statistics.fmean(samples_ms)
+    std = statistics.pstdev(samples_ms) if len(samples_ms) > 1 else 0.0
+    return {
+        "median": statistics.median(samples_ms),
+        "mean": mean,
+        "std": std,
+        "min": min(samples_ms),
+        "max": max(samples_ms),
+        "cv": std / mean if mean > 0 else 0.0,
+        "n_trials": len(samples_ms),
+    }
+
+
+class Timer:
+    """Times callables on one device with the method described in the module docstring."""
+
+    def __init__(self, device: str, sync: Callable[[], None] | None = None,
+                 event_cls: Any = None):
+        self.device = device
+        self.gpu = device.startswith("cuda")
+        # Private references (taken before the candidate is imported) so patches cannot reach.
+        self._sync = sync or (torch.cuda.synchronize if self.gpu else (lambda: None))
+        self._event = event_cls or (torch.cuda.Event if self.gpu else None)
+        self._flush = (torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+                       if self.gpu else None)
+
+    @property
+    def method(self) -> str:
+        if self.gpu:
+            return "cuda events per call, L2 flushed (256 MB), A/B interleaved, median"
+        return "wall clock (time.perf_counter), A/B interleaved, median"
+
+    def time_once(self, fn: Callable[[], Any]) -> float:
+        """One timed call in milliseconds (L2 flushed first on a GPU)."""
+        if not self.gpu:
+            t0 = _perf_counter()
+            fn()
+            return (_perf_counter() - t0) * 1e3
+        self._flush.zero_()
+        start, end = self._event(enable_timing=True), self._event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        self._sync()
+        return start.elapsed_time(end)
+
+    def estimate(self, fn: Callable[[], Any], calls: int = 3) -> float:
+        """Median of a few calls, to size the trial count."""
+        self._sync()
+        return statistics.median(self.time_once(fn) for _ in range(calls))
+
+    def interleaved(self, fns: dict[str, Callable[[], Any]], budget_s: float,
+                    min_trials: int, max_trials: int,
+                    warmup: int = 2) -> dict[str, list[float]]:
+        """Time every callable in turn (A B A B ...) for up to ``budget_s`` seconds.
+
+        Returns the samples in milliseconds per name. The trial count is
+        ``budget_s / (time of one round)``, clamped to ``[min_trials, max_trials]``; the loop
+        also stops early once the budget is spent (but never before ``min_trials``).
+        """
+        for fn in fns.values():
+            for _ in range(warmup):
+                fn()
+        self._sync()
+        per_round_ms = sum(self.estimate(fn) for fn in fns.values())
+        overhead_ms = 0.2 if self.gpu else 0.01  # flush + event bookkeeping per call
+        per_round_ms += overhead_ms * len(fns)
+        n = int(budget_s * 1e3 / max(per_round_ms, 1e-6))
+        n = max(min_trials, min(max_trials, n))
+        samples: dict[str, list[float]] = {name: [] for name in fns}
+        deadline = _perf_counter() + budget_s
+        for trial in range(n):
+            for name, fn in fns.items():
+                samples[name].append(self.time_once(fn))
+            self._sync()  # device-wide: nothing from this round leaks into the next
+            if trial + 1 >= min_trials and _perf_counter() > deadline:
+                break
+        return samples
