@@ -42,7 +42,10 @@ class Proposal:
     log: str = ""  # extraction or generation problems
     tokens_used: int = 0
     latency_s: float = 0.0
-    params: dict = field(default_factory=dict)  # template tunables (offline)
+    # Template tunables (offline): {"template": NAME, TUNABLE: value, ...}. The search loop
+    # stores them in Program.metadata["params"]; the offline generator reads a parent's (and
+    # inspirations') params from there to mutate and recombine them.
+    params: dict = field(default_factory=dict)
 
 
 class Generator(Protocol):
