@@ -62,8 +62,7 @@ def nvcc_compile(cuda_source: str, workdir: Path, arch: str, timeout_s: float) -
 
     workdir.mkdir(parents=True, exist_ok=True)
     src = workdir / "candidate_kernel.cu"
-    header = "#include <torch/extension.h>\n" if "torch/extension.h" not in cuda_source else ""
-    src.write_text(header + cuda_source, encoding="utf-8")
+    src.write_text(cuda_source, encoding="utf-8")
     sm = arch if arch.startswith("sm_") else "sm_90"
     cmd = [nvcc, "-ptx", "-std=c++17", f"-arch={sm}", "-w", "-DTORCH_EXTENSION_NAME=candidate",
            f"-I{sysconfig.get_paths()['include']}", *[f"-I{p}" for p in include_paths()],

@@ -77,7 +77,7 @@ def run_worker(job: dict, scratch: Path, device: str, gpu_index: int | None,
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                out.timed_out = "build" if out.phase in ("setup", "build") else "test"
+                out.timed_out = "build" if out.phase in ("setup", "build", "warmup") else "test"
                 break
             ready, _, _ = select.select([read_fd], [], [], min(remaining, 1.0))
             if not ready:
@@ -95,7 +95,7 @@ def run_worker(job: dict, scratch: Path, device: str, gpu_index: int | None,
                 if not isinstance(msg, dict) or msg.get("nonce") != nonce:
                     continue  # not from the worker itself
                 if "phase" in msg:
-                    if msg["phase"] == "test" or (msg["phase"] == "benchmark" and out.phase == "build"):
+                    if msg["phase"] == "test" or (msg["phase"] == "benchmark" and out.phase in ("setup", "build", "warmup")):
                         deadline = time.monotonic() + test_timeout_s
                     out.phase = msg["phase"]
                 elif "result" in msg:

@@ -37,7 +37,7 @@ def from_worker(payload: dict | None, *, phase: str, timed_out: str | None,
     meta: dict = {"hardware": hw.label, "device": hw.device, "phase_reached": phase}
     lines: list[str] = []
     if timed_out or payload is None or "fatal" in payload:
-        compiled = phase in ("test", "benchmark")
+        compiled = phase in ("warmup", "test", "benchmark")
         if timed_out:
             meta["timeout"] = timed_out
             limit = limits["build_timeout_s" if timed_out == "build" else "test_timeout_s"]

@@ -65,6 +65,7 @@ class Evaluation:
                               "integrity_checks": [], "timing_method": self.timer.method}
         self.log = self.payload["log"]
         self.ref_ptrs: set[int] = set()
+        self.history: list[torch.Tensor] = []  # earlier first outputs, to recognise replays
         if self.gpu:
             torch.cuda.set_per_process_memory_fraction(job["gpu_memory_fraction"])
 
@@ -142,12 +143,21 @@ class Evaluation:
             if t.is_floating_point():
                 t.fill_(float("nan"))
 
-    def failure(self, where: str, msg: str, outs: list, prev: torch.Tensor | None) -> dict:
+    def remember(self, outs: list) -> None:
+        if outs and isinstance(outs[0], torch.Tensor) and len(self.history) < 8:
+            self.history.append(outs[0].detach().clone())
+
+    def failure(self, where: str, msg: str, outs: list, refs: list) -> dict:
         """Name the cheat behind a mismatch when one explains it."""
+        if outs and refs and "relative error" in msg and outs[0].shape == refs[0].shape and (
+                float(outs[0].double().norm()) < 0.1 * float(refs[0].double().norm())):
+            return self.violation("tiny_outputs", f"{where}: {msg}; the output is (nearly) zero "
+                                  "where the reference's is small but not zero")
         if outs and any(t.data_ptr() in self.ref_ptrs for t in outs):
             return self.violation("reference_memory_reuse", f"{where}: {msg}; the output lies in "
                                   "memory that held a reference output")
-        if prev is not None and outs and outs[0].shape == prev.shape and _equal(outs[0], prev):
+        if outs and any(outs[0].shape == h.shape and outs[0].dtype == h.dtype and _equal(outs[0], h)
+                        for h in self.history):
             return self.violation("memoization", f"{where}: returned the previous call's output "
                                   "for new input values")
         self.log.append(f"{where}: {msg}")
@@ -174,7 +184,11 @@ class Evaluation:
                 continue
             err_ref, err_cand = relative_error(r.to(torch.float64), e), relative_error(o.to(torch.float64), e)
             floor = tolerances_for(r.dtype, self.rt.hook("get_tolerances"))["max_rel_error"] / 2
-            if err_cand > max(16 * err_ref, floor):
+            # Lowered precision looks like rounding noise of a narrower type; a plain wrong
+            # answer (a scale, an off-by-one) does not, and is left to the tolerances.
+            rounding = max(relative_error(e.to(d).to(torch.float64), e)
+                           for d in (torch.float16, torch.bfloat16))
+            if max(16 * err_ref, floor) < err_cand <= 4 * rounding:
                 return (f"output {i}: error against a float64 reference {err_cand:.3g}, the "
                         f"reference's own {err_ref:.3g} (limit {max(16 * err_ref, floor):.3g})")
         return None
@@ -185,7 +199,6 @@ class Evaluation:
         self.ran_checks("static_scan", "patched_functions", "kernel_launches", "background_thread",
                         "lazy_output", "inputs_modified", "reference_memory_reuse", "memoization",
                         "precision", "torch_compute", "held_out_shapes")
-        prev = None
         seeds = list(range(1, self.job["correctness_seeds"] + 1))
         inputs = []
         for k, seed in enumerate(seeds):
@@ -207,9 +220,9 @@ class Evaluation:
                     return self.violation("precision", why)
             ok, msg, stats = compare_outputs(outs, ref_outs, tol)
             if not ok:
-                return self.failure(f"seed {seed}", msg, outs, prev)
+                return self.failure(f"seed {seed}", msg, outs, ref_outs)
             p.setdefault("errors", []).append(stats)
-            prev = outs[0].detach().clone() if outs else None
+            self.remember(outs)
             self.retire(ref_outs)
         # Same addresses, new values: a result keyed on data_ptr (or cached) shows here.
         fresh = rt.inputs(10_000)
@@ -220,7 +233,7 @@ class Evaluation:
         ref_outs, _, _ = self.reference(pristine)
         ok, msg, _ = compare_outputs(outs, ref_outs, tol)
         if not ok:
-            failure = self.failure("inputs rewritten in place", msg, outs, prev)
+            failure = self.failure("inputs rewritten in place", msg, outs, ref_outs)
             return failure if p.get("integrity_violation") else self.violation(
                 "memoization", f"inputs rewritten in place at the same addresses: {msg}")
         self.retire(ref_outs)
@@ -293,8 +306,10 @@ def run_evaluate(job: dict, ch) -> dict:
     try:
         ev.model = ev.rt.make_model(ev.module.ModelNew)
         ev.payload["weights_copied"] = _load_state(ev.ref_model, ev.model)
+        ch.phase("warmup")  # still under the build timeout: Triton compiles at the first call
         with torch.no_grad():
-            ev.model(*ev.rt.inputs(0))  # first call: Triton JIT compiles here (build phase)
+            first = flatten_outputs(ev.model(*ev.rt.inputs(0)))
+        ev.remember(first)
         if ev.gpu:
             ev.timer._sync()
     except BaseException as err:

@@ -1,0 +1,7 @@
+"""Fault: does not even parse (compile error at import)."""
+import torch
+import triton.language as tl
+
+
+def broken(x:
+    return x

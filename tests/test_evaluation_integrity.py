@@ -1,0 +1,117 @@
+"""Hostile and faulty candidates end with the right status and named check (CPU, interpreter).
+
+Every candidate runs in its own worker process; they are evaluated concurrently through one
+Evaluator per configuration (which also exercises its thread safety), then asserted one by one.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from openkernel.config import build_config
+from openkernel.evaluation.executor import Evaluator
+from openkernel.schemas import Status
+from openkernel.task import load_task
+
+CANDIDATES = Path(__file__).parent / "candidates"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+# candidate file -> (expected status, expected integrity_violation or None)
+HOSTILE = {
+    "good_gelu": (Status.CORRECT, None),
+    "no_kernel": (Status.INCORRECT, "static_no_kernel"),
+    "fallback": (Status.INCORRECT, "static_fallback"),
+    "decoy": (Status.INCORRECT, "torch_compute"),
+    "decoy_hidden": (Status.INCORRECT, "kernel_launches"),
+    "memo_ptr": (Status.INCORRECT, "memoization"),
+    "memo_calls": (Status.INCORRECT, "memoization"),
+    "mutate_inputs": (Status.INCORRECT, "inputs_modified"),
+    "thread": (Status.INCORRECT, "background_thread"),
+    "lazy": (Status.INCORRECT, "lazy_output"),
+    "patch_timer": (Status.INCORRECT, "patched_functions"),
+    "patch_allclose": (Status.INCORRECT, "patched_functions"),
+    "low_precision": (Status.INCORRECT, "precision"),
+    "half_dtype": (Status.INCORRECT, "precision"),
+    "shape_overfit": (Status.INCORRECT, "held_out_shapes"),
+    "wrong": (Status.INCORRECT, None),
+    "reuse_ref": (Status.INCORRECT, "*"),  # CPU: wrong or named; the named case is a GPU test
+}
+
+
+def _config(tmp: Path, **eval_config):
+    return build_config({"paths": {"scratch_dir": str(tmp / "scratch")},
+                         "eval_config": {"correctness_seeds": 2, **eval_config}})
+
+
+def _evaluate_all(evaluator: Evaluator, names: list[str], backend: str = "triton") -> dict:
+    def one(name):
+        code = (CANDIDATES / f"{name}.py").read_text(encoding="utf-8")
+        return name, evaluator.evaluate(code, backend, label=name)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        return dict(pool.map(one, names))
+
+
+@pytest.fixture(scope="module")
+def hostile_results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hostile")
+    evaluator = Evaluator(load_task(EXAMPLES / "gelu"), _config(tmp), bench_budget_s=0.2)
+    assert evaluator.probe().ok
+    results = _evaluate_all(evaluator, list(HOSTILE))
+    evaluator.close()
+    return results
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_candidate_is_caught(hostile_results, name):
+    status, check = HOSTILE[name]
+    result = hostile_results[name]
+    assert result.get_status() == status, result.eval_log
+    violation = result.metadata.get("integrity_violation")
+    if check == "*":
+        return
+    assert violation == check, result.eval_log
+    if check:
+        assert f"[{check}]" in result.eval_log
+        assert result.runtime_improvement == -1.0 and not result.correctness
+        assert result.perf_score in (1, 2)  # built (static rejection) or ran
+
+
+def test_honest_candidate_is_timed_and_labelled(hostile_results):
+    result = hostile_results["good_gelu"]
+    assert result.correctness and result.compiled and result.perf_score >= 3
+    assert result.metadata["timing_method"] == "wall clock, Triton interpreter (CPU)"
+    assert result.metadata["hardware"] == "CPU (Triton interpreter)"
+    assert result.metadata["heldout_ok"] is True
+    stats = result.runtime_stats
+    assert stats["n_trials"] >= 3 and stats["median"] == result.runtime > 0
+    assert stats["reference"]["n_trials"] == stats["n_trials"]  # interleaved A B A B
+    assert result.runtime_improvement == pytest.approx(stats["reference"]["median"] / result.runtime)
+    assert set(result.metadata["integrity_checks"]) >= {"kernel_launches", "memoization",
+                                                        "inputs_modified", "precision"}
+
+
+def test_tiny_outputs_need_relative_error(tmp_path):
+    evaluator = Evaluator(load_task(CANDIDATES / "tasks" / "tiny"), _config(tmp_path),
+                          bench_budget_s=0.1)
+    probe = evaluator.probe()
+    assert probe.ok and any("below the absolute tolerance" in w for w in probe.warnings)
+    result = evaluator.evaluate((CANDIDATES / "tiny_zeros.py").read_text(), "triton", "zeros")
+    assert result.get_status() == Status.INCORRECT, result.eval_log
+    assert result.metadata["integrity_violation"] == "tiny_outputs"
+    assert "relative error" in result.eval_log
+
+
+@pytest.mark.gpu
+def test_gpu_hostile_candidates(tmp_path):
+    """On a GPU: the same candidates plus reference-memory reuse, on CUDA tensors."""
+    evaluator = Evaluator(load_task(EXAMPLES / "gelu"), _config(tmp_path), bench_budget_s=0.5)
+    results = _evaluate_all(evaluator, list(HOSTILE))
+    for name, (status, check) in HOSTILE.items():
+        assert results[name].get_status() == status, (name, results[name].eval_log)
+        if check != "*":
+            assert results[name].metadata.get("integrity_violation") == check, name
+    assert "cuda events" in results["good_gelu"].metadata["timing_method"]
