@@ -21,7 +21,9 @@ class Tunable:
 
     name: str
     choices: tuple
-    cpu_choices: tuple | None = None  # under the interpreter: fewer, larger programs
+    # Under the interpreter: fewer, larger programs; warps and stages mean nothing there, so
+    # they are pinned (mutating them would only spend evaluations on identical runs).
+    cpu_choices: tuple | None = None
     why: str = ""
 
     def values(self, interpreter: bool) -> tuple:

@@ -124,7 +124,7 @@ class Elementwise(Template):
         Tunable("BLOCK", (256, 512, 1024, 2048, 4096, 8192), (1024, 2048, 4096, 8192),
                 "elements per block (a power of two)"),
         Tunable("UNROLL", (1, 2, 4), None, "consecutive blocks per program"),
-        Tunable("num_warps", (2, 4, 8, 16), None, "warps per program"),
+        Tunable("num_warps", (2, 4, 8, 16), (4,), "warps per program"),
     )
     cuda_tunables = (
         Tunable("THREADS", (128, 256, 512, 1024), None, "threads per block"),

@@ -116,8 +116,8 @@ class MatmulEpilogue(Template):
         Tunable("BLOCK_N", (16, 32, 64, 128, 256), (32, 64), "columns of C per program"),
         Tunable("BLOCK_K", (16, 32, 64), (32, 64), "depth of one tl.dot step"),
         Tunable("GROUP_M", (1, 4, 8), None, "row-tiles visited together (L2 reuse)"),
-        Tunable("num_warps", (2, 4, 8), None, "warps per program"),
-        Tunable("num_stages", (2, 3, 4, 5), None, "pipelined K steps in flight"),
+        Tunable("num_warps", (2, 4, 8), (4,), "warps per program"),
+        Tunable("num_stages", (2, 3, 4, 5), (2,), "pipelined K steps in flight"),
     )
     starts = ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
                "num_stages": 4},

@@ -97,8 +97,8 @@ class RowSoftmax(Template):
                 "longest row read in one pass (longer rows loop)"),
         Tunable("LOOP_BLOCK", (256, 512, 1024, 2048, 4096), (512, 1024, 2048, 4096),
                 "columns per step of the looped kernel"),
-        Tunable("num_warps", (1, 2, 4, 8, 16), None, "warps per row"),
-        Tunable("num_stages", (1, 2, 3, 4), None, "software pipelining of the looped kernel"),
+        Tunable("num_warps", (1, 2, 4, 8, 16), (4,), "warps per row"),
+        Tunable("num_stages", (1, 2, 3, 4), (2,), "software pipelining of the looped kernel"),
     )
     starts = ({"MAX_FUSED": 8192, "LOOP_BLOCK": 1024, "num_warps": 8, "num_stages": 2},
               {"MAX_FUSED": 4096, "LOOP_BLOCK": 2048, "num_warps": 4, "num_stages": 3},
