@@ -195,9 +195,12 @@ _DEV_FILES = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urando
 # Credential stores under the real home: never exposed, even when Python lives in $HOME.
 _HOME_SECRETS = [".ssh", ".aws", ".azure", ".config", ".gnupg", ".docker", ".kube", ".netrc",
                  ".git-credentials", ".cache", ".pypirc", ".local/share"]
-# What CUDA needs (DESIGN.md measured /dev + /proc in full); narrowed as checked on the H200.
+# CUDA under Landlock, measured on the H200 (torch 2.11+cu130): these nodes, /dev/shm and
+# /proc as in _confine suffice. A read-only /proc fails (error 304) even with all of /dev:
+# the driver opens a file in its own /proc/PID for writing with O_TRUNC.
 _GPU_DEV = ["/dev/nvidia*", "/dev/nvidia-caps", "/dev/char"]
-_GPU_WIDE_DEV = False  # True: all of /dev (what DESIGN.md measured to work)
+_PROC_RIGHTS = _READ | _READ_DIR
+_DEV_RIGHTS = _READ | _WRITE | _READ_DIR | _TRUNCATE | _IOCTL_DEV
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -312,24 +315,28 @@ def _confine(scratch: Path, read_only: list[Path], gpu: bool) -> str:
     protected = [Path(p).resolve() for p in os.environ.get(PROTECT_VAR, "").split(os.pathsep) if p]
     if not _under(Path.cwd().resolve(), scratch):
         protected.append(Path.cwd().resolve())  # still in the engine's cwd: guard it too
-    home = Path(pwd.getpwuid(os.getuid()).pw_dir)
-    protected += [(home / name).resolve() for name in _HOME_SECRETS]
+    try:
+        home = Path(pwd.getpwuid(os.getuid()).pw_dir)
+        protected += [(home / name).resolve() for name in _HOME_SECRETS]
+    except KeyError:
+        pass  # a uid without a passwd entry (containers): no home to guard
 
     rules: list[tuple[Path, int]] = []
     for path in [Path(p) for p in _SYSTEM] + _python_paths() + read_only:
         rules += [(p, _RO) for p in _carve(path.resolve(), protected) if p.exists()]
-    rules += [(p, handled & ~(_MAKE_CHAR | _MAKE_BLOCK | _IOCTL_DEV))
-              for p in _carve(scratch, protected)]  # no device nodes: root could mknod a disk
+    # Writable trees get no device-node rights: as root, mknod of the disk would read the db.
+    tree = handled & ~(_MAKE_CHAR | _MAKE_BLOCK | _IOCTL_DEV)
+    rules += [(p, tree) for p in _carve(scratch, protected) + [Path("/dev/shm")]]
     dev = [Path(p) for p in _DEV_FILES]
     if gpu:
-        dev += [Path("/dev")] if _GPU_WIDE_DEV else [p for g in _GPU_DEV for p in Path("/").glob(g[1:])]
-    dev.append(Path("/dev/shm"))
-    # Device nodes: use them, never create or remove entries (the engine may run as root).
-    rules += [(p, _READ | _WRITE | _READ_DIR | _TRUNCATE | _IOCTL_DEV) for p in dev[:-1]]
-    rules.append((dev[-1], handled & ~(_MAKE_CHAR | _MAKE_BLOCK | _IOCTL_DEV)))  # /dev/shm
+        dev += [p for pattern in _GPU_DEV for p in Path("/").glob(pattern[1:])]
+    rules += [(p, _DEV_RIGHTS) for p in dev]  # use the nodes, never add or remove any
+    # /proc minus the other processes' folders: their cmdline and status are no business of
+    # a candidate (environ, cwd and mem are also refused by Landlock's ptrace rule).
     proc = [p for p in Path("/proc").iterdir() if not p.name.isdigit() and not p.is_symlink()]
-    rules += [(p, _READ | _READ_DIR) for p in proc]
-    rules.append((Path(f"/proc/{os.getpid()}"), _READ | _READ_DIR | _WRITE))
+    rules += [(p, _PROC_RIGHTS) for p in proc]
+    # Own folder: the CUDA driver opens a file there with O_WRONLY|O_TRUNC (see _GPU_DEV).
+    rules.append((Path(f"/proc/{os.getpid()}"), _PROC_RIGHTS | _WRITE | _TRUNCATE))
 
     fd = _sys(444, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
     try:
@@ -351,7 +358,13 @@ def _confine(scratch: Path, read_only: list[Path], gpu: bool) -> str:
             return f"unconfined: PR_SET_NO_NEW_PRIVS failed ({os.strerror(ctypes.get_errno())})"
         threads = len(os.listdir("/proc/self/task"))
         flags = 1 << 3 if abi >= 8 and threads > 1 else 0  # TSYNC: confine every thread
-        _sys(446, ctypes.c_int(fd), ctypes.c_uint32(flags))
+        try:
+            _sys(446, ctypes.c_int(fd), ctypes.c_uint32(flags))
+        except OSError:
+            if not flags:
+                raise
+            flags = 0  # TSYNC refused: confine this thread at least, and say so below
+            _sys(446, ctypes.c_int(fd), ctypes.c_uint32(0))
     finally:
         os.close(fd)
     parts = [
