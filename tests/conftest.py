@@ -29,6 +29,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def examples_dir() -> Path:
     return EXAMPLES

@@ -12,8 +12,8 @@ from rich.table import Table
 
 from openkernel.errors import OpenKernelError
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 def _parser() -> argparse.ArgumentParser:
