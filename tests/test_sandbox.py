@@ -62,7 +62,7 @@ CHILD = '''
 import json, os, socket, sqlite3, sys
 import torch, triton
 from openkernel.evaluation.sandbox import confine
-scratch, task, engine, port, gpu = json.loads(sys.argv[1])
+scratch, task, engine, port, gpu, device = json.loads(sys.argv[1])
 os.chdir(scratch)
 out = {"confined": confine(scratch, [task], gpu)}
 
@@ -94,11 +94,13 @@ attempt("write_tmp", lambda: open("/tmp/openkernel-sandbox-escape", "w"))
 attempt("own_proc", lambda: open("/proc/self/status").read())
 attempt("read_task", lambda: open(os.path.join(task, "task.py")).read())
 attempt("write_scratch", lambda: open(os.path.join(scratch, "out.txt"), "w").write("x"))
-if not gpu:
+def triton_add():
     sys.path.insert(0, scratch)
     import candidate
-    x = torch.arange(1000, dtype=torch.float32)
-    out["triton_add"] = bool(torch.equal(candidate.add(x, x), 2 * x))
+    x = torch.arange(1000, dtype=torch.float32, device=device)
+    if not torch.equal(candidate.add(x, x), 2 * x):
+        raise AssertionError("wrong sum")
+attempt("triton_add", triton_add)  # on "cuda": CUDA init, Triton's gcc launcher and ptxas
 print(json.dumps(out))
 '''
 
@@ -123,12 +125,15 @@ def engine(tmp_path, monkeypatch):
     return root, db, task, scratch, env
 
 
-def _run_child(engine, gpu: bool) -> dict:
+def _run_child(engine, gpu: bool, device: str = "cpu") -> dict:
     root, db, task, scratch, env = engine
+    if device == "cuda":
+        env = sandbox.worker_env({**os.environ, **SECRETS}, scratch, "cuda", 0)
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
-        args = json.dumps([str(scratch), str(task), str(root), server.getsockname()[1], gpu])
+        port = server.getsockname()[1]
+        args = json.dumps([str(scratch), str(task), str(root), port, gpu, device])
         proc = subprocess.run(
             [sys.executable, "-c", CHILD, args], cwd=root, env=env, capture_output=True,
             text=True, timeout=120,
@@ -144,7 +149,7 @@ def test_confined_candidate_runs_triton_but_cannot_reach_the_engine(engine):
     out = _run_child(engine, gpu=False)
     assert out["confined"].startswith(f"landlock ABI {ABI}"), out["confined"]
     assert "unconfined" not in out["confined"]  # OPENBLAS_NUM_THREADS=1: no earlier threads
-    assert out["triton_add"] is True
+    assert out["triton_add"] == "ok"
     assert out["write_scratch"] == out["own_proc"] == out["read_task"] == "ok"
     for name in ("read_db", "truncate_db", "open_db_rw", "list_engine", "list_runs",
                  "write_engine", "parent_environ", "parent_cmdline", "parent_cwd", "parent_mem",
@@ -166,7 +171,19 @@ def test_gpu_mode_still_hides_the_parent(engine):
     assert out["confined"].startswith("landlock ABI"), out["confined"]
     for name in ("read_db", "list_engine", "parent_environ", "parent_cmdline", "parent_cwd"):
         assert out[name] == "PermissionError", (name, out)
-    assert out["own_proc"] == "ok"
+    assert out["own_proc"] == out["triton_add"] == "ok"
+
+
+@needs_landlock
+@pytest.mark.gpu
+def test_cuda_and_triton_work_under_confinement(engine):
+    """CUDA initialises after confine(gpu=True) (measured on the H200: NVIDIA nodes + /proc)."""
+    out = _run_child(engine, gpu=True, device="cuda")
+    assert "NVIDIA devices" in out["confined"], out["confined"]
+    assert out["triton_add"] == "ok", out
+    for name in ("read_db", "truncate_db", "list_engine", "parent_environ", "parent_cwd",
+                 "write_engine"):
+        assert out[name] == "PermissionError", (name, out)
 
 
 @needs_landlock
@@ -243,3 +260,25 @@ def test_child_leads_its_own_session_without_core_dumps():
             "resource.getrlimit(resource.RLIMIT_NOFILE)[0] <= 4096)")
     proc = _limited(code, 10, None)
     assert proc.stdout.split() == ["True", "(0,", "0)", "True"], proc.stderr
+
+
+def test_carve_exposes_siblings_but_not_the_engine(tmp_path):
+    """An allowed tree above the engine (say /opt above /opt/engine) is granted piecewise."""
+    (tmp_path / "opt" / "engine" / "runs").mkdir(parents=True)
+    (tmp_path / "opt" / "cuda").mkdir()
+    (tmp_path / "opt" / "readme.txt").write_text("x")
+    (tmp_path / "opt" / "link").symlink_to(tmp_path / "opt" / "engine")
+    engine = tmp_path / "opt" / "engine"
+    roots = sandbox._carve(tmp_path / "opt", [engine])
+    assert sorted(roots) == [tmp_path / "opt" / "cuda", tmp_path / "opt" / "readme.txt"]
+    venv = engine / ".venv"  # inside the engine's folder: granted as asked, nothing more
+    assert sandbox._carve(venv, [engine]) == [venv]
+    assert sandbox._carve(engine, [engine]) == []
+
+
+def test_confine_reports_instead_of_raising(monkeypatch, tmp_path):
+    def no_landlock(*args):
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(sandbox, "_sys", no_landlock)  # fails before anything is applied
+    assert sandbox.confine(tmp_path, [], False).startswith("unconfined: no Landlock")
