@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from openkernel.evaluation.timing import Timer, summarize
+
 INIT_SEED = 42  # reference and candidate are built after the same seed
 
 
@@ -129,3 +131,34 @@ class TaskRuntime:
                 setattr(self.ref, n, v)
         sizes = ", ".join(f"{n}={_awkward(v)}" for n, v in saved.items())
         return [inputs], f"derived ({sizes})"
+
+
+def load_state(ref_model: torch.nn.Module, cand_model: torch.nn.Module) -> bool:
+    """Copy the reference's weights when both state_dicts have the same keys and shapes."""
+    if not isinstance(cand_model, torch.nn.Module):
+        return False
+    ref_sd, cand_sd = ref_model.state_dict(), cand_model.state_dict()
+    if ref_sd and ref_sd.keys() == cand_sd.keys() and all(
+            ref_sd[k].shape == cand_sd[k].shape for k in ref_sd):
+        cand_model.load_state_dict(ref_sd)
+        return True
+    return False
+
+
+def run_reference_timing(job: dict, ch) -> dict:
+    """Worker mode ``reference``: eager vs ``torch.compile`` of the reference, interleaved."""
+    device = job["device"]
+    rt = TaskRuntime(job["reference_path"], job.get("hooks_path"), device)
+    model = rt.make_model(rt.ref.Model)
+    ch.phase("build")
+    compiled = torch.compile(model)
+    inputs = rt.inputs(1)
+    with torch.no_grad():
+        compiled(*inputs)
+        ch.phase("benchmark")
+        timer = Timer(device)
+        samples = timer.interleaved({"eager": lambda: model(*inputs), "compile": lambda: compiled(*inputs)},
+                                    budget_s=job["bench_budget_s"], min_trials=job["min_trials"],
+                                    max_trials=job["max_trials"])
+    return {"eager": summarize(samples["eager"]), "compile": summarize(samples["compile"]),
+            "timing_method": timer.method}

@@ -37,7 +37,8 @@ def from_worker(payload: dict | None, *, phase: str, timed_out: str | None,
     meta: dict = {"hardware": hw.label, "device": hw.device, "phase_reached": phase}
     lines: list[str] = []
     if timed_out or payload is None or "fatal" in payload:
-        compiled = phase in ("warmup", "test", "benchmark")
+        # A build timeout in the warm-up call means Triton never finished compiling.
+        compiled = phase in ("warmup", "test", "benchmark") and timed_out != "build"
         if timed_out:
             meta["timeout"] = timed_out
             limit = limits["build_timeout_s" if timed_out == "build" else "test_timeout_s"]

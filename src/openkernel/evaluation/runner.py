@@ -9,7 +9,6 @@ Timer, correctness' private references) before the candidate is imported.
 
 from __future__ import annotations
 
-import copy
 import threading
 import traceback
 from pathlib import Path
@@ -18,8 +17,8 @@ import torch
 
 from openkernel.evaluation import integrity as ig
 from openkernel.evaluation.build import check_cuda_sources, import_candidate, is_compile_error
-from openkernel.evaluation.correctness import compare_outputs, flatten_outputs, relative_error, tolerances_for
-from openkernel.evaluation.reference import TaskRuntime, clone, tensors_in
+from openkernel.evaluation.correctness import compare_outputs, flatten_outputs
+from openkernel.evaluation.reference import TaskRuntime, clone, load_state, tensors_in
 from openkernel.evaluation.timing import Timer, summarize
 
 _active_count = threading.active_count
@@ -28,18 +27,6 @@ _equal = torch.equal
 
 def _tail(err: BaseException, limit: int = 6) -> str:
     return "".join(traceback.format_exception(type(err), err, err.__traceback__, limit=-limit)).strip()
-
-
-def _load_state(ref_model: torch.nn.Module, cand_model: torch.nn.Module) -> bool:
-    """Copy the reference's weights when both state_dicts have the same keys and shapes."""
-    if not isinstance(cand_model, torch.nn.Module):
-        return False
-    ref_sd, cand_sd = ref_model.state_dict(), cand_model.state_dict()
-    if ref_sd and ref_sd.keys() == cand_sd.keys() and all(
-            ref_sd[k].shape == cand_sd[k].shape for k in ref_sd):
-        cand_model.load_state_dict(ref_sd)
-        return True
-    return False
 
 
 def _poison(device: str, nbytes: int) -> None:
@@ -163,36 +150,6 @@ class Evaluation:
         self.log.append(f"{where}: {msg}")
         return self.payload
 
-    def precision(self, inputs: list, outs: list, ref_outs: list) -> str | None:
-        """Why the candidate's precision is below the task's, or None (float64 reference)."""
-        for o, r in zip(outs, ref_outs):
-            if o.dtype != r.dtype and o.dtype.is_floating_point and r.dtype.is_floating_point:
-                if torch.finfo(o.dtype).bits < torch.finfo(r.dtype).bits or o.dtype == torch.bfloat16:
-                    return f"output dtype {o.dtype} is below the reference's {r.dtype}"
-        if not ref_outs or not ref_outs[0].is_floating_point() or ref_outs[0].dtype == torch.float64:
-            return None
-        try:
-            model64 = copy.deepcopy(self.ref_model).double()
-            ins64 = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-                     for t in clone(inputs)]
-            with torch.no_grad():
-                exact = flatten_outputs(model64(*ins64))
-        except Exception:
-            return None  # the reference has no float64 path; the tolerances still apply
-        for i, (o, r, e) in enumerate(zip(outs, ref_outs, exact)):
-            if o.shape != e.shape or not o.is_floating_point():
-                continue
-            err_ref, err_cand = relative_error(r.to(torch.float64), e), relative_error(o.to(torch.float64), e)
-            floor = tolerances_for(r.dtype, self.rt.hook("get_tolerances"))["max_rel_error"] / 2
-            # Lowered precision looks like rounding noise of a narrower type; a plain wrong
-            # answer (a scale, an off-by-one) does not, and is left to the tolerances.
-            rounding = max(relative_error(e.to(d).to(torch.float64), e)
-                           for d in (torch.float16, torch.bfloat16))
-            if max(16 * err_ref, floor) < err_cand <= 4 * rounding:
-                return (f"output {i}: error against a float64 reference {err_cand:.3g}, the "
-                        f"reference's own {err_ref:.3g} (limit {max(16 * err_ref, floor):.3g})")
-        return None
-
     # -- correctness and integrity ----------------------------------------------------------
     def test(self) -> dict:
         p, rt, tol = self.payload, self.rt, self.rt.hook("get_tolerances")
@@ -215,7 +172,7 @@ class Evaluation:
                 if ref_compute and ref_compute <= cand_compute:
                     return self.violation("torch_compute", "forward runs every compute op of the "
                                           f"reference in PyTorch ({', '.join(sorted(ref_compute))})")
-                why = self.precision(pristine, outs, ref_outs)
+                why = ig.precision_problem(self.ref_model, pristine, outs, ref_outs, tol)
                 if why:
                     return self.violation("precision", why)
             ok, msg, stats = compare_outputs(outs, ref_outs, tol)
@@ -305,7 +262,7 @@ def run_evaluate(job: dict, ch) -> dict:
         return ev.violation(check, message)
     try:
         ev.model = ev.rt.make_model(ev.module.ModelNew)
-        ev.payload["weights_copied"] = _load_state(ev.ref_model, ev.model)
+        ev.payload["weights_copied"] = load_state(ev.ref_model, ev.model)
         ch.phase("warmup")  # still under the build timeout: Triton compiles at the first call
         with torch.no_grad():
             first = flatten_outputs(ev.model(*ev.rt.inputs(0)))
@@ -332,22 +289,3 @@ def run_evaluate(job: dict, ch) -> dict:
     if changed:
         ev.violation("patched_functions", f"the candidate replaced {', '.join(changed)}")
     return ev.payload
-
-
-def run_reference_timing(job: dict, ch) -> dict:
-    """Worker mode ``reference``: eager vs ``torch.compile`` of the reference, interleaved."""
-    device = job["device"]
-    rt = TaskRuntime(job["reference_path"], job.get("hooks_path"), device)
-    model = rt.make_model(rt.ref.Model)
-    ch.phase("build")
-    compiled = torch.compile(model)
-    inputs = rt.inputs(1)
-    with torch.no_grad():
-        compiled(*inputs)
-        ch.phase("benchmark")
-        timer = Timer(device)
-        samples = timer.interleaved({"eager": lambda: model(*inputs), "compile": lambda: compiled(*inputs)},
-                                    budget_s=job["bench_budget_s"], min_trials=job["min_trials"],
-                                    max_trials=job["max_trials"])
-    return {"eager": summarize(samples["eager"]), "compile": summarize(samples["compile"]),
-            "timing_method": timer.method}

@@ -66,7 +66,7 @@ def _dispatch(job: dict, ch: Channel) -> dict:
 
         return run_evaluate(job, ch)
     if mode == "reference":
-        from openkernel.evaluation.runner import run_reference_timing
+        from openkernel.evaluation.reference import run_reference_timing
 
         return run_reference_timing(job, ch)
     raise ValueError(f"unknown worker mode {mode!r}")

@@ -1,0 +1,116 @@
+"""Units of the evaluation package that need no worker process: tolerances, static scan,
+timing statistics, the result ladder, CUDA source extraction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from openkernel.evaluation import integrity as ig
+from openkernel.evaluation.build import static_cuda_sources
+from openkernel.evaluation.correctness import compare_outputs, relative_error, tolerances_for
+from openkernel.evaluation.hardware import CPU_LABEL, roofline_ms
+from openkernel.evaluation.results import from_worker
+from openkernel.evaluation.timing import Timer, summarize
+from openkernel.evaluation.types import Hardware, TaskProbe
+from openkernel.schemas import Status
+
+CANDIDATES = Path(__file__).parent / "candidates"
+CPU = Hardware(label=CPU_LABEL, device="cpu", gpu_arch="cpu", interpreter=True)
+H200 = Hardware(label="NVIDIA H200 (sm_90)", device="cuda", gpu_arch="sm_90", num_gpus=1,
+                peak_bandwidth_gbs=4800.0, peak_tflops={"float32": 67.0, "tf32": 495.0})
+LIMITS = {"build_timeout_s": 10, "test_timeout_s": 20}
+
+
+def test_tolerances_per_dtype_and_hook_override():
+    assert tolerances_for(torch.float32)["max_rel_error"] == 1e-3
+    assert tolerances_for(torch.bfloat16)["atol"] > tolerances_for(torch.float16)["atol"]
+    assert tolerances_for(torch.int64) == {"atol": 0.0, "rtol": 0.0, "max_rel_error": 0.0}
+    assert tolerances_for(torch.float32, lambda d: {"atol": 0.5})["atol"] == 0.5
+
+
+def test_compare_rejects_nan_shape_dtype_and_zeros_on_tiny_outputs():
+    ref = torch.randn(64, 64)
+    assert compare_outputs([ref.clone()], [ref])[0]
+    bad = ref.clone()
+    bad[3, 3] = float("nan")
+    ok, msg, _ = compare_outputs([bad], [ref])
+    assert not ok and "NaN" in msg
+    assert "shape" in compare_outputs([ref[:-1]], [ref])[1]
+    assert "dtype" in compare_outputs([ref.half()], [ref])[1]
+    tiny = ref * 1e-5  # far below atol: zeros pass elementwise, not the relative norm
+    ok, msg, _ = compare_outputs([torch.zeros_like(tiny)], [tiny])
+    assert not ok and "relative error" in msg
+    assert relative_error(torch.zeros(3), torch.zeros(3)) == 0.0
+
+
+def test_static_scan_names_no_kernel_and_fallback():
+    assert [c for c, _ in ig.static_scan((CANDIDATES / "no_kernel.py").read_text())] == ["static_no_kernel"]
+    assert [c for c, _ in ig.static_scan((CANDIDATES / "fallback.py").read_text())] == ["static_fallback"]
+    assert ig.static_scan((CANDIDATES / "good_gelu.py").read_text()) == []
+    assert ig.static_scan((CANDIDATES / "cuda_ok.py").read_text()) == []
+
+
+def test_compute_ops_ignore_allocation_and_views():
+    assert ig.compute_ops(["aten.empty_like.default", "aten.view.default", "aten.gelu.default"]) == {"gelu"}
+
+
+def test_guard_sees_a_replaced_timer(monkeypatch):
+    import time
+
+    guard = ig.Guard()
+    assert guard.changed() == []
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    assert guard.changed() == ["time.perf_counter"]
+
+
+def test_summarize_and_interleaved_cpu_timer():
+    stats = summarize([1.0, 2.0, 3.0, 4.0])
+    assert stats["median"] == 2.5 and stats["n_trials"] == 4 and stats["min"] == 1.0
+    assert stats["cv"] == pytest.approx(stats["std"] / stats["mean"])
+    order = []
+    samples = Timer("cpu").interleaved({"a": lambda: order.append("a"), "b": lambda: order.append("b")},
+                                       budget_s=0.05, min_trials=5, max_trials=20, warmup=0)
+    assert 5 <= len(samples["a"]) == len(samples["b"]) <= 20
+    timed = [x for x in order[6:]]  # after the estimate calls: strictly A B A B
+    assert timed[: 4] == ["a", "b", "a", "b"]
+
+
+def test_result_ladder_from_worker_payloads():
+    ok = {"compiled": True, "ran": True, "correctness": True, "log": [],
+          "cand_stats": summarize([1.0, 1.0, 1.0]), "ref_stats": summarize([2.0, 2.0, 2.0])}
+    r = from_worker(ok, phase="benchmark", timed_out=None, returncode=0, log_tail="", hw=CPU,
+                    probe=None, compile_ratio=None, limits=LIMITS)
+    assert r.get_status() == Status.FASTER and r.perf_score == 4 and r.runtime_improvement == 2.0
+    r = from_worker(ok, phase="benchmark", timed_out=None, returncode=0, log_tail="", hw=CPU,
+                    probe=None, compile_ratio=0.4, limits=LIMITS)
+    assert r.perf_score == 4 and r.improve_over_compile == pytest.approx(0.8)
+    r = from_worker(ok, phase="benchmark", timed_out=None, returncode=0, log_tail="", hw=CPU,
+                    probe=None, compile_ratio=0.75, limits=LIMITS)
+    assert r.perf_score == 5
+    cheat = {**ok, "integrity_violation": "hidden_work"}
+    r = from_worker(cheat, phase="benchmark", timed_out=None, returncode=0, log_tail="", hw=CPU,
+                    probe=None, compile_ratio=None, limits=LIMITS)
+    assert r.get_status() == Status.INCORRECT and r.runtime_improvement == -1.0
+    dead = from_worker(None, phase="test", timed_out=None, returncode=-11, log_tail="boom",
+                       hw=CPU, probe=None, compile_ratio=None, limits=LIMITS)
+    assert dead.get_status() == Status.INCORRECT and "SIGSEGV" in dead.eval_log
+    slow = from_worker(None, phase="warmup", timed_out="build", returncode=-9, log_tail="",
+                       hw=CPU, probe=None, compile_ratio=None, limits=LIMITS)
+    assert slow.get_status() == Status.BUILD_TIMEOUT and slow.perf_score == 0
+
+
+def test_roofline_flags_impossible_speed():
+    probe = TaskProbe(ok=True, flops=0.0, bytes_moved=4.8e9, output_dtypes=["torch.float32"])
+    assert roofline_ms(0.0, 4.8e9, H200, "float32") == pytest.approx(1.0)
+    ok = {"compiled": True, "ran": True, "correctness": True, "log": [],
+          "cand_stats": summarize([0.1] * 3), "ref_stats": summarize([2.0] * 3)}
+    r = from_worker(ok, phase="benchmark", timed_out=None, returncode=0, log_tail="", hw=H200,
+                    probe=probe, compile_ratio=None, limits=LIMITS)
+    assert r.metadata["flagged_for_review"] is True and "FLAGGED FOR REVIEW" in r.eval_log
+
+
+def test_static_cuda_sources_finds_kernels():
+    assert "__global__" in static_cuda_sources((CANDIDATES / "cuda_ok.py").read_text())
