@@ -25,11 +25,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Check the database, then serve until interrupted. Exit 2 on bad input, no traceback."""
     args = parse_args(argv)
+    from kernelcode.dashboard.source import open_db
     from openkernel.errors import OpenKernelError
-    from openkernel.store import open_readonly
 
     try:
-        open_readonly(args.db).dispose()  # fail now, with one clear line, not in the browser
+        open_db(args.db).dispose()  # fail now, with one clear line, not in the browser
     except OpenKernelError as err:
         print(f"kernelfoundry-gui: {err}. Pass --db PATH to an openkernel results database.", file=sys.stderr)
         return 2

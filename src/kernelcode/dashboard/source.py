@@ -14,11 +14,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DatabaseError
 
 from kernelcode.dashboard import queries
 from kernelcode.dashboard.graph import best_kernel_id
 from openkernel.errors import OpenKernelError
 from openkernel.store import open_readonly
+
+
+def open_db(path: str | Path) -> Engine:
+    """``open_readonly`` that also turns "file is not a database" into OpenKernelError.
+
+    ``open_readonly`` lets sqlite's DatabaseError through for a file that is not SQLite at all
+    (a text file given as --db); the user should get the same one-line message as for a
+    foreign SQLite database.
+    """
+    try:
+        return open_readonly(path)
+    except DatabaseError as err:
+        raise OpenKernelError(f"{path}: not an openkernel database ({err.orig})") from None
 
 
 @dataclass
@@ -61,7 +75,7 @@ class DataSource:
         """The read-only engine; raises OpenKernelError with a clear message if unusable."""
         with self._lock:
             if self._engine is None:
-                self._engine = open_readonly(self.db_path)
+                self._engine = open_db(self.db_path)
             return self._engine
 
     def check(self) -> str | None:

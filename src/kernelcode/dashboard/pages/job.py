@@ -1,7 +1,7 @@
 """The page of one job: header, run health, the generation graph with the kernel panel, tabs.
 
-The graph's elements are part of the first response (no second round trip before the graph
-draws). A ``dcc.Interval`` then asks only for the job's signature (count, newest kernel); the
+The graph's elements come in a callback of their own right after the page (see ``layout``).
+A ``dcc.Interval`` then asks only for the job's signature (count, newest kernel); the
 graph, the header and the open panel are redrawn only when it changed.
 """
 
@@ -73,9 +73,11 @@ def layout(source, task: str, job: str):
         html.Div([
             html.Div([
                 legend(),
-                cyto.Cytoscape(id="job-graph", elements=graph_elements(data.rows, data.best_id),
+                # elements arrive through _refresh, not the page layout: Dash's renderer walks
+                # every layout object it receives, which took over a second for 5,000 nodes.
+                cyto.Cytoscape(id="job-graph", elements=[],
                                layout={"name": "preset", "fit": True, "padding": 30},
-                               stylesheet=stylesheet(), autoRefreshLayout=False, minZoom=0.02,
+                               stylesheet=stylesheet(), autoRefreshLayout=True, minZoom=0.001,
                                maxZoom=4, boxSelectionEnabled=False,
                                style={"width": "100%", "height": "640px"}, className="graph"),
             ], className="graph-col"),
@@ -105,15 +107,20 @@ def register(app, source, refresh_ms: int) -> None:
             raise PreventUpdate
         return new
 
-    @app.callback(Output("job-graph", "elements"), Output("job-header", "children"),
-                  Output("job-health", "children"), Input("job-sig", "data"), State("job-key", "data"),
-                  prevent_initial_call=True)
-    @guarded(lambda msg: (no_update, no_update, html.Div(msg, className="error")))
+    # The preset layout re-runs when elements change (autoRefreshLayout): the first time it
+    # fits the whole graph; on live refreshes it must not, or the user's zoom would reset.
+    @app.callback(Output("job-graph", "elements"), Output("job-graph", "layout"),
+                  Output("job-header", "children"), Output("job-health", "children"),
+                  Input("job-sig", "data"), State("job-key", "data"))
+    @guarded(lambda msg: (no_update, no_update, no_update, html.Div(msg, className="error")))
     def _refresh(sig, key):
         data = source.job(key["task"], key["job"], tuple(sig))
         if data is None:
             raise PreventUpdate
-        return graph_elements(data.rows, data.best_id), header(data), health_strip(data)
+        elements = graph_elements(data.rows, data.best_id)
+        if ctx.triggered_id is None:  # first call: header and health are already in the layout
+            return elements, no_update, no_update, no_update
+        return elements, {"name": "preset", "fit": False}, header(data), health_strip(data)
 
     @app.callback(Output("selected-kernel", "data"), Input("job-graph", "tapNodeData"),
                   Input("exp-grid", "cellClicked"), prevent_initial_call=True)

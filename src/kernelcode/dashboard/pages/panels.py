@@ -63,8 +63,8 @@ def tabs() -> html.Div:
                           className="toolbar"), html.Div(id="diff-body")],
     }
     containers = [html.Div(bodies.get(name, html.Div(id=f"{name}-body")), id=f"panel-{name}",
-                           style={"display": "block" if name == "trajectory" else "none"}) for name, _ in TABS]
-    return html.Div([dcc.Tabs(id="job-tabs", value="trajectory",
+                           style={"display": "block" if name == "health" else "none"}) for name, _ in TABS]
+    return html.Div([dcc.Tabs(id="job-tabs", value="health",
                               children=[dcc.Tab(label=t, value=v) for v, t in TABS])] + containers,
                     className="panels")
 

@@ -26,7 +26,7 @@ def layout() -> html.Div:
             html.Span(id="runs-count", className="muted"),
         ], className="toolbar"),
         dcc.Store(id="runs-offset", data=0),
-        dcc.Loading(html.Div(id="runs-table"), delay_show=300),
+        html.Div(id="runs-table"),
     ])
 
 

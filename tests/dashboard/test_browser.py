@@ -1,0 +1,186 @@
+"""The pages in a real headless Chromium (Debian's), served on 127.0.0.1 like kernelfoundry-gui."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+import sample_db
+from kernelcode.dashboard import job_url, serve_in_background
+
+CHROMIUM = Path("/usr/bin/chromium")
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
+                                "(apt-get install chromium; CI's .ci/run installs it)")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+WAIT = 30_000  # ms; generous because CI shares two cores with other suites
+CY = ("[document.getElementById('job-graph'), ...document.querySelectorAll('#job-graph *')]"
+      ".find(e => e && e._cyreg)._cyreg.cy")
+
+
+def _fingerprint(path: Path) -> tuple:
+    return path.stat().st_mtime_ns, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def served(sample):
+    before = _fingerprint(sample["path"])
+    base = serve_in_background(sample["path"])
+    yield {"base": base, "before": before, **sample}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    pg = browser.new_page(viewport={"width": 1500, "height": 1100})
+    pg.set_default_timeout(WAIT)
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.errors = errors
+    yield pg
+    pg.close()
+
+
+def _nodes(page, n: int) -> None:
+    page.wait_for_function(f"() => {{ try {{ return {CY}.nodes().length === {n}; }} catch (e) {{ return false; }} }}")
+
+
+def _open_job(page, base: str) -> None:
+    page.goto(job_url(base, sample_db.TASK, sample_db.JOB))
+    _nodes(page, len(sample_db.PLAN))
+
+
+def test_runs_page_lists_the_job_and_searches(served, page):
+    page.goto(served["base"] + "/")
+    listing = page.wait_for_selector("#runs-listing")
+    text = listing.inner_text()
+    assert sample_db.JOB in text and sample_db.TASK in text and "2.40x" in text and "NVIDIA H200" in text
+    page.fill("#runs-search", "softmax")
+    page.wait_for_function("() => !document.querySelector('#runs-listing').innerText.includes('demo job')")
+    assert "other job" in page.inner_text("#runs-listing")
+    page.fill("#runs-search", "")
+    page.click("text=demo job")
+    _nodes(page, len(sample_db.PLAN))
+    assert page.errors == []
+
+
+def test_graph_colours_best_arrows_and_legend(served, page):
+    _open_job(page, served["base"])
+    ids = served["ids"]
+    info = page.evaluate(f"""() => {{ const cy = {CY};
+        const c = id => cy.getElementById(id).style('background-color');
+        return {{edges: cy.edges().length, best: c('{served['best']}'),
+                 border: cy.getElementById('{served['best']}').style('border-color'),
+                 red: c('{ids['i0-b1']}'), green: c('{ids['i1-b0']}'), pink: c('{ids['i1-b2']}'),
+                 label: cy.getElementById('{ids['i1-b3']}').data('label'),
+                 y0: cy.getElementById('{ids['i0-b0']}').position('y'),
+                 y2: cy.getElementById('{served['best']}').position('y')}}; }}""")
+    assert info["edges"] == 6
+    assert info["best"] == "rgb(255,255,255)" and info["border"] == "rgb(0,0,0)"
+    assert (info["red"], info["green"], info["pink"]) == ("rgb(214,39,40)", "rgb(44,160,44)", "rgb(255,105,180)")
+    assert info["label"] == "i1-b3" and info["y0"] < info["y2"]
+    legend = page.inner_text("#graph-legend")
+    assert "Did not compile" in legend and "The best kernel of the job" in legend
+    assert page.errors == []
+
+
+def test_clicking_a_node_shows_every_field_with_highlighted_code(served, page):
+    _open_job(page, served["base"])
+    kid = served["ids"]["i0-b2"]
+    box = page.locator("#job-graph").bounding_box()
+    pos = page.evaluate(f"() => {CY}.getElementById('{kid}').renderedPosition()")
+    page.mouse.click(box["x"] + pos["x"], box["y"] + pos["y"])
+    page.wait_for_selector("#kernel-info")
+    info = page.inner_text("#kernel-info")
+    for expected in ("i0-b2", sample_db.TASK, sample_db.JOB, "offline-templates", "NVIDIA H200 (sm_90)", "incorrect"):
+        assert expected in info
+    assert "output_aliasing" in page.inner_text("#kernel-integrity")
+    panel = page.locator("#kernel-panel-body")
+    assert "PROMPT-MARKER-2" in panel.text_content() and "EVAL-LOG-MARKER-2" in panel.text_content()
+    assert "I will try BLOCK" in panel.text_content() and "class Model" in panel.text_content()
+    # highlight.js is served by Dash itself: keywords get hljs spans with no network
+    page.wait_for_selector("#kernel-panel-body .code .hljs-keyword", state="attached")
+    best = served["best"]
+    pos = page.evaluate(f"() => {CY}.getElementById('{best}').renderedPosition()")
+    page.mouse.click(box["x"] + pos["x"], box["y"] + pos["y"])
+    page.wait_for_function("() => document.querySelector('#kernel-info').innerText.includes('i2-b0')")
+    runtime = page.inner_text("#kernel-runtime")
+    assert "n_trials" in runtime and "108" in runtime and "2.4x" in runtime and "1.92x" in runtime
+    assert page.errors == []
+
+
+def test_experiment_table_quick_filter_and_row_click(served, page):
+    _open_job(page, served["base"])
+    page.click(".tab >> text=Experiment table")
+    page.wait_for_function("() => document.querySelectorAll('#exp-grid .ag-center-cols-container .ag-row').length === 10")
+    page.fill("#table-search", "compile_error")
+    page.wait_for_function("() => document.querySelectorAll('#exp-grid .ag-center-cols-container .ag-row').length === 1")
+    page.locator("#exp-grid .ag-center-cols-container .ag-row").first.click()
+    page.wait_for_function("() => (document.querySelector('#kernel-info') || {innerText: ''}).innerText.includes('i0-b1')")
+    assert "expected ';'" in page.text_content("#kernel-panel-body")
+    assert page.errors == []
+
+
+def test_every_panel_draws(served, page):
+    _open_job(page, served["base"])
+    for tab, selector in [("Optimization trajectory", "#trajectory-body .js-plotly-plot"),
+                          ("Roofline", "#roofline-body .js-plotly-plot"),
+                          ("Resources", "#resources-body .js-plotly-plot"),
+                          ("Optimization landscape", "#landscape-body .js-plotly-plot"),
+                          ("Memory heatmap", "#memory-body .js-plotly-plot"),
+                          ("Code diff", "#diff-table"), ("Run health", "#health-table")]:
+        page.click(f".tab >> text={tab}")
+        page.wait_for_selector(selector)
+    assert "i1-b0" in page.inner_text("#panel-diff") and "i2-b0" in page.inner_text("#panel-diff")
+    page.click(".tab >> text=Run health")
+    assert page.locator("#health-table tbody tr").count() == 5
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("path, expected", [("/job/nope/nope", "Unknown job"), ("/kernel/nope", "Unknown kernel"),
+                                            ("/what/is/this/page", "Page not found")])
+def test_bad_urls_get_a_clear_message(served, page, path, expected):
+    page.goto(served["base"] + path)
+    msg = page.wait_for_selector("#message-page")
+    assert expected in msg.inner_text()
+    assert "Traceback" not in page.content()
+
+
+def test_missing_database_gets_a_clear_page(tmp_path, page):
+    base = serve_in_background(tmp_path / "not-yet.sqlite3")
+    page.goto(base + "/")
+    assert "Cannot open the results database" in page.wait_for_selector("#message-page").inner_text()
+
+
+def test_live_job_page_grows_by_itself(sample, tmp_path, page):
+    from openkernel.store import Store
+
+    path = tmp_path / "live.sqlite3"
+    shutil.copy(sample["path"], path)
+    base = serve_in_background(path)
+    _open_job(page, base)
+    store = Store(path)
+    store.add_kernel(id="live0001", run_id=1, task_name=sample_db.TASK, job_name=sample_db.JOB, iteration=3,
+                     branch=0, label="i3-b0", parent_id=sample["best"], origin="llm", status="faster",
+                     compiled=True, correctness=True, runtime=0.03, runtime_improvement=3.3, score=7.3)
+    store.close()
+    _nodes(page, len(sample_db.PLAN) + 1)  # within a few refresh ticks, no reload
+    page.wait_for_function("() => document.querySelector('#job-facts').innerText.includes('11 kernels')")
+
+
+def test_zz_database_not_modified(served):
+    """Last in the module: after every page above, the file is byte-for-byte the same."""
+    assert _fingerprint(served["path"]) == served["before"]

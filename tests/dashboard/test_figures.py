@@ -1,0 +1,129 @@
+"""Pure builders: graph elements, figures, profiler helpers, components (no browser, no server)."""
+
+from __future__ import annotations
+
+from kernelcode.dashboard import figures, graph, profile
+from kernelcode.dashboard.components import code_block, diff_table
+from kernelcode.dashboard.pages.panels import table_rows
+
+
+def _row(i, status="faster", it=0, br=0, parent=None, speed=1.5, **extra):
+    correct = status in ("faster", "correct")
+    return {"id": f"k{i}", "label": f"i{it}-b{br}", "iteration": it, "branch": br, "parent_id": parent,
+            "status": status, "correctness": correct, "runtime_improvement": speed if correct else -1.0,
+            "runtime": 0.1 / speed if correct else -1.0, "score": 4 + speed if correct else 0.0,
+            "is_program0": False, "profiler_data": {}, "features": {}, "meta": {}, **extra}
+
+
+def test_status_colours_follow_the_seed_table():
+    assert graph.STATUS_COLORS == {
+        "faster": "#2ca02c", "correct": "#1f77b4", "incorrect": "#ff7f0e", "test_timeout": "#f2c500",
+        "compile_error": "#d62728", "build_timeout": "#ff69b4", "not_run": "#9e9e9e"}
+    styles = {s["selector"]: s["style"] for s in graph.stylesheet()}
+    assert styles[".best"]["background-color"] == "#ffffff"
+    assert styles[".best"]["border-color"] == "#000000"
+    assert styles["edge"]["target-arrow-shape"] == "triangle"
+    for status, colour in graph.STATUS_COLORS.items():
+        assert styles[f".{status}"]["background-color"] == colour
+
+
+def test_best_kernel_is_highest_score_among_correct_and_never_program0():
+    rows = [_row(0, speed=3.0, is_program0=True), _row(1, speed=1.2), _row(2, speed=2.0),
+            _row(3, "incorrect"), _row(4, "correct", speed=0.9)]
+    assert graph.best_kernel_id(rows) == "k2"
+    assert graph.best_kernel_id([_row(0, "compile_error")]) is None
+
+
+def test_elements_layers_arrows_sizes_and_best_class():
+    rows = [_row(0, it=0, br=0, speed=1.1), _row(1, "compile_error", it=0, br=1),
+            _row(2, it=1, br=0, parent="k0", speed=2.5), _row(3, "correct", it=1, br=1, parent="k0", speed=0.8),
+            _row(4, it=2, br=0, parent="missing")]
+    els = graph.graph_elements(rows, best_id="k2")
+    nodes = {e["data"]["id"]: e for e in els if "position" in e}
+    edges = [e["data"] for e in els if "source" in e.get("data", {})]
+    assert len(nodes) == 5
+    assert {(e["source"], e["target"]) for e in edges} == {("k0", "k2"), ("k0", "k3")}  # parent -> child
+    assert nodes["k0"]["position"]["y"] < nodes["k2"]["position"]["y"] < nodes["k4"]["position"]["y"]
+    assert nodes["k2"]["classes"] == "faster best"
+    assert nodes["k1"]["classes"] == "compile_error"
+    assert nodes["k2"]["data"]["size"] > nodes["k0"]["data"]["size"] > nodes["k1"]["data"]["size"]
+    assert nodes["k2"]["data"]["label"] == "i1-b0"
+
+
+def test_layout_places_children_under_their_parents_and_scales():
+    rows = [_row(i, it=0, br=i) for i in range(3)]
+    rows += [_row(10 + i, it=1, br=i, parent=f"k{2 - i}") for i in range(3)]  # reversed parents
+    pos = graph.layered_positions(rows)
+    assert [pos[f"k{10 + i}"][0] for i in range(3)] == sorted([pos[f"k{10 + i}"][0] for i in range(3)], reverse=True)
+    big = [_row(i, it=i // 10, br=i % 10, parent=f"k{i - 10}" if i >= 10 else None) for i in range(5000)]
+    pos = graph.layered_positions(big)
+    assert len(pos) == 5000 and len({p for p in pos.values()}) == 5000  # no two nodes on one spot
+
+
+def test_trajectory_has_every_candidate_and_best_so_far():
+    rows = [_row(0, it=0, speed=1.2), _row(1, "compile_error", it=0, br=1), _row(2, it=1, speed=2.0),
+            _row(3, "correct", it=2, speed=0.9)]
+    fig = figures.trajectory_figure(rows)
+    best = next(t for t in fig.data if t.name == "best so far")
+    assert list(best.y) == [1.2, 2.0, 2.0]
+    assert "iteration 1: best so far 2.000x" in best.text[1]
+    assert sum(len(t.x) for t in fig.data if t.name != "best so far") == 4
+    assert figures.trajectory_figure([]) is None
+
+
+def test_roofline_ceilings_points_and_estimate_note():
+    rows = [_row(0, profiler_data={"arithmetic_intensity": 2.0, "gflops": 500.0}),
+            _row(1, profiler_data={"flops": 1e9, "bytes": 1e8, "estimate": True})]
+    fig, note = figures.roofline_figure(rows, {"gflops": 60000.0, "bandwidth_gbs": 4000.0})
+    assert any(t.name.startswith("roof") for t in fig.data)
+    assert {t.name for t in fig.data} >= {"measured", "estimate"}
+    assert note == ""
+    fig, note = figures.roofline_figure(rows[1:], {"gflops": None, "bandwidth_gbs": None})
+    assert "only estimates" in note and "no hardware peaks" in note
+    assert figures.roofline_figure([_row(0)], {})[0] is None
+
+
+def test_profile_units_and_peaks():
+    assert profile.metric_value({"achieved_occupancy": 0.5}, "achieved_occupancy") == 50.0
+    assert profile.metric_value({"shared_mem_per_block": 49152}, "shared_mem_per_block") == 48.0
+    assert profile.metric_value({}, "l2_hit_rate_pct") is None
+    assert profile.roofline_point(_row(0, profiler_data={"flops": 2e9, "bytes": 1e9})) == (2.0, 2e9 / (0.1 / 1.5 * 1e-3) / 1e9, False)
+    peaks = profile.hardware_peaks([], [{"hardware": {"peak_bandwidth_gbs": 4800, "peak_tflops": {"fp32": 67, "bf16": 990}}}])
+    assert peaks == {"gflops": 67000.0, "bandwidth_gbs": 4800.0}
+    assert profile.hardware_peaks([_row(0, profiler_data={"peak_gflops": 1.0})], []) == {"gflops": 1.0, "bandwidth_gbs": None}
+
+
+def test_gauges_only_for_present_metrics():
+    fig = figures.gauges_figure({"achieved_occupancy": 0.7, "registers_per_thread": 40, "l2_hit_rate_pct": 80})
+    assert [t.value for t in fig.data] == [70.0, 40, 80]
+    assert figures.gauges_figure({"flops": 1.0}) is None
+    rows = [_row(0, speed=1.1, profiler_data={"l2_hit_rate_pct": 1}), _row(1, speed=2.0, profiler_data={"sm_throughput_pct": 3})]
+    assert profile.best_profiled(rows)["id"] == "k1"
+    assert profile.best_profiled(rows, prefer_id="k0")["id"] == "k0"
+
+
+def test_landscape_uses_features_then_fills_axes():
+    rows = [_row(i, features={"block": 64 * i, "warps": i}) for i in range(1, 5)] + [_row(9, "incorrect", features={"block": 1, "warps": 2})]
+    fig = figures.landscape_figure(rows)
+    assert fig.layout.scene.xaxis.title.text == "features.block"
+    assert fig.layout.scene.zaxis.title.text == "iteration"
+    assert {t.name for t in fig.data} == {"correct", "not correct"}
+    assert figures.heatmap_figure([[1, 2], [3, 4]], "i0-b0").data[0].z is not None
+    assert figures.heatmap_figure("bad", "x") is None
+
+
+def test_code_block_fence_survives_backticks_and_diff_marks_changes():
+    md = code_block("x = '```'\n", "cuda")
+    assert md.children.startswith("````cpp\n") and md.children.endswith("\n````")
+    a = {"label": "a", "code": "x = 1\ny = 2\n", "runtime": 0.2, "runtime_improvement": 1.0, "status": "correct"}
+    b = {"label": "b", "code": "x = 1\ny = 3\nz = 4\n", "runtime": 0.1, "runtime_improvement": 2.0, "status": "faster"}
+    table = diff_table(a, b)
+    assert table.children[0].children == "2 changed line(s)"
+    assert "median 0.1 ms" in str(table.children[1].children[0].children.children[1].children)
+
+
+def test_table_rows_flags_and_blanks():
+    rows = table_rows([_row(0, meta={"integrity_violation": "aliasing", "flagged_for_review": True}),
+                       _row(1, "compile_error")])
+    assert rows[0]["integrity"] == "violation: aliasing, flagged"
+    assert rows[1]["speedup"] is None and rows[1]["runtime"] is None

@@ -1,0 +1,115 @@
+"""Queries, routing, the CLI and the background server against a real (small) database."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import sample_db
+from kernelcode.dashboard import job_url, serve_in_background
+from kernelcode.dashboard import queries
+from kernelcode.dashboard.app import route
+from kernelcode.dashboard.cli import main
+from kernelcode.dashboard.source import DataSource
+from openkernel.store import open_readonly
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_list_jobs_counts_mix_best_and_search(sample):
+    engine = open_readonly(sample["path"])
+    rows, total = queries.list_jobs(engine)
+    assert total == 2
+    demo = next(r for r in rows if r["job_name"] == sample_db.JOB)
+    assert demo["kernels"] == 10 and demo["best_speedup"] == 2.4
+    assert demo["status"]["faster"] == 3 and demo["status"]["compile_error"] == 1
+    assert demo["hardware"] == "NVIDIA H200 (sm_90)" and demo["last"].startswith("2026-11-30 10:00:09")
+    assert [r["job_name"] for r in queries.list_jobs(engine, "GELU")[0]] == [sample_db.JOB]
+    assert queries.list_jobs(engine, "no_such_%_job") == ([], 0)
+    assert len(queries.list_jobs(engine, offset=1, limit=1)[0]) == 1
+
+
+def test_job_rows_are_light_and_the_heatmap_stays_behind(sample):
+    engine = open_readonly(sample["path"])
+    rows = queries.job_kernels(engine, sample_db.TASK, sample_db.JOB)
+    assert len(rows) == 10 and "prompt" not in rows[0] and "code" not in rows[0]
+    best = next(r for r in rows if r["id"] == sample["best"])
+    assert best["has_heatmap"] and "memory_heatmap" not in best["profiler_data"]
+    assert queries.memory_heatmap(engine, sample["best"]) == [[1, 2, 3], [4, 5, 6]]
+    assert queries.job_signature(engine, sample_db.TASK, sample_db.JOB)[0] == 10
+    detail = queries.kernel_detail(engine, sample["ids"]["i0-b2"])
+    assert detail["meta"]["integrity_violation"] == "output_aliasing" and "PROMPT-MARKER-2" in detail["prompt"]
+    assert queries.kernel_detail(engine, "nope") is None
+
+
+def test_routes_give_clear_pages_for_bad_input(sample, tmp_path):
+    src = DataSource(sample["path"])
+    assert route(src, "/job/x/y", "").id == "message-page"
+    assert "Unknown job" in str(route(src, "/job/x/y", ""))
+    assert "Unknown kernel" in str(route(src, "/kernel/nope", ""))
+    assert "Page not found" in str(route(src, "/a/b/c/d", ""))
+    assert "job-graph" in str(route(src, f"/job/{sample_db.TASK}/demo%20job", ""))
+    missing = route(DataSource(tmp_path / "none.sqlite3"), "/", "")
+    assert "Cannot open the results database" in str(missing) and "no such database" in str(missing)
+
+
+def test_cli_exits_2_without_traceback_on_missing_or_foreign_db(tmp_path, capsys):
+    assert main(["--db", str(tmp_path / "missing.sqlite3")]) == 2
+    err = capsys.readouterr().err
+    assert "no such database" in err and "Traceback" not in err
+    foreign = tmp_path / "foreign.sqlite3"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    assert main(["--db", str(foreign)]) == 2
+    assert "not an openkernel database" in capsys.readouterr().err
+    text = tmp_path / "text.sqlite3"
+    text.write_text("hello")
+    assert main(["--db", str(text)]) == 2
+
+
+def test_start_gui_is_the_same_cli(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "start_gui.py"), "--db", str(tmp_path / "x.db")],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 2 and "no such database" in out.stderr and "Traceback" not in out.stderr
+    out = subprocess.run([sys.executable, str(ROOT / "start_gui.py"), "--help"], capture_output=True, text=True,
+                         timeout=60)
+    assert "--port" in out.stdout and "8885" in out.stdout and "127.0.0.1" in out.stdout
+
+
+def test_default_db_is_relative_to_cwd():
+    from kernelcode.dashboard.cli import parse_args
+
+    args = parse_args([])
+    assert args.db == Path("runs/kernels.sqlite3") and args.port == 8885 and args.host == "127.0.0.1"
+
+
+def test_non_loopback_host_warns(sample, capsys, monkeypatch):
+    import kernelcode.dashboard.server as server
+
+    class Stop(Exception):
+        pass
+
+    def fake(*_a, **_k):
+        raise Stop
+
+    monkeypatch.setattr(server, "make_dashboard_server", fake)
+    with pytest.raises(Stop):
+        main(["--db", str(sample["path"]), "--host", "0.0.0.0"])
+    assert "warning" in capsys.readouterr().err
+
+
+def test_serve_in_background_binds_loopback_and_answers(sample):
+    base = serve_in_background(sample["path"])
+    assert base.startswith("http://127.0.0.1:") and not base.endswith(":0")
+    url = job_url(base, "a/b task", "job 1")
+    assert url == base + "/job/a%2Fb%20task/job%201"
+    with urllib.request.urlopen(url, timeout=30) as resp:  # every path serves the app shell
+        assert resp.status == 200 and b"_dash-config" in resp.read()
+    with urllib.request.urlopen(base + "/_dash-layout", timeout=30) as resp:
+        assert json.loads(resp.read())["props"]["children"]
