@@ -115,3 +115,18 @@ def test_gpu_hostile_candidates(tmp_path):
         if check != "*":
             assert results[name].metadata.get("integrity_violation") == check, name
     assert "cuda events" in results["good_gelu"].metadata["timing_method"]
+
+
+@pytest.mark.gpu
+def test_gpu_hidden_work_and_real_builds(tmp_path):
+    """Side stream, late thread, a Triton compile error and a real CUDA C++ build, on a GPU."""
+    evaluator = Evaluator(load_task(EXAMPLES / "gelu"), _config(tmp_path), bench_budget_s=0.5)
+    results = _evaluate_all(evaluator, ["side_stream", "thread_gpu", "bad_triton"])
+    assert results["side_stream"].metadata.get("integrity_violation") == "hidden_work", \
+        results["side_stream"].eval_log
+    assert results["thread_gpu"].metadata.get("integrity_violation") == "background_thread", \
+        results["thread_gpu"].eval_log
+    assert results["bad_triton"].get_status() == Status.COMPILE_ERROR, results["bad_triton"].eval_log
+    cuda = evaluator.evaluate((CANDIDATES / "cuda_ok.py").read_text(), "cuda", "cuda_ok")
+    assert cuda.get_status() in (Status.CORRECT, Status.FASTER), cuda.eval_log
+    assert cuda.improve_over_compile > 0 and cuda.perf_score >= 3
