@@ -72,7 +72,7 @@ def test_runs_page_lists_the_job_and_searches(served, page):
     page.wait_for_function("() => !document.querySelector('#runs-listing').innerText.includes('demo job')")
     assert "other job" in page.inner_text("#runs-listing")
     page.fill("#runs-search", "")
-    page.click("text=demo job")
+    page.click("#runs-listing >> text=demo job")
     _nodes(page, len(sample_db.PLAN))
     assert page.errors == []
 

@@ -65,7 +65,7 @@ def route(source: DataSource, pathname: str | None, search: str | None):
                             "results database (runs/kernels.sqlite3 by default).", back=False)
     parts = [unquote(p) for p in (pathname or "/").strip("/").split("/") if p]
     if not parts:
-        return runs.layout()
+        return runs.layout(source)
     if parts[0] == "job" and len(parts) == 3:
         return job.layout(source, parts[1], parts[2])
     if parts[0] == "kernel" and len(parts) == 2:

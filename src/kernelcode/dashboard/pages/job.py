@@ -83,7 +83,7 @@ def layout(source, task: str, job: str):
             ], className="graph-col"),
             html.Div(html.P(HINT, className="muted"), id="kernel-detail", className="detail-col"),
         ], className="graph-row"),
-        panels.tabs(),
+        panels.tabs(source, data),
     ], className="job-page")
 
 

@@ -8,7 +8,7 @@ because rows are matched by kernel id (``getRowId``).
 from __future__ import annotations
 
 import dash_ag_grid as dag
-from dash import Input, Output, Patch, State, dcc, html, no_update
+from dash import Input, Output, Patch, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from kernelcode.dashboard.components import diff_table
@@ -53,11 +53,16 @@ def _grid() -> dag.AgGrid:
         style={"height": "560px", "width": "100%"})
 
 
-def tabs() -> html.Div:
-    """Tab headers and one container per panel (hidden unless its tab is open)."""
+def tabs(source, data) -> html.Div:
+    """Tab headers and one container per panel (hidden unless its tab is open).
+
+    The health tab is open first and comes drawn with the page, so loading a job costs no
+    panel request while the graph draws.
+    """
     bodies = {
         "table": [dcc.Input(id="table-search", type="search", placeholder="quick search (any column)",
                             debounce=0.2, className="search"), _grid(), dcc.Store(id="grid-sig")],
+        "health": html.Div(health_table(source, data), id="health-body"),
         "diff": [html.Div([dcc.Dropdown(id="diff-a", placeholder="kernel A", className="dd"),
                            dcc.Dropdown(id="diff-b", placeholder="kernel B", className="dd")],
                           className="toolbar"), html.Div(id="diff-body")],
@@ -97,13 +102,67 @@ def table_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _trajectory(source, data, selected):
+    fig = trajectory_figure(data.rows)
+    return _graph(fig) if fig else _note("No kernels yet.")
+
+
+def _roofline(source, data, selected):
+    fig, note = roofline_figure(data.rows, hardware_peaks(data.rows, [r.get("config") for r in data.runs]))
+    return ([_note(note)] if note else []) + ([_graph(fig)] if fig else [])
+
+
+def _resources(source, data, selected):
+    row = best_profiled(data.rows, selected)
+    if row is None:
+        return _note(NO_PROFILE)
+    prof = row.get("profiler_data") or {}
+    title = f"Resource utilization: {row['label']}" + (" (estimate)" if prof.get("estimate") else "")
+    extra = f"bottleneck: {prof['bottleneck']}" if prof.get("bottleneck") else ""
+    which = "" if row["id"] == selected else " (the fastest profiled kernel; click another to compare)"
+    return [_note(f"Showing {row['label']}{which}. {extra}"), _graph(gauges_figure(prof, title))]
+
+
+def _landscape(source, data, selected):
+    fig = landscape_figure(data.rows)
+    return _graph(fig) if fig else _note("No kernel has feature or parameter coordinates yet.")
+
+
+def _memory(source, data, selected):
+    with_heat = [r for r in data.rows if r.get("has_heatmap")]
+    if not with_heat:
+        return _note(HEATMAP_HELP)
+    row = next((r for r in with_heat if r["id"] == selected), None) or next(
+        (r for r in with_heat if r["id"] == data.best_id), with_heat[0])
+    fig = heatmap_figure(source.heatmap(row["id"]), row["label"])
+    return _graph(fig) if fig else _note(f"{row['label']}: the stored heatmap is not a 2-D list.")
+
+
+def health_table(source, data, selected=None) -> html.Table:
+    """The seed's symptom table for the job, with a mark per row."""
+    config = data.runs[-1].get("config") if data.runs else None
+    head = html.Tr([html.Th(h) for h in ("", "symptom", "what this job shows", "likely cause", "where to look")])
+    icon = {"warn": "⚠", "ok": "✓", "n/a": "·"}
+    body = [html.Tr([html.Td(icon[c.state], className=f"state-{c.state.replace('/', '')}"), html.Td(c.symptom),
+                     html.Td(c.evidence), html.Td(c.cause), html.Td(c.where)])
+            for c in job_health(data.rows, branches_from_config(config))]
+    return html.Table([html.Thead(head), html.Tbody(body)], className="health", id="health-table")
+
+
+# Panels drawn into "<name>-body" by the one callback below; the table and the diff have their own.
+BUILDERS = {"trajectory": _trajectory, "roofline": _roofline, "resources": _resources,
+            "landscape": _landscape, "memory": _memory, "health": health_table}
+FOLLOW_SELECTION = {"resources", "memory"}
+
+
 def register(app, source) -> None:
-    """Callbacks of the panels."""
+    """Callbacks of the panels. None runs when the page loads (each would be a request)."""
     from kernelcode.dashboard.app import guarded
 
-    error = guarded(lambda msg: html.Div(msg, className="error"))
+    names = list(BUILDERS)
 
-    @app.callback([Output(f"panel-{n}", "style") for n, _ in TABS], Input("job-tabs", "value"))
+    @app.callback([Output(f"panel-{n}", "style") for n, _ in TABS], Input("job-tabs", "value"),
+                  prevent_initial_call=True)
     def _show(tab):
         return [{"display": "block" if n == tab else "none"} for n, _ in TABS]
 
@@ -115,62 +174,26 @@ def register(app, source) -> None:
             raise PreventUpdate
         return data
 
-    def panel(name, *extra):
-        return lambda fn: app.callback(Output(f"{name}-body", "children"), Input("job-tabs", "value"),
-                                       Input("job-sig", "data"), *extra, State("job-key", "data"))(error(fn))
+    error = guarded(lambda msg: html.Div(msg, className="error"))
 
-    @panel("trajectory")
-    def _trajectory(tab, sig, key):
-        fig = trajectory_figure(job_for(tab, "trajectory", key, sig).rows)
-        return _graph(fig) if fig else _note("No kernels yet.")
+    @error
+    def draw(name, data, selected):
+        return BUILDERS[name](source, data, selected)
 
-    @panel("roofline")
-    def _roofline(tab, sig, key):
-        data = job_for(tab, "roofline", key, sig)
-        fig, note = roofline_figure(data.rows, hardware_peaks(data.rows, [r.get("config") for r in data.runs]))
-        return ([_note(note)] if note else []) + ([_graph(fig)] if fig else [])
-
-    @panel("resources", Input("selected-kernel", "data"))
-    def _resources(tab, sig, selected, key):
-        data = job_for(tab, "resources", key, sig)
-        row = best_profiled(data.rows, selected)
-        if row is None:
-            return _note(NO_PROFILE)
-        prof = row.get("profiler_data") or {}
-        title = f"Resource utilization: {row['label']}" + (" (estimate)" if prof.get("estimate") else "")
-        extra = f"bottleneck: {prof['bottleneck']}" if prof.get("bottleneck") else ""
-        which = "" if row["id"] == selected else " (the fastest profiled kernel; click another to compare)"
-        return [_note(f"Showing {row['label']}{which}. {extra}"), _graph(gauges_figure(prof, title))]
-
-    @panel("landscape")
-    def _landscape(tab, sig, key):
-        fig = landscape_figure(job_for(tab, "landscape", key, sig).rows)
-        return _graph(fig) if fig else _note("No kernel has feature or parameter coordinates yet.")
-
-    @panel("memory", Input("selected-kernel", "data"))
-    def _memory(tab, sig, selected, key):
-        data = job_for(tab, "memory", key, sig)
-        with_heat = [r for r in data.rows if r.get("has_heatmap")]
-        if not with_heat:
-            return _note(HEATMAP_HELP)
-        row = next((r for r in with_heat if r["id"] == selected), None) or next(
-            (r for r in with_heat if r["id"] == data.best_id), with_heat[0])
-        fig = heatmap_figure(source.heatmap(row["id"]), row["label"])
-        return _graph(fig) if fig else _note(f"{row['label']}: the stored heatmap is not a 2-D list.")
-
-    @panel("health")
-    def _health(tab, sig, key):
-        data = job_for(tab, "health", key, sig)
-        config = data.runs[-1].get("config") if data.runs else None
-        head = html.Tr([html.Th(h) for h in ("", "symptom", "what this job shows", "likely cause", "where to look")])
-        icon = {"warn": "⚠", "ok": "✓", "n/a": "·"}
-        body = [html.Tr([html.Td(icon[c.state], className=f"state-{c.state.replace('/', '')}"), html.Td(c.symptom),
-                         html.Td(c.evidence), html.Td(c.cause), html.Td(c.where)])
-                for c in job_health(data.rows, branches_from_config(config))]
-        return html.Table([html.Thead(head), html.Tbody(body)], className="health", id="health-table")
+    # One callback for every drawn panel: a tab switch or a live refresh costs one request,
+    # and only the open panel is computed and sent.
+    @app.callback([Output(f"{n}-body", "children") for n in names], Input("job-tabs", "value"),
+                  Input("job-sig", "data"), Input("selected-kernel", "data"), State("job-key", "data"),
+                  prevent_initial_call=True)
+    def _panels(tab, sig, selected, key):
+        if tab not in BUILDERS or (ctx.triggered_id == "selected-kernel" and tab not in FOLLOW_SELECTION):
+            raise PreventUpdate
+        data = job_for(tab, tab, key, sig)
+        return [draw(n, data, selected) if n == tab else no_update for n in names]
 
     @app.callback(Output("exp-grid", "rowData"), Output("grid-sig", "data"), Input("job-tabs", "value"),
-                  Input("job-sig", "data"), State("job-key", "data"), State("grid-sig", "data"))
+                  Input("job-sig", "data"), State("job-key", "data"), State("grid-sig", "data"),
+                  prevent_initial_call=True)
     @guarded(lambda msg: (no_update, no_update))
     def _grid_rows(tab, sig, key, shown):
         if tab != "table" or (shown and shown == sig):
@@ -185,7 +208,8 @@ def register(app, source) -> None:
 
     @app.callback(Output("diff-a", "options"), Output("diff-b", "options"), Output("diff-a", "value"),
                   Output("diff-b", "value"), Input("job-tabs", "value"), Input("job-sig", "data"),
-                  State("job-key", "data"), State("diff-a", "value"), State("diff-b", "value"))
+                  State("job-key", "data"), State("diff-a", "value"), State("diff-b", "value"),
+                  prevent_initial_call=True)
     @guarded(lambda msg: (no_update,) * 4)
     def _diff_options(tab, sig, key, a, b):
         data = job_for(tab, "diff", key, sig)
@@ -198,7 +222,8 @@ def register(app, source) -> None:
             a, b = parent, best["id"]
         return opts, opts, a, b
 
-    @app.callback(Output("diff-body", "children"), Input("diff-a", "value"), Input("diff-b", "value"))
+    @app.callback(Output("diff-body", "children"), Input("diff-a", "value"), Input("diff-b", "value"),
+                  prevent_initial_call=True)
     @error
     def _diff(a, b):
         if not (a and b):
