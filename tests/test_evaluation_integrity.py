@@ -110,10 +110,13 @@ def test_gpu_hostile_candidates(tmp_path):
     """On a GPU: the same candidates plus reference-memory reuse, on CUDA tensors."""
     evaluator = Evaluator(load_task(EXAMPLES / "gelu"), _config(tmp_path), bench_budget_s=0.5)
     results = _evaluate_all(evaluator, list(HOSTILE))
+    wrong = {}
     for name, (status, check) in HOSTILE.items():
-        assert results[name].get_status() == status, (name, results[name].eval_log)
-        if check != "*":
-            assert results[name].metadata.get("integrity_violation") == check, name
+        got = (results[name].get_status(), results[name].metadata.get("integrity_violation"))
+        print(name, got, results[name].runtime_improvement)
+        if got[0] != status or (check != "*" and got[1] != check):
+            wrong[name] = (got, results[name].eval_log[-1500:])
+    assert not wrong, wrong
     assert "cuda events" in results["good_gelu"].metadata["timing_method"]
 
 
