@@ -55,6 +55,8 @@ def test_routes_give_clear_pages_for_bad_input(sample, tmp_path):
     assert "Unknown kernel" in str(route(src, "/kernel/nope", ""))
     assert "Page not found" in str(route(src, "/a/b/c/d", ""))
     assert "job-graph" in str(route(src, f"/job/{sample_db.TASK}/demo%20job", ""))
+    kernel_page = str(route(src, f"/kernel/{sample['best']}", ""))
+    assert "PROMPT-MARKER-8" in kernel_page and "kernel-runtime" in kernel_page
     missing = route(DataSource(tmp_path / "none.sqlite3"), "/", "")
     assert "Cannot open the results database" in str(missing) and "no such database" in str(missing)
 
