@@ -12,6 +12,7 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Iterator
@@ -85,7 +86,8 @@ class Search:
         run = self.store.start_run(
             task_name=self.task_name, job_name=self.job_name, backend=self.backend,
             gpu_arch=self.gpu_arch, hardware=hw.label, generator=self.generator.name,
-            models=self.generator.models, config=self.config.model_dump(mode="json"),
+            models=self.generator.models,
+            config={**self.config.model_dump(mode="json"), "hardware": asdict(hw)},
             task_path=str(self.task.folder or self.task.reference_path),
         )
         self.run_id = run.id

@@ -159,8 +159,12 @@ def open_readonly(path: str | Path) -> Engine:
 
     engine = create_engine("sqlite://", creator=connect)
     _sqlite_pragmas(engine, readonly=True)
-    with engine.connect() as conn:
-        tables = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='table'")}
+    try:
+        with engine.connect() as conn:
+            tables = {r[0] for r in conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type='table'")}
+    except DatabaseError as err:
+        raise OpenKernelError(f"{db_file}: not an SQLite database ({err.orig})") from None
     if not {"kernels", "runs"} <= tables:
         raise OpenKernelError(f"{db_file}: not an openkernel database (no kernels/runs tables)")
     return engine

@@ -24,6 +24,7 @@ class Run(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     task_name: Mapped[str] = mapped_column(String(200), index=True)
     job_name: Mapped[str] = mapped_column(String(200), index=True)
+    __table_args__ = (Index("ix_runs_task_job", "task_name", "job_name"),)
     backend: Mapped[str] = mapped_column(String(20))
     gpu_arch: Mapped[str] = mapped_column(String(100), default="")
     hardware: Mapped[str] = mapped_column(String(200), default="")
@@ -87,6 +88,9 @@ class Kernel(Base):
     __table_args__ = (
         Index("ix_kernels_task_job", "task_name", "job_name"),
         Index("ix_kernels_task_arch_score", "task_name", "gpu_arch", "score"),
+        # Covers the per-job summaries of the results browser without reading prompt/code.
+        Index("ix_kernels_job_summary", "task_name", "job_name", "status",
+              "runtime_improvement", "created_at"),
     )
 
 
