@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
-from textual import on, work
+from textual import work
 from textual.widgets import Input
 
 from kernelcode.tui import dashboard_link, skills
@@ -146,8 +146,10 @@ class KeyActions:
     def action_steer(self) -> None:
         self.query_one("#steer", Input).focus()
 
-    @on(Input.Submitted, "#steer")
-    def _steer(self, event: Input.Submitted) -> None:
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Steering: the typed text goes to the engine (named handler: @on skips mixins)."""
+        if event.input.id != "steer":
+            return
         text = event.value.strip()
         event.input.clear()
         if not text:

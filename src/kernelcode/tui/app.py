@@ -86,6 +86,10 @@ class KernelCodeApp(KeyActions, App[int]):
             self.query_one(selector).border_title = title
         self.engine_worker = self.run_engine()
 
+    def on_unmount(self) -> None:
+        """However the app ends, tell the engine to stop after the candidates in flight."""
+        self.control.stop()
+
     # -- the engine, in a thread ---------------------------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine", name="engine")
     def run_engine(self) -> None:

@@ -50,7 +50,6 @@ class DiffScreen(Overlay):
     """Kernel diff: ``k``. Shows the message instead when there is nothing to compare."""
 
     TITLE_TEXT = "Kernel diff"
-    TOGGLE_KEY = "k"
 
     def __init__(self, old: str = "", new: str = "", old_title: str = "", new_title: str = "",
                  message: str = "") -> None:

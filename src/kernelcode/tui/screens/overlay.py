@@ -12,10 +12,19 @@ from textual.widgets import Static
 class Overlay(ModalScreen[None]):
     """A bordered modal with a title and a scrollable body; Escape (or its key) closes it."""
 
-    BINDINGS = [Binding("escape", "close", "Close", priority=True)]
+    # A modal screen hides the app's bindings, so the app keys are forwarded from here: the
+    # overlay's own key closes it, another overlay's key switches, p/b/d/q keep working.
+    BINDINGS = [
+        Binding("escape", "close", "Close", priority=True),
+        Binding("d", "app.dashboard", "Dashboard"),
+        Binding("k", "app.kernel_diff", "Kernel diff"),
+        Binding("r", "app.roofline", "Roofline"),
+        Binding("s", "app.skills", "Skills"),
+        Binding("p", "app.pause", "Pause/resume"),
+        Binding("b", "app.backend", "Backend"),
+        Binding("q", "app.quit", "Quit"),
+    ]
     TITLE_TEXT = ""
-    # The app key that opened this overlay; pressing it again closes it (a toggle).
-    TOGGLE_KEY = ""
 
     def compose(self) -> ComposeResult:
         with Vertical(id="overlay-frame") as frame:

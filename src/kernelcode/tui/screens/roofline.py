@@ -111,7 +111,6 @@ class RooflineScreen(Overlay):
     """Roofline: ``r``."""
 
     TITLE_TEXT = "Roofline"
-    TOGGLE_KEY = "r"
 
     def __init__(self, programs: list[Program], on_cpu: bool = False) -> None:
         super().__init__()

@@ -37,7 +37,6 @@ class SkillsScreen(Overlay):
     """Skill library: ``s``."""
 
     TITLE_TEXT = "Skill library"
-    TOGGLE_KEY = "s"
 
     def __init__(self, matches: list[dict], note: str = "") -> None:
         super().__init__()
