@@ -61,9 +61,13 @@ def evaluator_for(task_dir: Path, scratch: Path, budget: float):
     from openkernel.evaluation.executor import Evaluator
     from openkernel.task import load_task
 
+    from openkernel.store import Store
+
     config = build_config({"paths": {"scratch_dir": str(scratch)},
                            "eval_config": {"correctness_seeds": 1}})
-    return Evaluator(load_task(task_dir), config, bench_budget_s=budget)
+    # A shared store caches the torch.compile reference timing across evaluator processes.
+    store = Store(scratch.parent / "reference_timings.sqlite3")
+    return Evaluator(load_task(task_dir), config, store, bench_budget_s=budget)
 
 
 def summary(result) -> dict:

@@ -120,6 +120,7 @@ class LaunchCounter:
 
     def __init__(self) -> None:
         self.count = 0
+        self.streams: set[int] = set()  # CUDA streams kernels were launched on (GPU only)
         self.wrapped: list[tuple[type, Callable]] = []
         classes = []
         try:
@@ -139,6 +140,8 @@ class LaunchCounter:
         def run(self, *args, grid, warmup, **kwargs):
             if not warmup:
                 counter.count += 1
+                if torch.cuda.is_initialized():
+                    counter.streams.add(torch.cuda.current_stream().cuda_stream)
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
         cls.run = run

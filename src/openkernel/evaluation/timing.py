@@ -4,7 +4,10 @@ Method on a GPU (what ``metadata["timing_method"]`` calls "cuda events, L2 flush
 
 * warm-up calls first (Triton compiles at the first call; that belongs to the build phase);
 * before every timed call a 256 MB buffer is zeroed so neither kernel finds its inputs in
-  L2 (the H200's L2 is 50 MB) - the same policy as ``triton.testing.do_bench``;
+  L2 (the H200's L2 is 50 MB) - the same policy as ``triton.testing.do_bench`` - and the GPU
+  is then kept busy ~100 us (``torch.cuda._sleep``) so the call is queued before the device
+  reaches it: what is timed is device time, not the host's launch overhead (first H200 run:
+  without it a ~8 us Triton kernel measured 8 to 30 us depending on the process);
 * each call is bracketed by CUDA events on the current stream, and the device is synchronised
   (all streams) after every A/B pair, so work left on a side stream cannot spill into the next
   trial; integrity.hidden_work compares the events with the profiler's kernel time to catch
@@ -27,6 +30,7 @@ import torch
 
 _perf_counter = time.perf_counter
 FLUSH_BYTES = 256 * 1024 * 1024
+SLEEP_CYCLES = 200_000  # ~100 us at the H200's ~2 GHz
 
 
 def summarize(samples_ms: list[float]) -> dict[str, float]:
@@ -62,7 +66,7 @@ class Timer:
     @property
     def method(self) -> str:
         if self.gpu:
-            return "cuda events per call, L2 flushed (256 MB), A/B interleaved, median"
+            return "cuda events per call, L2 flushed (256 MB), launch queued ahead, A/B interleaved, median"
         return "wall clock (time.perf_counter), A/B interleaved, median"
 
     def time_once(self, fn: Callable[[], Any]) -> float:
@@ -72,6 +76,10 @@ class Timer:
             fn()
             return (_perf_counter() - t0) * 1e3
         self._flush.zero_()
+        # Keep the GPU busy ~100 us more, so the host has queued start, the call and end
+        # before the GPU reaches them: host launch overhead (Triton's launcher is slow) stays
+        # out of the measurement, as with CUDA graphs, and the events time only device work.
+        torch.cuda._sleep(SLEEP_CYCLES)
         start, end = self._event(enable_timing=True), self._event(enable_timing=True)
         start.record()
         fn()
