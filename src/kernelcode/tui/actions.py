@@ -126,7 +126,7 @@ class KeyActions:
             self.say("▶ Resumed: the engine starts its next candidate.", ACCENT)
         else:
             self.control.pause()
-            self.say("⏸ Pausing: candidates in flight finish and are stored; no new one starts "
+            self.say("‖ Pausing: candidates in flight finish and are stored; no new one starts "
                      "until you press p again.", WARN)
         self.paused = not self.paused
 

@@ -8,6 +8,7 @@ per batch. The keys (``KeyActions``) only talk to ``RunControl``; the app holds 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,8 +33,10 @@ from kernelcode.tui.widgets.header import RunHeader
 from kernelcode.tui.widgets.profiling import ProfilingPanel
 from kernelcode.tui.widgets.trajectory import TrajectoryPanel
 
-# Events taken per turn of the UI loop; more wait for the next turn, after queued key presses.
-BATCH_LIMIT = 400
+# Events taken per drain, and drains at most every DRAIN_INTERVAL_S: a fast stream is applied
+# in batches a few frames apart, so between them the loop is free for keys and redraws.
+BATCH_LIMIT = 200
+DRAIN_INTERVAL_S = 0.05
 
 
 class KernelCodeApp(KeyActions, App[int]):
@@ -68,6 +71,8 @@ class KernelCodeApp(KeyActions, App[int]):
         self.state = RunState()
         self.buffer = EventBuffer(lambda: self.post_message(EventsReady()))
         self.events_applied = 0  # for tests and the benchmark
+        self._last_drain = 0.0
+        self._drain_scheduled = False
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="header")
@@ -85,6 +90,14 @@ class KernelCodeApp(KeyActions, App[int]):
         for selector, title in titles.items():
             self.query_one(selector).border_title = title
         self.engine_worker = self.run_engine()
+        self.prewarm()
+
+    @work(thread=True, exit_on_error=False, group="prewarm")
+    def prewarm(self) -> None:
+        """Load the syntax highlighter now, so the first kernel diff opens without that wait."""
+        from kernelcode.tui.screens.diff import side_by_side
+
+        side_by_side("x = 1", "x = 2", "a", "b")
 
     def on_unmount(self) -> None:
         """However the app ends, tell the engine to stop after the candidates in flight."""
@@ -107,23 +120,37 @@ class KernelCodeApp(KeyActions, App[int]):
 
     @on(EventsReady)
     def _drain(self) -> None:
+        """Apply what is buffered now, or schedule it if the last batch was very recent."""
+        if self._drain_scheduled:
+            return
+        wait = self._last_drain + DRAIN_INTERVAL_S - time.monotonic()
+        if wait > 0:
+            self._drain_scheduled = True
+            self.set_timer(wait, self._drain_now)
+        else:
+            self._drain_now()
+
+    def _drain_now(self) -> None:
+        self._drain_scheduled = False
+        self._last_drain = time.monotonic()
         self.apply_events(self.buffer.drain(BATCH_LIMIT))
 
     def apply_events(self, batch: list[object]) -> None:
         """Fold a batch of events into the state and the panels (one redraw per batch)."""
         if not batch:
             return
-        table = self.query_one(ExperimentLog)
+        touched = {}  # label -> row: a row started and judged in one batch is drawn once
         lines = []
         for event in batch:
             row = self.state.apply(event)
             if row is not None:
-                table.upsert(row)
+                touched[row.label] = row
             if isinstance(event, ev.IterationStarted):
                 self.pending_backend = ""  # the engine took (or refused) the switch by now
             elif isinstance(event, ev.RunPaused):
                 self.set_reactive(KernelCodeApp.paused, True)
             lines.extend(narrate(event))
+        self.query_one(ExperimentLog).upsert_many(touched.values())
         self.query_one(ChatPanel).say(lines)
         self.events_applied += len(batch)
         self.refresh_panels()

@@ -62,6 +62,10 @@ def _evaluated(e: ev.CandidateEvaluated) -> list[Text]:
 
 
 def _best(e: ev.BestImproved) -> list[Text]:
+    if e.previous_speedup <= 0:  # the first correct kernel: nothing to move from
+        return [Text.assemble(("↑ ", "bold #3fb950"), "first best ",
+                              (speedup_str(e.speedup), "bold #3fb950"),
+                              (f"  {label_of(e.program)}", DIM))]
     return [Text.assemble(("↑ ", "bold #3fb950"),
                           f"{speedup_str(e.previous_speedup)} → ",
                           (speedup_str(e.speedup), "bold #3fb950"),
@@ -78,7 +82,7 @@ def _critic(e: ev.CriticDiagnosed) -> list[Text]:
 
 
 def _paused(_: ev.RunPaused) -> list[Text]:
-    return [Text("⏸ Engine paused between candidates; nothing in flight was lost.", WARN)]
+    return [Text("‖ Engine paused between candidates; nothing in flight was lost.", WARN)]
 
 
 def _resumed(_: ev.RunResumed) -> list[Text]:

@@ -61,11 +61,14 @@ def summary_rows(data: dict) -> list[tuple[str, str]]:
     return rows
 
 
-def choose(best: Program | None, programs: list[Program]) -> tuple[Program | None, str]:
-    """The program whose profile to show: the best one if profiled, else the latest profiled."""
+def choose(best: Program | None, programs) -> tuple[Program | None, str]:
+    """The program whose profile to show: the best one if profiled, else the latest profiled.
+
+    ``programs`` is iterated latest first and only as far as needed (it may be a generator).
+    """
     if profiled(best):
         return best, "best"
-    for program in reversed(programs):
+    for program in programs:  # latest first
         if profiled(program):
             return program, "latest"
     return None, ""

@@ -71,6 +71,7 @@ class RunState:
     # with the best it was up against.
     best_before: dict[str, Program | None] = field(default_factory=dict)
     trajectory: list[float] = field(default_factory=list)  # best speedup after each candidate
+    marks: dict[str, int] = field(default_factory=lambda: {"keep": 0, "discard": 0, "error": 0})
     error: str = ""
     reference_code: str = ""
 
@@ -114,6 +115,7 @@ class RunState:
         if improved:
             self.best, self.best_speedup = p, e.speedup
         row.mark = "error" if is_error(e.status) else ("keep" if improved else "discard")
+        self.marks[row.mark] += 1
         self.best_speedup = max(self.best_speedup, e.best_speedup)
         self.evaluated.append(row)
         self.trajectory.append(max(self.best_speedup, 0.0))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
@@ -43,7 +41,9 @@ def stats_table(program: Program) -> Table:
         if timing:
             table.add_row("Measured", str(timing))
         if result.profiler_data:
-            table.add_row("Profiler data", json.dumps(result.profiler_data, default=str)[:400])
+            table.add_row("Profiler data", ", ".join(
+                f"{k} {_num(v)}" for k, v in result.profiler_data.items()
+                if not isinstance(v, (list, dict)))[:600])
     if meta.get("user_instructions"):
         table.add_row("Steered by", str(meta["user_instructions"]))
     return table

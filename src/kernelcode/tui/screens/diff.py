@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 
 from rich.syntax import Syntax
-from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Static
@@ -15,6 +14,7 @@ from kernelcode.tui.screens.overlay import Overlay
 THEME = "monokai"
 DEL_BG = "on #3d1418"
 ADD_BG = "on #12361d"
+NUM = "#6e7681"
 
 
 def _highlighted_lines(code: str) -> list[Text]:
@@ -24,26 +24,37 @@ def _highlighted_lines(code: str) -> list[Text]:
     return text.split("\n", allow_blank=True)
 
 
-def side_by_side(old: str, new: str, old_title: str, new_title: str) -> Table:
-    """A four-column table (line number, old, line number, new) aligned by difflib."""
+def _cell(line: Text | None, number: int | None, width: int, background: str) -> Text:
+    """One side of a row: a line number and the code, cropped or padded to ``width``."""
+    out = Text(f"{number:>4} " if number is not None else "     ", style=NUM)
+    code = line.copy() if line is not None else Text("")
+    code.truncate(width - 5, overflow="crop", pad=True)
+    if background:
+        code.stylize(background)
+    return out + code
+
+
+def side_by_side(old: str, new: str, old_title: str, new_title: str, width: int = 160) -> Text:
+    """Both files aligned by difflib, in one Text: changed lines on red / green backgrounds.
+
+    Plain Text lines rather than a Rich Table: a table is measured and rendered several times
+    per frame, which made the overlay slow to open.
+    """
+    half = max((width - 3) // 2, 20)
     a, b = old.splitlines(), new.splitlines()
     ha, hb = _highlighted_lines(old), _highlighted_lines(new)
-    table = Table(expand=True, box=None, padding=(0, 1), show_edge=False)
-    table.add_column("", style="#6e7681", justify="right", width=4, no_wrap=True)
-    table.add_column(old_title, ratio=1, no_wrap=True, overflow="crop")
-    table.add_column("", style="#6e7681", justify="right", width=4, no_wrap=True)
-    table.add_column(new_title, ratio=1, no_wrap=True, overflow="crop")
+    rows = [Text.assemble((old_title[:half].ljust(half), "bold"), " │ ",
+                          (new_title[:half], "bold"))]
     matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         for k in range(max(i2 - i1, j2 - j1)):
             i, j = i1 + k, j1 + k
-            left = ha[i].copy() if i < i2 and i < len(ha) else Text("")
-            right = hb[j].copy() if j < j2 and j < len(hb) else Text("")
-            if tag != "equal":
-                left.stylize(DEL_BG)
-                right.stylize(ADD_BG)
-            table.add_row(str(i + 1) if i < i2 else "", left, str(j + 1) if j < j2 else "", right)
-    return table
+            left = _cell(ha[i] if i < i2 and i < len(ha) else None, i + 1 if i < i2 else None,
+                         half, DEL_BG if tag != "equal" else "")
+            right = _cell(hb[j] if j < j2 and j < len(hb) else None, j + 1 if j < j2 else None,
+                          half, ADD_BG if tag != "equal" else "")
+            rows.append(Text.assemble(left, (" │ ", NUM), right))
+    return Text("\n").join(rows)
 
 
 class DiffScreen(Overlay):
@@ -64,5 +75,6 @@ class DiffScreen(Overlay):
             yield Static(f"{self.new_title} is identical to {self.old_title}.",
                          classes="overlay-message")
         else:
-            yield Static(side_by_side(self.old, self.new, self.old_title, self.new_title),
+            width = max(self.app.size.width - 6, 60)  # the frame's border and padding
+            yield Static(side_by_side(self.old, self.new, self.old_title, self.new_title, width),
                          id="diff")

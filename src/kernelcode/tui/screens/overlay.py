@@ -5,15 +5,19 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import Screen
 from textual.widgets import Static
 
 
-class Overlay(ModalScreen[None]):
-    """A bordered modal with a title and a scrollable body; Escape (or its key) closes it."""
+class Overlay(Screen[None]):
+    """A full screen with a title and a scrollable body; Escape (or its key) closes it.
 
-    # A modal screen hides the app's bindings, so the app keys are forwarded from here: the
-    # overlay's own key closes it, another overlay's key switches, p/b/d/q keep working.
+    An opaque Screen rather than a ModalScreen: a modal redraws (and dims) the busy main screen
+    beneath it on every frame, which under a fast event stream made opening an overlay take a
+    quarter of a second. The app keys are bound here too, so the overlay's own key closes it,
+    another overlay's key switches, and p/b/d/q keep working.
+    """
+
     BINDINGS = [
         Binding("escape", "close", "Close", priority=True),
         Binding("d", "app.dashboard", "Dashboard"),

@@ -21,8 +21,18 @@ class ChatPanel(Vertical):
                       min_width=20)
         yield Input(id="steer", placeholder="Steer the search… (/ to type, Enter to send)")
 
+    # Lines kept from one burst of events: more than a screenful cannot be read as it flies by,
+    # and writing them all would starve the key presses (every candidate stays in the table).
+    BURST_LINES = 60
+
     def say(self, lines: Iterable[Text]) -> None:
-        """Append lines to the chat."""
-        log = self.query_one(RichLog)
-        for line in lines:
-            log.write(line)
+        """Append lines to the chat, as one write (one render) per call."""
+        lines = list(lines)
+        if not lines:
+            return
+        skipped = len(lines) - self.BURST_LINES
+        if skipped > 0:
+            note = Text(f"… {skipped} lines of a fast burst skipped (the Experiment Log and the "
+                        "database have every candidate)", style="#8b949e italic")
+            lines = [note, *lines[-self.BURST_LINES:]]
+        self.query_one(RichLog).write(Text("\n").join(lines))

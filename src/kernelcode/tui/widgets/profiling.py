@@ -19,17 +19,22 @@ class ProfilingPanel(Widget):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._state: RunState | None = None
+        self._key: tuple | None = None  # what was drawn: redraw only when it changes
 
     def show(self, state: RunState) -> None:
         """Redraw from the run's state (called once per batch of events)."""
-        self._state = state
-        self.refresh()
+        best = state.best.id if state.best is not None else None
+        key = (best, state.on_cpu, len(state.evaluated) if best is None else -1)
+        if state is not self._state or key != self._key:
+            self._state, self._key = state, key
+            self.refresh()
 
     def render(self) -> Table | Text:
         state = self._state
         if state is None:
             return Text("Waiting for the engine…", style=DIM)
-        program, which = profile.choose(state.best, state.programs())
+        latest_first = (c.program for c in reversed(state.evaluated) if c.program is not None)
+        program, which = profile.choose(state.best, latest_first)
         if program is None:
             return Text(profile.why_no_profile(state.on_cpu, len(state.evaluated)), style=DIM)
         data = profile.profiled(program)

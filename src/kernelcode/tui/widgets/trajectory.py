@@ -22,11 +22,13 @@ class TrajectoryPanel(Widget):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._state: RunState | None = None
+        self._drawn = -1  # candidates drawn: redraw only when that changes
 
     def show(self, state: RunState) -> None:
         """Redraw from the run's state (called once per batch of events)."""
-        self._state = state
-        self.refresh()
+        if state is not self._state or len(state.evaluated) != self._drawn:
+            self._state, self._drawn = state, len(state.evaluated)
+            self.refresh()
 
     def render(self) -> Text:
         state = self._state
@@ -47,7 +49,7 @@ class TrajectoryPanel(Widget):
             if row.mark == "error" and row.status is not None:
                 colour = STATUS_COLOURS[row.status]
             marks.append(glyph.ljust(col), style=colour)
-        counts = {m: sum(1 for r in state.evaluated if r.mark == m) for m in MARKS}
+        counts = state.marks
         best = label_of(state.best) if state.best is not None else "ref"
         summary = Text.assemble(
             ("best ", "#8b949e"), (speedup_str(state.best_speedup), "bold"),

@@ -1,0 +1,57 @@
+"""SVG snapshots of the main screen and each overlay, from the scripted (deterministic) run.
+
+Update after an intended change with: pytest tests/tui/test_snapshots.py --snapshot-update
+"""
+
+from __future__ import annotations
+
+from kernelcode.tui.app import create_app
+
+from .conftest import SIZE, held_run, settle
+
+
+def _app(events):
+    return create_app(event_source=held_run(events))
+
+
+def _after(events, *keys):
+    async def run_before(pilot) -> None:
+        await settle(pilot, len(events))
+        for key in keys:
+            await pilot.press(key)
+        await pilot.pause()
+
+    return run_before
+
+
+def test_main_screen(snap_compare, demo):
+    assert snap_compare(_app(demo), terminal_size=SIZE, run_before=_after(demo))
+
+
+def test_main_screen_on_cpu(snap_compare, cpu_demo):
+    assert snap_compare(_app(cpu_demo), terminal_size=SIZE, run_before=_after(cpu_demo))
+
+
+def test_kernel_diff(snap_compare, demo):
+    assert snap_compare(_app(demo), terminal_size=SIZE, run_before=_after(demo, "k"))
+
+
+def test_roofline(snap_compare, demo):
+    assert snap_compare(_app(demo), terminal_size=SIZE, run_before=_after(demo, "r"))
+
+
+def test_roofline_on_cpu(snap_compare, cpu_demo):
+    assert snap_compare(_app(cpu_demo), terminal_size=SIZE, run_before=_after(cpu_demo, "r"))
+
+
+def test_skills(snap_compare, demo):
+    assert snap_compare(_app(demo), terminal_size=SIZE, run_before=_after(demo, "s"))
+
+
+def test_candidate_detail(snap_compare, demo):
+    assert snap_compare(_app(demo), terminal_size=SIZE,
+                        run_before=_after(demo, "down", "down", "down", "enter"))
+
+
+def test_paused(snap_compare, demo):
+    assert snap_compare(_app(demo), terminal_size=SIZE, run_before=_after(demo, "p", "b"))

@@ -1,0 +1,87 @@
+"""RunState, the chat wording and the event buffer, without a screen."""
+
+from __future__ import annotations
+
+import threading
+
+from openkernel import events as ev
+from openkernel.errors import TaskError
+from openkernel.schemas import Status
+
+from kernelcode.tui.bridge import EventBuffer, EventsReady, pump
+from kernelcode.tui.demo import demo_events
+from kernelcode.tui.narrate import narrate
+from kernelcode.tui.state import RunCouldNotStart, RunCrashed, RunState
+
+
+def test_state_folds_the_demo_run():
+    state = RunState()
+    for event in demo_events():
+        state.apply(event)
+    assert state.phase == "running" and state.iteration == 2 and len(state.evaluated) == 9
+    assert state.best.metadata["label"] == "i2-b0" and state.best_speedup == 1.84
+    marks = [c.mark for c in state.evaluated]
+    # i0-b0 is correct but slower than the reference (1.0x): a discard, not a keep.
+    assert marks[:3] == ["discard", "keep", "error"] and marks.count("keep") == 3
+    assert state.best_before["i2-b0"].metadata["label"] == "i1-b0"
+    assert state.trajectory[0] == 1.0 and state.trajectory[-1] == 1.84
+
+
+def test_chat_lines_say_outcomes_and_speedup_moves():
+    lines = [str(t) for e in demo_events() for t in narrate(e)]
+    assert "✓ i0-b1 faster  1.31x" in lines
+    assert any(line.startswith("↑ 1.31x → 1.62x") for line in lines)
+    assert "✗ i0-b2 build error" in lines
+    assert any(line.startswith("Critic: ") for line in lines)
+
+
+def test_failed_run_says_why_and_keeps_what_was_stored():
+    finished = ev.RunFinished("failed", None, 1.3, 4, "runs/k.sqlite3", error="worker died")
+    state = RunState()
+    state.apply(finished)
+    text = "\n".join(map(str, narrate(finished)))
+    assert state.phase == "failed" and state.error == "worker died"
+    assert "Run failed: worker died" in text and "4 candidates stored" in text
+
+
+def test_pump_turns_errors_into_events():
+    got: list[object] = []
+    buffer = EventBuffer(lambda: None)
+
+    def bad_input():
+        raise TaskError("examples/nope: no such task file or folder")
+        yield  # pragma: no cover
+
+    def bug():
+        yield ev.RunStarted(1, "t", "j", "triton", "cpu", (), "offline", "db", 1, 1)
+        raise ValueError("boom")
+
+    pump(bad_input, buffer)
+    pump(bug, buffer)
+    got = buffer.drain(10)
+    assert isinstance(got[0], RunCouldNotStart) and "no such task" in got[0].message
+    assert isinstance(got[-1], RunCrashed) and "ValueError: boom" in got[-1].message
+    assert "Traceback" in got[-1].traceback
+
+
+def test_buffer_wakes_once_until_drained():
+    wakes = []
+    buffer = EventBuffer(lambda: wakes.append(1))
+    threads = [threading.Thread(target=lambda: [buffer.put(i) for i in range(1000)])
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wakes) == 1
+    assert len(buffer.drain(5000)) == 4000 and len(wakes) == 1
+    buffer.put("x")
+    assert len(wakes) == 2
+    assert len(buffer.drain(0)) == 0 and len(wakes) == 3  # more left: wakes again
+    assert EventsReady().can_replace(EventsReady())
+
+
+def test_status_colours_follow_the_seed():
+    from kernelcode.tui.formatting import STATUS_COLOURS
+
+    assert set(STATUS_COLOURS) == set(Status)
