@@ -30,6 +30,10 @@ class RunStarted(Event):
     max_iters: int
     branches_per_iteration: int
     resumed_candidates: int = 0  # candidates already stored for this job (a resumed run)
+    reference_code: str = ""
+    skills: tuple = ()  # offline templates matching the task (generators.offline.skill_matches)
+    peak_bandwidth_gbs: float | None = None  # hardware ceilings for roofline views
+    peak_tflops: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

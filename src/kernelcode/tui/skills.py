@@ -26,6 +26,20 @@ def matches_for(state: RunState) -> tuple[list[dict], str]:
             slot = tried.setdefault(str(name), {})
             for key, value in params.items():
                 slot.setdefault(key, set()).add(value)
+    skills = getattr(state.started, "skills", ()) if state.started is not None else ()
+    if skills:  # the engine's own probe-based match, sent with RunStarted
+        rows = [{
+            "template": m["template"] + ("" if m.get("usable", True) else " (not usable)"),
+            "summary": m.get("why") or m.get("summary", ""),
+            "backends": list(m.get("backends", [])),
+            "tunables": {name: "/".join(map(str, t.get("choices", [])))
+                         + _tried(tried.get(m["template"], {}).get(name))
+                         for name, t in (m.get("tunables") or {}).items()},
+            "candidates": sum(1 for p in state.programs()
+                              if (p.metadata.get("params") or {}).get("template") == m["template"]),
+        } for m in skills]
+        return rows, (f"Offline templates matching {state.problem or 'this task'} on "
+                      f"{state.backend} (the engine's match), with the tunables tried so far.")
     if not tried:
         if not state.evaluated:
             return [], ("No match known yet: the offline generator picks its template after the "

@@ -13,20 +13,27 @@ from openkernel.schemas import Program, Status
 
 def roofline_estimate(runtime_ms: float, probe: TaskProbe, hw: Hardware) -> dict:
     """Achieved rates and the roofline bound for a kernel of the task, from its runtime."""
-    if runtime_ms <= 0:
+    if runtime_ms <= 0 or not (probe.flops or probe.bytes_moved):
         return {}
-    seconds = runtime_ms / 1e3
     est = {
         "estimate": True,
+        "source": "analytic (FLOPs from torch.utils.flop_counter, minimum bytes)",
         "flops": probe.flops,
         "bytes": probe.bytes_moved,
-        "gflops": probe.flops / seconds / 1e9,
-        "achieved_gbs": probe.bytes_moved / seconds / 1e9,
         "arithmetic_intensity": probe.flops / probe.bytes_moved if probe.bytes_moved else 0.0,
     }
+    if hw.interpreter:  # interpreter timings say nothing about achieved GPU rates
+        return est
+    seconds = runtime_ms / 1e3
+    est["gflops"] = probe.flops / seconds / 1e9
+    est["achieved_gbs"] = probe.bytes_moved / seconds / 1e9
     bw = hw.peak_bandwidth_gbs
+    if bw:
+        est["peak_bandwidth_gbs"] = bw
     dtype = probe.output_dtypes[0].replace("torch.", "") if probe.output_dtypes else "float32"
     peak_tflops = (hw.peak_tflops or {}).get(dtype)
+    if peak_tflops:
+        est["peak_gflops"] = peak_tflops * 1e3
     if bw:
         t_mem = probe.bytes_moved / (bw * 1e9)
         t_math = probe.flops / (peak_tflops * 1e12) if peak_tflops else 0.0

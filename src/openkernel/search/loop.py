@@ -26,10 +26,11 @@ from openkernel.events import (
 )
 from openkernel.generators import make_generator
 from openkernel.generators.base import Generator, ProposalRequest
+from openkernel.generators.offline import skill_matches
 from openkernel.schemas import EvalResult, Program, new_program_id
 from openkernel.search.archive import Archive
 from openkernel.search.control import RunControl
-from openkernel.search.critic import diagnose
+from openkernel.search.critic import diagnose, roofline_estimate
 from openkernel.search.records import kernel_fields, program_from_row
 from openkernel.store import Store
 from openkernel.task import Task
@@ -96,7 +97,9 @@ class Search:
             hardware=hw.label, models=tuple(self.generator.models), generator=self.generator.name,
             db_path=str(self.store.path or self.store.url), max_iters=self.config.max_iters,
             branches_per_iteration=self.config.branches_per_iteration,
-            resumed_candidates=len(stored),
+            resumed_candidates=len(stored), reference_code=self.task.reference_code,
+            skills=tuple(skill_matches(probe, self.backend, self.task)),
+            peak_bandwidth_gbs=hw.peak_bandwidth_gbs, peak_tflops=dict(hw.peak_tflops or {}),
         )
         try:
             done = self._restore(stored)
@@ -282,6 +285,10 @@ class Search:
             out.put(_DONE)
 
     def _record(self, program: Program) -> Iterator[Event]:
+        result = program.kernel_exec_result
+        if result and result.correctness and not result.profiler_data and not program.is_program0:
+            # No profiler ran: place the kernel on the roofline analytically, labelled estimate.
+            result.profiler_data = roofline_estimate(result.runtime, self.probe, self.hardware)
         previous = self.archive.best_speedup
         is_best = self.archive.add(program)
         self.store.add_kernel(**kernel_fields(
