@@ -106,3 +106,14 @@ def test_bad_task_gives_one_clear_message(tmp_path):
     probe = Evaluator(load_task(bad), config).probe()
     assert not probe.ok
     assert str(bad) in probe.error and "forward failed" in probe.error
+
+
+def test_kernelbench_file_gets_derived_held_out_shapes(tmp_path):
+    config = build_config({"paths": {"scratch_dir": str(tmp_path)},
+                           "eval_config": {"correctness_seeds": 1}})
+    evaluator = Evaluator(load_task(EXAMPLES / "kernelbench" / "19_ReLU.py"), config,
+                          bench_budget_s=0.1)
+    result = evaluator.evaluate(_read("good_relu"), "triton", "relu")
+    assert result.correctness, result.eval_log
+    assert result.metadata["heldout_source"].startswith("derived (batch_size=13, dim=14335")
+    assert result.metadata["heldout_ok"] is True

@@ -22,7 +22,6 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import asdict
 from pathlib import Path
 
 from openkernel.config import Config
@@ -219,6 +218,8 @@ class Evaluator:
                              limits={"build_timeout_s": self.ec.build_timeout_s,
                                      "test_timeout_s": self.ec.test_timeout_s})
         result.metadata.update(label=label, backend=backend, evaluation_s=round(run.wall_s, 3))
+        # Defence in depth: workers never see secrets, but nothing printed may carry one out.
+        result.eval_log = sandbox.redact(result.eval_log, sandbox.secret_values(os.environ))
         return result
 
     def close(self) -> None:
@@ -280,7 +281,11 @@ class Evaluator:
                 stats = cached.runtime_stats
             else:
                 job = {"mode": "reference", **self._task_job(hw.device), **self._bench_params(hw)}
-                run = self._run(job, hw.device, 0, label="reference-compile")
+                slot = self._acquire()  # a GPU of its own: never timed next to a candidate
+                try:
+                    run = self._run(job, hw.device, slot, label="reference-compile")
+                finally:
+                    self._release(slot)
                 stats = run.payload if run.payload and "compile" in run.payload else None
                 if stats and self.store is not None:
                     self.store.put_reference_timing(self.task.digest, hw.label, "compile",
@@ -292,6 +297,3 @@ class Evaluator:
             self._compile_ratio = ratio if ratio else False
             return ratio
 
-
-def probe_dict(probe: TaskProbe) -> dict:
-    return asdict(probe)
