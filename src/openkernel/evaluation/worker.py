@@ -21,7 +21,6 @@ import os
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 
