@@ -7,6 +7,7 @@ happens in one thread, in order, and is committed as soon as a candidate is judg
 
 from __future__ import annotations
 
+import hashlib
 import queue
 import random
 import threading
@@ -38,6 +39,10 @@ from openkernel.task import Task
 _DONE = object()
 
 
+def _digest(code: str, backend: str) -> str:
+    return hashlib.sha256(f"{backend}\0{code}".encode()).hexdigest()
+
+
 class Search:
     """One job: owns the store handle, the evaluator, the generator and the archive."""
 
@@ -56,8 +61,10 @@ class Search:
         self.rng = random.Random(seed)
         self.backend = config.backend
         self.instructions: list[str] = []
-        self.events: queue.Queue = queue.Queue()
         self.candidates = 0
+        # code digest -> (program id, result): an identical candidate is never built twice.
+        self._judged: dict[str, tuple[str, EvalResult]] = {}
+        self._judged_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------
     def run(self) -> Iterator[Event]:
@@ -124,7 +131,10 @@ class Search:
         """Rebuild the archive from a stored job; returns the branches done per iteration."""
         done: dict[int, set[int]] = {}
         for row in rows:
-            self.archive.add(program_from_row(row))
+            program = program_from_row(row)
+            self.archive.add(program)
+            if not row.is_program0 and row.code.strip():
+                self._remember(program)
             done.setdefault(row.iteration, set()).add(row.branch)
         return done
 
@@ -245,6 +255,7 @@ class Search:
             model_hint = self.generator.models[0] if self.generator.models else self.generator.name
             out.put(CandidateStarted(label, request.iteration, request.branch,
                                      request.parent.id if request.parent else None, model_hint))
+            program_id = new_program_id()
             t0 = time.perf_counter()
             proposal = self.generator.propose(request)
             gen_s = time.perf_counter() - t0
@@ -253,8 +264,19 @@ class Search:
                 if not self.control.wait_while_paused():
                     return
                 t1 = time.perf_counter()
-                if proposal.code.strip():
+                key = _digest(proposal.code, request.backend)
+                with self._judged_lock:
+                    seen = self._judged.get(key)
+                if seen is not None:
+                    result = seen[1].model_copy(deep=True)
+                    result.metadata["duplicate_of"] = seen[0]
+                    result.eval_log = (f"Identical to kernel {seen[0]} (same code and backend): "
+                                       f"its evaluation is reused, nothing was rebuilt.\n"
+                                       + result.eval_log)
+                elif proposal.code.strip():
                     result = self.evaluator.evaluate(proposal.code, request.backend, label=label)
+                    with self._judged_lock:  # before the slot is freed: a twin waiting sees it
+                        self._judged.setdefault(key, (program_id, result))
                 else:
                     result = EvalResult(compiled=False, perf_score=0, eval_log=(
                         "No kernel was extracted from the answer, so nothing was built.\n"
@@ -262,7 +284,7 @@ class Search:
                 eval_s = time.perf_counter() - t1
             parent = request.parent
             program = Program(
-                id=new_program_id(), code=proposal.code, raw_llm_code=proposal.answer,
+                id=program_id, code=proposal.code, raw_llm_code=proposal.answer,
                 parent_id=parent.id if parent else None,
                 generation=(parent.generation + 1) if parent else 1,
                 iteration_found=request.iteration,
@@ -283,6 +305,11 @@ class Search:
             out.put(LogEmitted("error", f"{label}: internal error: {err!r}"))
         finally:
             out.put(_DONE)
+
+    def _remember(self, program: Program) -> None:
+        key = _digest(program.code, program.metadata.get("backend", self.backend))
+        with self._judged_lock:
+            self._judged.setdefault(key, (program.id, program.kernel_exec_result))
 
     def _record(self, program: Program) -> Iterator[Event]:
         result = program.kernel_exec_result
