@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import tempfile
@@ -80,13 +81,17 @@ def main() -> None:
                  "search.seed=0"]
     if not args.job:
         overrides += ["max_iters=3", "branches_per_iteration=4", "eval_config.max_workers=1"]
+    load_before = os.getloadavg()[0]
     figures = run(args.task, overrides + args.overrides)
+    if args.job:  # parallel workers: evaluation times overlap, so no per-candidate split
+        figures.pop("engine_overhead_ms_per_candidate")
+    figures["loadavg_1m_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     record = {
         "benchmark": "engine_job" if args.job else "engine_overhead",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} {platform.machine()} ({__import__('os').cpu_count()} cores)",
+        "machine": f"{platform.node()} {platform.machine()} ({os.cpu_count()} cores)",
         "commit": commit,
         "task": args.task,
         "overrides": args.overrides,
