@@ -114,3 +114,13 @@ def test_roofline_flags_impossible_speed():
 
 def test_static_cuda_sources_finds_kernels():
     assert "__global__" in static_cuda_sources((CANDIDATES / "cuda_ok.py").read_text())
+
+
+def test_phase_seconds_split_the_worker_wall_time():
+    from openkernel.evaluation.executor import WorkerRun
+
+    run = WorkerRun()
+    run.phase_starts += [("build", 1.5), ("warmup", 2.0), ("test", 3.0), ("benchmark", 5.0)]
+    run.wall_s = 6.2
+    assert run.phase_seconds() == {"setup": 1.5, "build": 0.5, "warmup": 1.0, "test": 2.0,
+                                   "benchmark": 1.2}

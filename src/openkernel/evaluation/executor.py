@@ -47,6 +47,15 @@ class WorkerRun:
         self.returncode: int | None = None
         self.log_tail = ""
         self.wall_s = 0.0
+        self.phase_starts: list[tuple[str, float]] = [("setup", 0.0)]  # seconds since start
+
+    def phase_seconds(self) -> dict[str, float]:
+        """Wall seconds spent in each phase (process start + imports count as setup)."""
+        marks = self.phase_starts + [("end", self.wall_s)]
+        out: dict[str, float] = {}
+        for (name, start), (_, end) in zip(marks, marks[1:]):
+            out[name] = round(out.get(name, 0.0) + max(end - start, 0.0), 3)
+        return out
 
 
 def run_worker(job: dict, scratch: Path, device: str, gpu_index: int | None,
@@ -97,6 +106,7 @@ def run_worker(job: dict, scratch: Path, device: str, gpu_index: int | None,
                     if msg["phase"] == "test" or (msg["phase"] == "benchmark" and out.phase in ("setup", "build", "warmup")):
                         deadline = time.monotonic() + test_timeout_s
                     out.phase = msg["phase"]
+                    out.phase_starts.append((out.phase, time.monotonic() - t0))
                 elif "result" in msg:
                     out.payload = msg["result"]
     finally:
@@ -217,7 +227,8 @@ class Evaluator:
                              probe=self._probe, compile_ratio=ratio,
                              limits={"build_timeout_s": self.ec.build_timeout_s,
                                      "test_timeout_s": self.ec.test_timeout_s})
-        result.metadata.update(label=label, backend=backend, evaluation_s=round(run.wall_s, 3))
+        result.metadata.update(label=label, backend=backend, evaluation_s=round(run.wall_s, 3),
+                               phase_s=run.phase_seconds())
         # Defence in depth: workers never see secrets, but nothing printed may carry one out.
         result.eval_log = sandbox.redact(result.eval_log, sandbox.secret_values(os.environ))
         return result
