@@ -120,16 +120,20 @@ def graph_elements(rows: list[dict], best_id: str | None = None) -> list[dict]:
 
 
 def stylesheet() -> list[dict]:
-    """Cytoscape styles: status colours, best kernel, arrows; labels hidden when zoomed out.
+    """Cytoscape styles: status colours, best kernel, arrows; labels only when readable.
 
-    ``min-zoomed-font-size`` is what keeps 5,000 nodes fast: the fitted overview draws no text.
+    Labels belong to the ``lbl`` class, which assets/graph.js gives only to the nodes in view
+    once the zoom makes 10 px text at least 7 px tall (``min-zoomed-font-size``): measuring
+    5,000 label texts for the fitted overview, where none is drawn, cost a large part of the
+    first frame. Everything else is per class (status, best) or one data field (size).
     """
     styles = [
         {"selector": "node", "style": {
             "width": "data(size)", "height": "data(size)", "background-color": UNKNOWN_COLOR,
+            "border-width": 1, "border-color": "#555"}},
+        {"selector": "node.lbl", "style": {
             "label": "data(label)", "font-size": 10, "min-zoomed-font-size": 7,
-            "text-valign": "bottom", "text-margin-y": 3, "border-width": 1,
-            "border-color": "#555"}},
+            "text-valign": "bottom", "text-margin-y": 3, "text-events": "no"}},
         {"selector": "edge", "style": {
             "width": 1.2, "line-color": "#9a9a9a", "target-arrow-color": "#9a9a9a",
             "target-arrow-shape": "triangle", "arrow-scale": 0.8, "curve-style": "straight"}},

@@ -8,7 +8,7 @@ graph, the header and the open panel are redrawn only when it changed.
 from __future__ import annotations
 
 import dash_cytoscape as cyto
-from dash import Input, Output, State, ctx, dcc, html, no_update
+from dash import ClientsideFunction, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from kernelcode.dashboard.components import kernel_panel, message_page
@@ -73,11 +73,14 @@ def layout(source, task: str, job: str):
         html.Div([
             html.Div([
                 legend(),
-                # elements arrive through _refresh, not the page layout: Dash's renderer walks
-                # every layout object it receives, which took over a second for 5,000 nodes.
-                cyto.Cytoscape(id="job-graph", elements=[],
-                               layout={"name": "preset", "fit": True, "padding": 30},
-                               stylesheet=stylesheet(), autoRefreshLayout=True, minZoom=0.001,
+                # elements arrive through _refresh into graph-elements, and assets/graph.js puts
+                # them into cytoscape in one batch: neither the page layout (Dash's renderer walks
+                # every layout object it receives) nor the component's elements prop (diffed,
+                # then copied back into Dash element by element) carries them.
+                dcc.Store(id="graph-elements"),
+                dcc.Store(id="graph-drawn"),
+                cyto.Cytoscape(id="job-graph", elements=[], layout={"name": "preset", "fit": False},
+                               stylesheet=stylesheet(), autoRefreshLayout=False, minZoom=0.001,
                                maxZoom=4, boxSelectionEnabled=False,
                                style={"width": "100%", "height": "640px"}, className="graph"),
             ], className="graph-col"),
@@ -107,20 +110,22 @@ def register(app, source, refresh_ms: int) -> None:
             raise PreventUpdate
         return new
 
-    # The preset layout re-runs when elements change (autoRefreshLayout): the first time it
-    # fits the whole graph; on live refreshes it must not, or the user's zoom would reset.
-    @app.callback(Output("job-graph", "elements"), Output("job-graph", "layout"),
-                  Output("job-header", "children"), Output("job-health", "children"),
-                  Input("job-sig", "data"), State("job-key", "data"))
-    @guarded(lambda msg: (no_update, no_update, no_update, html.Div(msg, className="error")))
+    # The first call fills the graph (assets/graph.js fits it once); live refreshes patch it in
+    # place, keeping the user's zoom and pan, and redraw the header and health strip.
+    @app.callback(Output("graph-elements", "data"), Output("job-header", "children"),
+                  Output("job-health", "children"), Input("job-sig", "data"), State("job-key", "data"))
+    @guarded(lambda msg: (no_update, no_update, html.Div(msg, className="error")))
     def _refresh(sig, key):
         data = source.job(key["task"], key["job"], tuple(sig))
         if data is None:
             raise PreventUpdate
         elements = graph_elements(data.rows, data.best_id)
         if ctx.triggered_id is None:  # first call: header and health are already in the layout
-            return elements, no_update, no_update, no_update
-        return elements, {"name": "preset", "fit": False}, header(data), health_strip(data)
+            return elements, no_update, no_update
+        return elements, header(data), health_strip(data)
+
+    app.clientside_callback(ClientsideFunction("kernelgraph", "draw"), Output("graph-drawn", "data"),
+                            Input("graph-elements", "data"), State("job-graph", "id"))
 
     @app.callback(Output("selected-kernel", "data"), Input("job-graph", "tapNodeData"),
                   Input("exp-grid", "cellClicked"), prevent_initial_call=True)
