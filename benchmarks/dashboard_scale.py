@@ -8,7 +8,10 @@ measures, in headless Chromium (Debian's /usr/bin/chromium driven by Playwright)
 - the runs page: the listing query alone, and navigation until the listing is on screen;
 - the job of 5,000 kernels: navigation until cytoscape holds every node and has painted.
 
-Targets (issue 5): runs page < 1 s, 5,000-kernel graph < 2 s. Writes
+Targets (issue 5): runs page < 1 s, 5,000-kernel graph < 2 s, the graph judged on the painted
+time (every node in cytoscape and two animation frames after, so its frame has been drawn). The
+machine is shared: the script first waits (up to --quiet-wait s) for the 1-minute load to drop
+below --quiet-load, and records the load at start and end either way. Writes
 benchmarks/results/dashboard_scale.json. Usage:
 
     .venv/bin/python benchmarks/dashboard_scale.py [--db /tmp/...sqlite3] [--rebuild]
@@ -128,7 +131,7 @@ def _machine() -> dict:
 
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "sqlite": sqlite3.sqlite_version, "browser": chrome, "platform": platform.platform(),
-            "loadavg_1m_at_end": round(os.getloadavg()[0], 2)}  # the machine is shared: say how busy
+            "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}  # the machine is shared: say how busy
 
 
 def _graph_ready_js(n: int) -> str:
@@ -174,7 +177,7 @@ def measure(path: Path, repeats: int = 5) -> dict:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
         page = browser.new_page(viewport={"width": 1500, "height": 1000})
-        runs, graph, painted = [], [], []
+        runs, graph, painted, marks = [], [], [], []
         for _ in range(repeats):
             t = time.perf_counter()
             page.goto(base + "/")
@@ -186,11 +189,14 @@ def measure(path: Path, repeats: int = 5) -> dict:
             graph.append(time.perf_counter() - t)  # every node is in cytoscape
             page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
             painted.append(time.perf_counter() - t)  # ... and a frame with them has been drawn
+            marks.append(page.evaluate("() => Object.fromEntries(performance.getEntriesByType('mark')"
+                                       ".map(m => [m.name, Math.round(m.startTime)]))"))
         page.screenshot(path="/tmp/dashboard_scale_graph.png")
         browser.close()
     out["browser_s"]["runs_page"] = [round(x, 3) for x in runs]
     out["browser_s"]["graph_5000"] = [round(x, 3) for x in graph]
     out["browser_s"]["graph_5000_painted"] = [round(x, 3) for x in painted]
+    out["graph_draw_marks_ms"] = marks  # in-page, from navigation start: elements drawn by assets/graph.js
     return out
 
 
@@ -199,29 +205,40 @@ def main() -> int:
     p.add_argument("--db", type=Path, default=Path("/tmp/openkernel_bench/kernels_1m.sqlite3"))
     p.add_argument("--rebuild", action="store_true")
     p.add_argument("--kernels", type=int, default=TOTAL)
+    p.add_argument("--quiet-load", type=float, default=1.2, help="wait for a 1-minute load below this")
+    p.add_argument("--quiet-wait", type=float, default=600.0, help="... for at most this many seconds")
     args = p.parse_args()
     info = {}
     if args.rebuild or not args.db.exists():
         print(f"building {args.db} ({args.kernels:,} kernels) ...", flush=True)
         info = build(args.db, args.kernels)
         print(info, flush=True)
+    waited, t = 0.0, time.monotonic()
+    while os.getloadavg()[0] >= args.quiet_load and time.monotonic() - t < args.quiet_wait:
+        time.sleep(5)
+    waited = round(time.monotonic() - t)
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    print(f"load {load_at_start} after waiting {waited} s", flush=True)
     figures = measure(args.db)
     # the first repeat pays for a cold browser cache (bundles parsed for the first time): the
     # targets are judged on the median of the repeats, and every repeat is reported
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     worst_runs = max(med(figures["browser_s"]["runs_page"]), max(figures["query_s"]["runs_page"]))
-    worst_graph = med(figures["browser_s"]["graph_5000"])
+    worst_graph = med(figures["browser_s"]["graph_5000_painted"])
     result = {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": _machine(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {**_machine(), "loadavg_at_start": load_at_start, "waited_for_quiet_s": waited,
+                    "quiet_load": args.quiet_load},
         "database": {"path": str(args.db), "size_mb": round(args.db.stat().st_size / 2**20, 1), **info},
         "figures": figures,
         "targets": {"runs_page_s": 1.0, "graph_5000_s": 2.0},
         "judged_s": {"runs_page": round(worst_runs, 3), "graph_5000": round(worst_graph, 3)},
         "pass": {"runs_page": worst_runs < 1.0, "graph_5000": worst_graph < 2.0},
         "notes": "browser times run from navigation start (page.goto) to the listing in the DOM / all "
-                 "5,000 nodes in cytoscape (graph_5000) / the next two animation frames (painted); the "
-                 "first repeat includes a cold browser cache and the server's first load of the job; "
-                 "judged on medians; query_s are server-side only.",
+                 "5,000 nodes in cytoscape (graph_5000) / the next two animation frames, so cytoscape "
+                 "has drawn them fitted (graph_5000_painted, the judged figure); the first repeat "
+                 "includes a cold browser cache and the server's first load of the job; judged on "
+                 "medians; query_s are server-side only; loadavg (1, 5, 15 min) at start and end.",
     }
     out = ROOT / "benchmarks" / "results" / "dashboard_scale.json"
     out.parent.mkdir(parents=True, exist_ok=True)
