@@ -31,7 +31,7 @@ class KeyActions:
 
     def say(self, text: str, style: str = DIM) -> None:
         """One line in the chat panel."""
-        self.query_one(ChatPanel).say([Text(text, style=style)])
+        self.query_one(ChatPanel).say([Text(text, style=style)], now=True)
 
     def _toggle(self, screen_type: type[Overlay], build) -> None:
         """Open an overlay, or close it if it is the one on top (its key toggles it)."""

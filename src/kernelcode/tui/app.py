@@ -17,7 +17,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
-from textual.widgets import DataTable, Footer
+from textual.widgets import Footer
 
 from openkernel import events as ev
 from openkernel.search.control import RunControl
@@ -179,9 +179,9 @@ class KernelCodeApp(KeyActions, App[int]):
     def watch_stopping(self) -> None:
         self.refresh_panels()
 
-    @on(DataTable.RowSelected, "#experiment-log")
-    def _open_candidate(self, event: DataTable.RowSelected) -> None:
-        self.open_candidate(str(event.row_key.value))
+    @on(ExperimentLog.RowSelected, "#experiment-log")
+    def _open_candidate(self, event: ExperimentLog.RowSelected) -> None:
+        self.open_candidate(event.label)
 
 
 def create_app(task_or_config: str | Path | None = None, overrides: Sequence[str] = (), *,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from rich.text import Text
@@ -16,23 +17,55 @@ class ChatPanel(Vertical):
     # Bounded so an all-night run does not grow the app without end; the database keeps all.
     MAX_LINES = 2000
 
+    # Lines kept from one burst of events: more than a screenful cannot be read as it flies by,
+    # and writing them all would starve the key presses (every candidate stays in the table).
+    BURST_LINES = 40
+
+    # Each write wraps its lines and scrolls (repaints) the whole log, so under a fast stream
+    # the engine's lines are written at most this often, as one burst.
+    WRITE_INTERVAL_S = 0.25
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._pending: list[Text] = []
+        self._skipped = 0
+        self._last_write = 0.0
+        self._write_scheduled = False
+
     def compose(self) -> ComposeResult:
         yield RichLog(id="chat-log", wrap=True, markup=False, max_lines=self.MAX_LINES,
                       min_width=20)
         yield Input(id="steer", placeholder="Steer the search… (/ to type, Enter to send)")
 
-    # Lines kept from one burst of events: more than a screenful cannot be read as it flies by,
-    # and writing them all would starve the key presses (every candidate stays in the table).
-    BURST_LINES = 60
+    @property
+    def pending(self) -> bool:
+        """True while lines wait for the next write (tests wait for them)."""
+        return bool(self._pending) or self._write_scheduled
 
-    def say(self, lines: Iterable[Text]) -> None:
-        """Append lines to the chat, as one write (one render) per call."""
-        lines = list(lines)
-        if not lines:
+    def say(self, lines: Iterable[Text], now: bool = False) -> None:
+        """Append lines to the chat: at once if the last write is not very recent (or ``now``,
+        for the answer to a key), else with the next write. One write is one render."""
+        self._pending.extend(lines)
+        if len(self._pending) > self.BURST_LINES:  # keep only the newest: O(burst) memory
+            self._skipped += len(self._pending) - self.BURST_LINES
+            del self._pending[:-self.BURST_LINES]
+        if not self._pending or (self._write_scheduled and not now):
             return
-        skipped = len(lines) - self.BURST_LINES
-        if skipped > 0:
-            note = Text(f"… {skipped} lines of a fast burst skipped (the Experiment Log and the "
-                        "database have every candidate)", style="#8b949e italic")
-            lines = [note, *lines[-self.BURST_LINES:]]
-        self.query_one(RichLog).write(Text("\n").join(lines))
+        wait = self._last_write + self.WRITE_INTERVAL_S - time.monotonic()
+        if wait > 0 and not now:
+            self._write_scheduled = True
+            self.set_timer(wait, self._write)
+        else:
+            self._write()
+
+    def _write(self) -> None:
+        self._write_scheduled = False
+        self._last_write = time.monotonic()
+        lines, self._pending = self._pending, []
+        if self._skipped:
+            note = Text(f"… {self._skipped} lines of a fast burst skipped (the Experiment Log "
+                        "and the database have every candidate)", style="#8b949e italic")
+            lines.insert(0, note)
+            self._skipped = 0
+        if lines:
+            self.query_one(RichLog).write(Text("\n").join(lines))

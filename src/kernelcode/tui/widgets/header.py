@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.reactive import reactive
-from textual.widget import Widget
 
 from kernelcode import __version__
 from kernelcode.tui.formatting import pretty_backend, pretty_hardware, speedup_str
+from kernelcode.tui.widgets.lines import TextLines
 
 SEP = ("  │  ", "#6e7681")
 PHASE_WORDS = {"starting": "STARTING", "running": "RUNNING", "finished": "FINISHED",
@@ -15,7 +15,7 @@ PHASE_WORDS = {"starting": "STARTING", "running": "RUNNING", "finished": "FINISH
                "error": "ERROR"}
 
 
-class RunHeader(Widget):
+class RunHeader(TextLines):
     """Two lines: what runs where (line 1), and where its results go (line 2).
 
     Every field is reactive, so the app can set them all after each batch of events and only

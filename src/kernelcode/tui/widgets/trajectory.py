@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+from rich.style import Style
 from rich.text import Text
-from textual.widget import Widget
 
 from kernelcode.tui.formatting import STATUS_COLOURS, label_of, speedup_str
 from kernelcode.tui.state import RunState
+from kernelcode.tui.widgets.lines import TextLines
 
 BARS = "▁▂▃▄▅▆▇█"
 MARKS = {"keep": ("↑", "#3fb950"), "discard": ("·", "#8b949e"), "error": ("×", "#f85149")}
 
 
-class TrajectoryPanel(Widget):
+class TrajectoryPanel(TextLines):
     """A sparkline drawn with block characters, one column group per candidate.
 
     Hand-drawn rather than Textual's Sparkline because the marks under each bar must line up
@@ -41,14 +44,14 @@ class TrajectoryPanel(Widget):
         # Scale between the lowest and highest best-so-far, so that steps of 0.1x still show.
         low, top = min(values), max(values)
         span = (top - low) or 1.0
-        bars, marks = Text(), Text()
+        bars, marks = [], []
         for row, value in zip(rows, values):
             level = BARS[round((value - low) / span * (len(BARS) - 1))]
-            bars.append(level * col, style="#3fb950" if value > 1 else "#58a6ff")
+            bars.append((level * col, "#3fb950" if value > 1 else "#58a6ff"))
             glyph, colour = MARKS[row.mark]
             if row.mark == "error" and row.status is not None:
                 colour = STATUS_COLOURS[row.status]
-            marks.append(glyph.ljust(col), style=colour)
+            marks.append((glyph.ljust(col), colour))
         counts = state.marks
         best = label_of(state.best) if state.best is not None else "ref"
         summary = Text.assemble(
@@ -56,4 +59,23 @@ class TrajectoryPanel(Widget):
             (f" ({best})  ", "#8b949e"),
             (f"↑keep {counts['keep']}  ", "#3fb950"), (f"·discard {counts['discard']}  ", "#8b949e"),
             (f"×error {counts['error']}", "#f85149"))
-        return Text("\n").join([bars, marks, summary])
+        return Text("\n").join([_runs(bars), _runs(marks), summary])
+
+
+@lru_cache(maxsize=64)
+def _style(colour: str) -> Style:
+    return Style.parse(colour)
+
+
+def _runs(pieces: list[tuple[str, str]]) -> Text:
+    """One span per run of equal colours (a span per candidate is slow to draw)."""
+    text, chunk, colour = Text(), [], None
+    for piece, piece_colour in pieces:
+        if piece_colour != colour and chunk:
+            text.append("".join(chunk), _style(colour))
+            chunk = []
+        chunk.append(piece)
+        colour = piece_colour
+    if chunk:
+        text.append("".join(chunk), _style(colour))
+    return text
