@@ -1,5 +1,7 @@
 """ncu CSV parsing, bottleneck classification and roofline estimates, without a GPU."""
 
+import pytest
+
 from openkernel.evaluation.profiling import (
     METRICS, classify, format_profile, ncu_command, parse_ncu_csv, summarize,
 )
@@ -78,3 +80,27 @@ def test_roofline_estimate_and_critic():
     cpu = Hardware(label="CPU (Triton interpreter)", device="cpu", gpu_arch="cpu", interpreter=True)
     assert "interpreter" in diagnose(best, probe, cpu)
     assert "No correct kernel" in diagnose(None, probe, hw)
+
+
+@pytest.mark.gpu
+def test_ncu_profile_of_a_real_candidate(tmp_path, examples_dir):
+    """On the H200: a correct Triton GELU is profiled by Nsight Compute, reference included."""
+    from openkernel.config import build_config
+    from openkernel.evaluation.executor import Evaluator
+    from openkernel.evaluation.profiling import find_ncu
+    from openkernel.task import load_task
+
+    if find_ncu() is None:
+        pytest.skip("Nsight Compute (ncu) is not installed")
+    code = (examples_dir.parent / "tests" / "candidates" / "good_gelu.py").read_text()
+    cfg = build_config({"eval_config": {"profile_original_model": True},
+                        "paths": {"scratch_dir": str(tmp_path)}})
+    ev = Evaluator(load_task(examples_dir / "gelu"), cfg)
+    assert ev.probe().ok
+    result = ev.evaluate(code, "triton", label="gelu")
+    assert result.correctness, result.eval_log
+    data = result.profiler_data
+    assert data.get("source") == "ncu" and "error" not in data, data
+    assert data["bottleneck"] == "memory_bound" and data["dram_throughput_pct"] > 50
+    assert data["reference"]["duration_us"] > 0
+    assert "Nsight Compute" in result.eval_log

@@ -50,6 +50,10 @@ class EvalConfig(_Strict):
                                    "(not applied on a GPU, where CUDA reserves large ranges).")
     gpu_memory_fraction: float = Field(0.9, gt=0, le=1, description="Share of device memory a "
                                        "worker may allocate through torch.")
+    profile: bool = Field(True, description="On a GPU with Nsight Compute (ncu) installed, profile "
+                          "each correct candidate; its summary reaches later prompts.")
+    profile_original_model: bool = Field(False, description="Profile the reference too (once per "
+                                         "task), as a baseline shown next to each profile.")
 
 
 class PathsConfig(_Strict):

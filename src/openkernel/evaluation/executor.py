@@ -27,6 +27,7 @@ from pathlib import Path
 from openkernel.config import Config
 from openkernel.evaluation import hardware as hwmod
 from openkernel.evaluation import sandbox
+from openkernel.evaluation.ncu_runs import profile_candidate
 from openkernel.evaluation.results import from_worker
 from openkernel.evaluation.types import Hardware, TaskProbe
 from openkernel.schemas import EvalResult
@@ -46,6 +47,7 @@ class WorkerRun:
         self.timed_out: str | None = None
         self.returncode: int | None = None
         self.log_tail = ""
+        self.full_log = ""
         self.wall_s = 0.0
         self.phase_starts: list[tuple[str, float]] = [("setup", 0.0)]  # seconds since start
 
@@ -60,7 +62,7 @@ class WorkerRun:
 
 def run_worker(job: dict, scratch: Path, device: str, gpu_index: int | None,
                build_timeout_s: float, test_timeout_s: float, cpu_s: float,
-               mem_bytes: int | None) -> WorkerRun:
+               mem_bytes: int | None, wrap=None) -> WorkerRun:
     """Start a worker on ``job``, enforce the phase timeouts, collect its report."""
     out = WorkerRun()
     nonce = uuid.uuid4().hex
@@ -68,9 +70,10 @@ def run_worker(job: dict, scratch: Path, device: str, gpu_index: int | None,
     read_fd, write_fd = os.pipe()
     log_path = scratch / "worker.log"
     t0 = time.monotonic()
+    argv = [sys.executable, "-m", "openkernel.evaluation.worker", "--fd", str(write_fd)]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "openkernel.evaluation.worker", "--fd", str(write_fd)],
+            wrap(argv) if wrap else argv,
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=scratch, env=env,
             pass_fds=(write_fd,), preexec_fn=sandbox.limits_preexec(cpu_s, mem_bytes))
     os.close(write_fd)
@@ -120,6 +123,11 @@ def run_worker(job: dict, scratch: Path, device: str, gpu_index: int | None,
             out.returncode = proc.wait()
     out.wall_s = time.monotonic() - t0
     out.log_tail = _tail(log_path)
+    if wrap is not None:  # a wrapper's report (ncu's CSV) is read whole, bounded
+        try:
+            out.full_log = log_path.read_bytes()[-(8 << 20):].decode("utf-8", "replace")
+        except OSError:
+            out.full_log = ""
     return out
 
 
@@ -229,6 +237,8 @@ class Evaluator:
                                      "test_timeout_s": self.ec.test_timeout_s})
         result.metadata.update(label=label, backend=backend, evaluation_s=round(run.wall_s, 3),
                                phase_s=run.phase_seconds())
+        if hw.device == "cuda" and result.correctness and self.ec.profile:
+            profile_candidate(self, code, result)
         # Defence in depth: workers never see secrets, but nothing printed may carry one out.
         result.eval_log = sandbox.redact(result.eval_log, sandbox.secret_values(os.environ))
         return result
@@ -266,7 +276,7 @@ class Evaluator:
             self._slots.put(slot)
 
     def _run(self, job: dict, device: str, gpu_index: int | None, label: str = "",
-             code: str | None = None) -> "WorkerRun":
+             code: str | None = None, wrap=None) -> "WorkerRun":
         name = "".join(c if c.isalnum() or c in "-_" else "_" for c in label)[:40] or "job"
         scratch = self.scratch_root / f"{name}-{uuid.uuid4().hex[:8]}"
         scratch.mkdir(parents=True, exist_ok=True)
@@ -277,7 +287,7 @@ class Evaluator:
             job = {**job, "scratch": str(scratch)}
             mem = None if device == "cuda" else int(self.ec.memory_limit_gb * 2**30)
             return run_worker(job, scratch, device, gpu_index, self.ec.build_timeout_s,
-                              self.ec.test_timeout_s, self.ec.cpu_time_limit_s, mem)
+                              self.ec.test_timeout_s, self.ec.cpu_time_limit_s, mem, wrap=wrap)
         finally:
             if not self.keep_scratch:
                 shutil.rmtree(scratch, ignore_errors=True)

@@ -10,7 +10,8 @@ applies the build or the test timeout accordingly) and finally ``{"nonce": ..., 
 The candidate's own stdout and stderr go to a log file; they never mix with the protocol.
 
 Modes (``job["mode"]``): ``hardware``, ``probe``, ``evaluate``, ``reference`` (eager and
-``torch.compile`` timings of the reference, GPU only).
+``torch.compile`` timings of the reference, GPU only), ``profile`` (one call inside an NVTX
+range, run under Nsight Compute).
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ def _dispatch(job: dict, ch: Channel) -> dict:
         from openkernel.evaluation.runner import run_evaluate
 
         return run_evaluate(job, ch)
+    if mode == "profile":
+        from openkernel.evaluation.profile_run import run_profile
+
+        return run_profile(job, ch)
     if mode == "reference":
         from openkernel.evaluation.reference import run_reference_timing
 

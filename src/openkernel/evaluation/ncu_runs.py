@@ -1,0 +1,78 @@
+"""Profiling runs: a correct candidate (and, when asked, the reference) under Nsight Compute.
+
+A profile is evidence for the next generation, never part of the verdict: any failure here
+(no ncu, a crash under the profiler, an empty report) leaves the result as judged and says why
+in ``profiler_data["error"]``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from openkernel.evaluation import profiling
+from openkernel.schemas import EvalResult
+
+_lock = threading.Lock()
+
+
+def _peak_tflops(evaluator) -> float | None:
+    hw, probe = evaluator.hardware, evaluator._probe
+    dtype = (probe.output_dtypes[0] if probe and probe.output_dtypes else "torch.float32")
+    dtype = dtype.replace("torch.", "")
+    peaks = hw.peak_tflops or {}
+    return peaks.get("tf32" if dtype == "float32" else dtype) or peaks.get(dtype)
+
+
+def _profile(evaluator, code: str | None) -> dict:
+    ncu = profiling.find_ncu()
+    if ncu is None:
+        return {}
+    hw = evaluator.hardware
+    job = {"mode": "profile", "target": "reference" if code is None else "candidate",
+           **evaluator._task_job(hw.device)}
+    slot = evaluator._acquire()
+    try:
+        run = evaluator._run(job, hw.device, slot, label="profile", code=code,
+                             wrap=lambda argv: profiling.ncu_command(ncu, argv))
+    finally:
+        evaluator._release(slot)
+    launches = profiling.parse_ncu_csv(run.full_log)
+    probe = evaluator._probe
+    data = profiling.summarize(launches, probe.flops if probe else 0.0,
+                               probe.bytes_moved if probe else 0.0, hw.peak_bandwidth_gbs,
+                               _peak_tflops(evaluator))
+    if not data:
+        why = f"timed out in {run.phase}" if run.timed_out else "no kernels in the report"
+        return {"source": "ncu", "error": f"profiling failed ({why})",
+                "log_tail": run.log_tail[-2000:]}
+    data["profile_s"] = round(run.wall_s, 2)
+    return data
+
+
+def reference_profile(evaluator) -> dict:
+    """The reference's profile, once per evaluator (eval_config.profile_original_model)."""
+    with _lock:
+        cached = getattr(evaluator, "_reference_profile", None)
+        if cached is None:
+            cached = _profile(evaluator, None)
+            evaluator._reference_profile = cached
+        return cached
+
+
+def profile_candidate(evaluator, code: str, result: EvalResult) -> None:
+    """Attach an Nsight Compute profile (and the reference's, if configured) to ``result``."""
+    try:
+        data = _profile(evaluator, code)
+        if data and evaluator.ec.profile_original_model:
+            ref = reference_profile(evaluator)
+            if ref and "error" not in ref:
+                data["reference"] = {k: v for k, v in ref.items() if not isinstance(v, (list, dict))}
+    except Exception as err:  # evidence only: never let profiling change a verdict
+        data = {"source": "ncu", "error": f"profiling failed: {err!r}"}
+    if not data:
+        return
+    result.profiler_data = data
+    text = profiling.format_profile(data) if "error" not in data else f"Profile: {data['error']}"
+    if data.get("reference"):
+        text += "\nReference " + profiling.format_profile({**data["reference"], "estimate": False})
+    result.eval_log = (result.eval_log.rstrip() + "\n" + text).strip()

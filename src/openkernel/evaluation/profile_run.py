@@ -1,0 +1,43 @@
+"""Worker mode ``profile``: run the candidate (or the reference) once inside an NVTX range.
+
+The executor starts this worker under Nsight Compute (``profiling.ncu_command``), which
+profiles only kernels inside ``profiling.NVTX_RANGE``: warm-up and compilation stay outside,
+so the profile shows the candidate's steady-state kernels and nothing of ours.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from openkernel.evaluation.build import import_candidate
+from openkernel.evaluation.profiling import NVTX_RANGE
+from openkernel.evaluation.reference import TaskRuntime, load_state
+
+
+def run_profile(job: dict, ch) -> dict:
+    from openkernel.evaluation import sandbox
+
+    rt = TaskRuntime(job["reference_path"], job.get("hooks_path"), job["device"])
+    ref_model = rt.make_model(rt.ref.Model)
+    confinement = sandbox.confine(Path(job["scratch"]), [Path(p) for p in job.get("read_only", [])],
+                                  gpu=True)
+    ch.phase("build")
+    if job.get("target") == "reference":
+        model = ref_model
+    else:
+        module = import_candidate(Path(job["code_path"]))
+        model = rt.make_model(module.ModelNew)
+        load_state(ref_model, model)
+    inputs = rt.inputs(0)
+    ch.phase("warmup")
+    with torch.no_grad():
+        model(*inputs)  # compile and warm up outside the profiled range
+        torch.cuda.synchronize()
+        ch.phase("test")
+        torch.cuda.nvtx.range_push(NVTX_RANGE)
+        model(*inputs)
+        torch.cuda.synchronize()
+        torch.cuda.nvtx.range_pop()
+    return {"profiled": True, "confinement": confinement}
