@@ -104,3 +104,15 @@ def test_ncu_profile_of_a_real_candidate(tmp_path, examples_dir):
     assert data["bottleneck"] == "memory_bound" and data["dram_throughput_pct"] > 50
     assert data["reference"]["duration_us"] > 0
     assert "Nsight Compute" in result.eval_log
+
+
+def test_ceilings_cache_round_trip(tmp_path):
+    from openkernel.evaluation import ceilings
+
+    path = tmp_path / "ceilings.json"
+    assert ceilings.load_all(path) == {}
+    entry = {"version": ceilings.CACHE_VERSION, "device": "NVIDIA H200",
+             "peak_bandwidth_gbs": 4100.0, "peak_tflops": {"float16": 700.0}}
+    ceilings.save(entry, path)
+    ceilings.save({**entry, "device": "old", "version": -1}, path)
+    assert ceilings.load_all(path) == {"NVIDIA H200": entry}  # stale versions are ignored

@@ -67,21 +67,20 @@ def measure(device_index: int = 0) -> dict:
             "peak_bandwidth_gbs": bandwidth, "peak_tflops": tflops}
 
 
-def cached(device_index: int = 0, path: Path | None = None) -> dict:
-    """The cached ceilings of this device model, measuring them on first use."""
-    import torch
-
-    path = path or cache_path()
-    name = torch.cuda.get_device_name(device_index)
+def load_all(path: Path | None = None) -> dict:
+    """Every cached entry, by device name (read in the engine; no torch needed)."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads((path or cache_path()).read_text())
     except (OSError, ValueError):
-        data = {}
-    entry = data.get(name)
-    if entry and entry.get("version") == CACHE_VERSION:
-        return entry
-    entry = measure(device_index)
-    data[name] = entry
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict) and v.get("version") == CACHE_VERSION}
+
+
+def save(entry: dict, path: Path | None = None) -> None:
+    """Add one device's measured entry to the cache (written by the engine)."""
+    path = path or cache_path()
+    data = load_all(path)
+    data[entry["device"]] = entry
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -89,4 +88,3 @@ def cached(device_index: int = 0, path: Path | None = None) -> dict:
         tmp.replace(path)
     except OSError:
         pass  # a read-only cache still gives this run its numbers
-    return entry

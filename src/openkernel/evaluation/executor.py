@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 
 from openkernel.config import Config
+from openkernel.evaluation import ceilings
 from openkernel.evaluation import hardware as hwmod
 from openkernel.evaluation import sandbox
 from openkernel.evaluation.ncu_runs import profile_candidate
@@ -182,7 +183,10 @@ class Evaluator:
         key = os.environ.get("CUDA_VISIBLE_DEVICES", "*")
         with _HW_LOCK:
             if key not in _HW_CACHE:
-                run = self._run({"mode": "hardware"}, "cuda", None, label="hardware")
+                run = self._run({"mode": "hardware", "known_ceilings": ceilings.load_all()},
+                                "cuda", None, label="hardware")
+                if (run.payload or {}).get("ceilings_measured"):
+                    ceilings.save(run.payload["ceilings"])  # measured once per device model
                 data = (run.payload or {}).get("hardware")
                 _HW_CACHE[key] = hwmod.from_json(data) if data else Hardware(
                     label=hwmod.CPU_LABEL, device="cpu", gpu_arch="cpu", interpreter=True)

@@ -5,8 +5,10 @@ context is fragile, and it must stay importable on machines without torch.cuda),
 :func:`detect` runs in a worker (``python -m openkernel.evaluation.worker --hardware``) and the
 engine rebuilds the :class:`Hardware` record from the JSON it prints.
 
-Peak figures are datasheet values (dense, no sparsity), used only to flag speedups that beat
-the roofline; they are deliberately generous so a real kernel is never flagged.
+Peak figures start as datasheet values (dense, no sparsity); on a GPU the hardware worker
+replaces them with ceilings measured on the device (``ceilings.py``: a large device copy and
+large matmuls, cached per device model), which the roofline, the critic and the too-good-to-
+be-true flag then use.
 """
 
 from __future__ import annotations

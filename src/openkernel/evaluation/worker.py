@@ -48,9 +48,25 @@ class Channel:
 
 
 def _hardware(job: dict, ch: Channel) -> dict:
+    from dataclasses import replace
+
     from openkernel.evaluation.hardware import detect, to_json
 
-    return {"hardware": to_json(detect())}
+    hw = detect()
+    if hw.device != "cuda":
+        return {"hardware": to_json(hw)}
+    import torch
+
+    from openkernel.evaluation import ceilings
+
+    name = torch.cuda.get_device_name(0)
+    entry = (job.get("known_ceilings") or {}).get(name)
+    measured = entry is None
+    if measured:
+        entry = ceilings.measure(0)
+    hw = replace(hw, peak_bandwidth_gbs=entry["peak_bandwidth_gbs"],
+                 peak_tflops=dict(entry["peak_tflops"]))
+    return {"hardware": to_json(hw), "ceilings": entry, "ceilings_measured": measured}
 
 
 def _dispatch(job: dict, ch: Channel) -> dict:
