@@ -117,7 +117,7 @@ def test_static_cuda_sources_finds_kernels():
 
 
 def test_phase_seconds_split_the_worker_wall_time():
-    from openkernel.evaluation.executor import WorkerRun
+    from openkernel.evaluation.process import WorkerRun
 
     run = WorkerRun()
     run.phase_starts += [("build", 1.5), ("warmup", 2.0), ("test", 3.0), ("benchmark", 5.0)]

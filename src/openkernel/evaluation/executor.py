@@ -11,24 +11,19 @@ the first (compiling) call, the test timeout covers correctness and benchmark.
 
 from __future__ import annotations
 
-import json
 import os
-import queue
-import select
 import shutil
-import signal
-import subprocess
-import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
 from openkernel.config import Config
 from openkernel.evaluation import ceilings
+from openkernel.evaluation.devices import DevicePool, NoDeviceLeft, is_device_fault
 from openkernel.evaluation import hardware as hwmod
 from openkernel.evaluation import sandbox
 from openkernel.evaluation.ncu_runs import profile_candidate
+from openkernel.evaluation.process import WorkerRun, run_worker
 from openkernel.evaluation.results import from_worker
 from openkernel.evaluation.types import Hardware, TaskProbe
 from openkernel.schemas import EvalResult
@@ -36,119 +31,6 @@ from openkernel.task import Task
 
 _HW_CACHE: dict[str, Hardware] = {}  # per engine process: the hardware does not change
 _HW_LOCK = threading.Lock()
-LOG_TAIL_LINES = 40
-
-
-class WorkerRun:
-    """Outcome of one worker process."""
-
-    def __init__(self) -> None:
-        self.payload: dict | None = None
-        self.phase = "setup"
-        self.timed_out: str | None = None
-        self.returncode: int | None = None
-        self.log_tail = ""
-        self.full_log = ""
-        self.wall_s = 0.0
-        self.phase_starts: list[tuple[str, float]] = [("setup", 0.0)]  # seconds since start
-
-    def phase_seconds(self) -> dict[str, float]:
-        """Wall seconds spent in each phase (process start + imports count as setup)."""
-        marks = self.phase_starts + [("end", self.wall_s)]
-        out: dict[str, float] = {}
-        for (name, start), (_, end) in zip(marks, marks[1:]):
-            out[name] = round(out.get(name, 0.0) + max(end - start, 0.0), 3)
-        return out
-
-
-def run_worker(job: dict, scratch: Path, device: str, gpu_index: int | None,
-               build_timeout_s: float, test_timeout_s: float, cpu_s: float,
-               mem_bytes: int | None, wrap=None) -> WorkerRun:
-    """Start a worker on ``job``, enforce the phase timeouts, collect its report."""
-    out = WorkerRun()
-    nonce = uuid.uuid4().hex
-    env = sandbox.worker_env(os.environ, scratch, device, gpu_index)
-    read_fd, write_fd = os.pipe()
-    log_path = scratch / "worker.log"
-    t0 = time.monotonic()
-    argv = [sys.executable, "-m", "openkernel.evaluation.worker", "--fd", str(write_fd)]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            wrap(argv) if wrap else argv,
-            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=scratch, env=env,
-            pass_fds=(write_fd,), preexec_fn=sandbox.limits_preexec(cpu_s, mem_bytes))
-    os.close(write_fd)
-    try:
-        proc.stdin.write(json.dumps({**job, "nonce": nonce}).encode())
-        proc.stdin.close()
-    except OSError:
-        pass  # died at start-up: the exit code tells
-    deadline = t0 + build_timeout_s
-    buf = b""
-    try:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                out.timed_out = "build" if out.phase in ("setup", "build", "warmup") else "test"
-                break
-            ready, _, _ = select.select([read_fd], [], [], min(remaining, 1.0))
-            if not ready:
-                continue
-            chunk = os.read(read_fd, 1 << 16)
-            if not chunk:
-                break
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(msg, dict) or msg.get("nonce") != nonce:
-                    continue  # not from the worker itself
-                if "phase" in msg:
-                    if msg["phase"] == "test" or (msg["phase"] == "benchmark" and out.phase in ("setup", "build", "warmup")):
-                        deadline = time.monotonic() + test_timeout_s
-                    out.phase = msg["phase"]
-                    out.phase_starts.append((out.phase, time.monotonic() - t0))
-                elif "result" in msg:
-                    out.payload = msg["result"]
-    finally:
-        os.close(read_fd)
-        if out.timed_out or proc.poll() is None:
-            _kill_group(proc)
-        try:
-            out.returncode = proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out.returncode = proc.wait()
-    out.wall_s = time.monotonic() - t0
-    out.log_tail = _tail(log_path)
-    if wrap is not None:  # a wrapper's report (ncu's CSV) is read whole, bounded
-        try:
-            out.full_log = log_path.read_bytes()[-(8 << 20):].decode("utf-8", "replace")
-        except OSError:
-            out.full_log = ""
-    return out
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - 16384))
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    lines = text.splitlines()[-LOG_TAIL_LINES:]
-    return sandbox.redact("\n".join(lines), sandbox.secret_values(os.environ))
 
 
 class Evaluator:
@@ -174,7 +56,7 @@ class Evaluator:
         self._compile_lock = threading.Lock()
         self._probe: TaskProbe | None = None
         self._compile_ratio: float | None | bool = None  # False: tried and unavailable
-        self._slots: queue.Queue | None = None
+        self._slots: DevicePool | None = None
 
     # -- public API ---------------------------------------------------------------------
     @property
@@ -221,15 +103,24 @@ class Evaluator:
     def evaluate(self, code: str, backend: str, label: str = "") -> EvalResult:
         """Build, check and time one candidate; never raises for candidate faults."""
         hw = self.hardware
-        slot = self._acquire()
-        try:
-            job = {"mode": "evaluate", "backend": backend, **self._task_job(hw.device),
-                   "correctness_seeds": self.ec.correctness_seeds, "gpu_arch": self.config.gpu_arch
-                   or hw.gpu_arch, "build_timeout_s": self.ec.build_timeout_s,
-                   "gpu_memory_fraction": self.ec.gpu_memory_fraction, **self._bench_params(hw)}
-            run = self._run(job, hw.device, slot, label=label, code=code)
-        finally:
-            self._release(slot)
+        job = {"mode": "evaluate", "backend": backend, **self._task_job(hw.device),
+               "correctness_seeds": self.ec.correctness_seeds, "gpu_arch": self.config.gpu_arch
+               or hw.gpu_arch, "build_timeout_s": self.ec.build_timeout_s,
+               "gpu_memory_fraction": self.ec.gpu_memory_fraction, **self._bench_params(hw)}
+        requeued: list[str] = []
+        while True:
+            slot = self._acquire()
+            try:
+                run = self._run(job, hw.device, slot, label=label, code=code)
+            finally:
+                self._release(slot)
+            if slot is None or not is_device_fault(run.log_tail):
+                break
+            # The GPU failed, not the candidate: quarantine it and judge the candidate elsewhere.
+            self._slots.quarantine(slot, run.log_tail.splitlines()[-1][:200] if run.log_tail else "")
+            requeued.append(f"GPU slot {slot} failed as a device; re-queued on another GPU")
+            if not self._slots.healthy:
+                raise NoDeviceLeft(f"every GPU failed; last: {run.log_tail[-500:]}")
         ratio = None
         payload = run.payload or {}
         if hw.device == "cuda" and payload.get("correctness") and not payload.get("integrity_violation"):
@@ -240,7 +131,9 @@ class Evaluator:
                              limits={"build_timeout_s": self.ec.build_timeout_s,
                                      "test_timeout_s": self.ec.test_timeout_s})
         result.metadata.update(label=label, backend=backend, evaluation_s=round(run.wall_s, 3),
-                               phase_s=run.phase_seconds())
+                               phase_s=run.phase_seconds(), gpu_slot=slot)
+        if requeued:
+            result.metadata["requeued"] = requeued
         if hw.device == "cuda" and result.correctness and self.ec.profile:
             profile_candidate(self, code, result)
         # Defence in depth: workers never see secrets, but nothing printed may carry one out.
@@ -267,17 +160,16 @@ class Evaluator:
         hw = self.hardware
         if hw.device != "cuda":
             return None
-        workers = self.max_workers
         with self._slot_lock:
             if self._slots is None:
-                self._slots = queue.Queue()
-                for i in range(workers):
-                    self._slots.put(i % max(1, hw.num_gpus))
-        return self._slots.get()
+                gpus = list(range(max(1, hw.num_gpus)))
+                per_device = max(1, -(-self.max_workers // len(gpus)))
+                self._slots = DevicePool(gpus, per_device)
+        return self._slots.acquire()
 
     def _release(self, slot: int | None) -> None:
         if slot is not None and self._slots is not None:
-            self._slots.put(slot)
+            self._slots.release(slot)
 
     def _run(self, job: dict, device: str, gpu_index: int | None, label: str = "",
              code: str | None = None, wrap=None) -> "WorkerRun":

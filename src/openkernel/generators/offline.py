@@ -12,7 +12,6 @@ reads its parent's (and inspirations') params from.
 
 from __future__ import annotations
 
-import random
 
 from openkernel.evaluation.types import TaskProbe
 from openkernel.generators.base import Proposal, ProposalRequest

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from openkernel.config import Config
+from openkernel.evaluation.devices import NoDeviceLeft
 from openkernel.evaluation.executor import Evaluator
 from openkernel.events import (
     BackendSwitched, BestImproved, CandidateEvaluated, CandidateGenerated, CandidateStarted,
@@ -301,6 +302,9 @@ class Search:
             )
             program.add_eval_results(result)
             out.put(program)
+        except NoDeviceLeft as err:  # no GPU can judge anything any more: end the run
+            out.put(LogEmitted("error", f"{label}: {err}"))
+            self.control.stop()
         except Exception as err:  # a generator or evaluator bug: say so, keep the run going
             out.put(LogEmitted("error", f"{label}: internal error: {err!r}"))
         finally:
