@@ -31,8 +31,8 @@ from openkernel import events as ev
 from openkernel.schemas import EvalResult, Program, Status
 
 from kernelcode.tui.app import create_app
-from kernelcode.tui.screens.diff import DiffScreen
-from kernelcode.tui.screens.roofline import RooflineScreen
+from kernelcode.tui.screens.diff import DiffView
+from kernelcode.tui.screens.roofline import RooflineView
 from kernelcode.tui.widgets.header import RunHeader
 
 RESULTS = Path(__file__).resolve().parent / "results" / "tui_throughput.json"
@@ -90,12 +90,12 @@ def synthetic_run(rate: float, seconds: float, branches: int = 8):
 
 # (key, character, condition on the app once the key has taken effect)
 KEYS = [
-    ("k", "k", lambda app: isinstance(app.screen, DiffScreen)),
-    ("escape", None, lambda app: not isinstance(app.screen, DiffScreen)),
+    ("k", "k", lambda app: isinstance(app.overlay, DiffView)),
+    ("escape", None, lambda app: not isinstance(app.overlay, DiffView)),
     ("p", "p", lambda app: app.query_one(RunHeader).state_word == "PAUSED"),
     ("p", "p", lambda app: app.query_one(RunHeader).state_word == "RUNNING"),
-    ("r", "r", lambda app: isinstance(app.screen, RooflineScreen)),
-    ("escape", None, lambda app: not isinstance(app.screen, RooflineScreen)),
+    ("r", "r", lambda app: isinstance(app.overlay, RooflineView)),
+    ("escape", None, lambda app: not isinstance(app.overlay, RooflineView)),
     ("b", "b", lambda app: "→ CUDA" in str(app.query_one(RunHeader).render())),
     ("b", "b", lambda app: "→" not in str(app.query_one(RunHeader).render())),
 ]

@@ -12,7 +12,6 @@ from openkernel import events as ev
 
 from kernelcode.tui.app import KernelCodeApp, create_app
 from kernelcode.tui.demo import CPU, demo_events
-from kernelcode.tui.widgets.chat import ChatPanel
 
 SIZE = (140, 44)
 
@@ -46,7 +45,7 @@ async def settle(pilot, count: int, timeout: float = 10.0) -> None:
     """Wait until the app has applied ``count`` events, written their chat lines, redrawn."""
     app: KernelCodeApp = pilot.app
     deadline = time.monotonic() + timeout
-    while app.events_applied < count or app.query_one(ChatPanel).pending:
+    while app.events_applied < count or app.showing_pending:
         assert time.monotonic() < deadline, f"only {app.events_applied}/{count} events applied"
         await pilot.pause(0.01)
     await pilot.pause()

@@ -12,6 +12,7 @@ async def test_missing_task_path_is_a_clear_message(tmp_path):
     app = create_app(tmp_path / "no_such_task.py")
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.phase == "error", timeout=60)
+        await wait_until(pilot, lambda: not app.showing_pending, timeout=5)
         await pilot.pause()
         text = chat_text(app)
         assert "Cannot start:" in text and "no_such_task" in text

@@ -26,6 +26,7 @@ async def test_real_offline_run_fills_the_log(tmp_path, monkeypatch):
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.finished is not None or app.state.error,
                          timeout=150)
+        await wait_until(pilot, lambda: not app.showing_pending, timeout=5)
         await pilot.pause()
         assert app.state.error == "", chat_text(app)
         finished = [e for e in seen if isinstance(e, RunFinished)]
@@ -36,5 +37,5 @@ async def test_real_offline_run_fills_the_log(tmp_path, monkeypatch):
         assert all(c.status is not None for c in app.state.candidates.values())
         header = app.query_one(RunHeader)
         assert header.state_word == "FINISHED" and "interpreter" in header.hardware.lower()
-        await wait_until(pilot, lambda: "Run finished" in chat_text(app), timeout=5)
+        assert "Run finished" in chat_text(app)
     assert db.exists()

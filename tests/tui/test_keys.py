@@ -7,10 +7,10 @@ import webbrowser
 from textual.widgets import Input
 
 from kernelcode.tui import dashboard_link
-from kernelcode.tui.screens.candidate import CandidateScreen
-from kernelcode.tui.screens.diff import DiffScreen
-from kernelcode.tui.screens.roofline import RooflineScreen
-from kernelcode.tui.screens.skills import SkillsScreen
+from kernelcode.tui.screens.candidate import CandidateView
+from kernelcode.tui.screens.diff import DiffView
+from kernelcode.tui.screens.roofline import RooflineView
+from kernelcode.tui.screens.skills import SkillsView
 from kernelcode.tui.widgets.header import RunHeader
 
 from .conftest import SIZE, chat_text, settle, wait_until
@@ -19,18 +19,21 @@ from .conftest import SIZE, chat_text, settle, wait_until
 async def test_overlay_keys_open_toggle_and_escape(held_app, demo):
     async with held_app.run_test(size=SIZE) as pilot:
         await settle(pilot, len(demo))
-        for key, screen_type in (("k", DiffScreen), ("r", RooflineScreen), ("s", SkillsScreen)):
+        for key, view_type in (("k", DiffView), ("r", RooflineView), ("s", SkillsView)):
             await pilot.press(key)
             await pilot.pause()
-            assert isinstance(held_app.screen, screen_type), key
+            assert isinstance(held_app.overlay, view_type), key
             await pilot.press("escape")
-            assert not isinstance(held_app.screen, screen_type), key
+            assert not isinstance(held_app.overlay, view_type), key
             await pilot.press(key, key)  # the key toggles its overlay
             await pilot.pause()
-            assert not isinstance(held_app.screen, screen_type), key
+            assert not isinstance(held_app.overlay, view_type), key
         await pilot.press("k", "r")  # another overlay's key replaces the one on top
         await pilot.pause()
-        assert isinstance(held_app.screen, RooflineScreen) and len(held_app.screen_stack) == 2
+        assert isinstance(held_app.overlay, RooflineView) and len(held_app.screen_stack) == 1
+        assert held_app.focused.id == "overlay-body"
+        await pilot.press("escape")
+        assert held_app.overlay is None and held_app.focused.id == "experiment-log"
 
 
 async def test_kernel_diff_compares_latest_with_best_before_it(held_app, demo):
@@ -38,9 +41,9 @@ async def test_kernel_diff_compares_latest_with_best_before_it(held_app, demo):
         await settle(pilot, len(demo))
         await pilot.press("k")
         await pilot.pause()
-        screen = held_app.screen
-        assert screen.new_title.startswith("i2-b2") and screen.old_title.startswith("i2-b0")
-        assert screen.old != screen.new and not screen.message
+        view = held_app.overlay
+        assert view.new_title.startswith("i2-b2") and view.old_title.startswith("i2-b0")
+        assert view.old != view.new and not view.message
 
 
 async def test_kernel_diff_says_when_there_is_nothing_to_compare():
@@ -50,7 +53,7 @@ async def test_kernel_diff_says_when_there_is_nothing_to_compare():
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("k")
         await pilot.pause()
-        assert "Nothing to compare yet" in app.screen.message
+        assert "Nothing to compare yet" in app.overlay.message
 
 
 async def test_pause_and_resume(held_app, demo):
@@ -94,10 +97,10 @@ async def test_row_selection_opens_candidate_detail(held_app, demo):
         await settle(pilot, len(demo))
         await pilot.press("down", "enter")
         await pilot.pause()
-        assert isinstance(held_app.screen, CandidateScreen)
-        assert held_app.screen.program.metadata["label"] == "i0-b1"
+        assert isinstance(held_app.overlay, CandidateView)
+        assert held_app.overlay.program.metadata["label"] == "i0-b1"
         await pilot.press("escape")
-        assert not isinstance(held_app.screen, CandidateScreen)
+        assert not isinstance(held_app.overlay, CandidateView)
 
 
 async def test_quit_stops_the_engine_and_waits_for_it(held_app, demo):

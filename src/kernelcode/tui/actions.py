@@ -16,11 +16,11 @@ from kernelcode.tui import dashboard_link, skills
 from kernelcode.tui.formatting import label_of, pretty_backend
 from kernelcode.tui.messages import DashboardStarted, DashboardUnavailable, SkillsLoaded
 from kernelcode.tui.narrate import ACCENT, DIM, ERROR, WARN
-from kernelcode.tui.screens.candidate import CandidateScreen
-from kernelcode.tui.screens.diff import DiffScreen
-from kernelcode.tui.screens.overlay import Overlay
-from kernelcode.tui.screens.roofline import RooflineScreen
-from kernelcode.tui.screens.skills import SkillsScreen
+from kernelcode.tui.screens.candidate import CandidateView
+from kernelcode.tui.screens.diff import DiffView
+from kernelcode.tui.screens.overlay import Overlay, OverlayFrame
+from kernelcode.tui.screens.roofline import RooflineView
+from kernelcode.tui.screens.skills import SkillsView
 from kernelcode.tui.widgets.chat import ChatPanel
 
 NOT_RUNNING = "No run in progress: {what} has nothing to act on."
@@ -33,14 +33,19 @@ class KeyActions:
         """One line in the chat panel."""
         self.query_one(ChatPanel).say([Text(text, style=style)], now=True)
 
-    def _toggle(self, screen_type: type[Overlay], build) -> None:
-        """Open an overlay, or close it if it is the one on top (its key toggles it)."""
-        if isinstance(self.screen, screen_type):
-            self.screen.dismiss()
-            return
-        if isinstance(self.screen, Overlay):
-            self.pop_screen()
-        self.push_screen(build())
+    @property
+    def overlay(self) -> Overlay | None:
+        """The view open in the overlay frame, if any."""
+        return self.query_one(OverlayFrame).view
+
+    def _toggle(self, view_type: type[Overlay], build) -> None:
+        """Open a view, or close it if it is the one open (its key toggles it); another
+        view's key replaces it."""
+        frame = self.query_one(OverlayFrame)
+        if isinstance(frame.view, view_type):
+            frame.close()
+        else:
+            frame.open(build())
 
     # -- d ------------------------------------------------------------------------------------
     def action_dashboard(self) -> None:
@@ -72,31 +77,31 @@ class KeyActions:
 
     # -- k, r, s, row selection ---------------------------------------------------------------
     def action_kernel_diff(self) -> None:
-        self._toggle(DiffScreen, self._diff_screen)
+        self._toggle(DiffView, self._diff_view)
 
-    def _diff_screen(self) -> DiffScreen:
+    def _diff_view(self) -> DiffView:
         latest = self.state.latest
         if latest is None or latest.program is None:
-            return DiffScreen(message="Nothing to compare yet: no candidate has been judged. "
+            return DiffView(message="Nothing to compare yet: no candidate has been judged. "
                               "k compares the latest candidate with the best kernel before it.")
         base = self.state.best_before.get(latest.label)
         new_title = f"{latest.label} (latest, {latest.status.value if latest.status else '?'})"
         if base is not None:
-            return DiffScreen(base.code, latest.program.code,
+            return DiffView(base.code, latest.program.code,
                               f"{label_of(base)} (best before it)", new_title)
         if self.state.reference_code:
-            return DiffScreen(self.state.reference_code, latest.program.code,
+            return DiffView(self.state.reference_code, latest.program.code,
                               "reference (PyTorch, best before it)", new_title)
-        return DiffScreen(message=f"Nothing to compare yet: the best before {latest.label} is "
+        return DiffView(message=f"Nothing to compare yet: the best before {latest.label} is "
                           "the reference, whose code this run did not send.")
 
     def action_roofline(self) -> None:
-        self._toggle(RooflineScreen,
-                     lambda: RooflineScreen(self.state.programs(), on_cpu=self.state.on_cpu))
+        self._toggle(RooflineView,
+                     lambda: RooflineView(self.state.programs(), on_cpu=self.state.on_cpu))
 
     def action_skills(self) -> None:
-        if isinstance(self.screen, SkillsScreen):
-            self.screen.dismiss()
+        if isinstance(self.overlay, SkillsView):
+            self.query_one(OverlayFrame).close()
             return
         self.load_skills()
 
@@ -107,14 +112,14 @@ class KeyActions:
         self.post_message(SkillsLoaded(matches, note))
 
     def on_skills_loaded(self, message: SkillsLoaded) -> None:
-        self._toggle(SkillsScreen, lambda: SkillsScreen(message.matches, message.note))
+        self._toggle(SkillsView, lambda: SkillsView(message.matches, message.note))
 
     def open_candidate(self, label: str) -> None:
         row = self.state.candidates.get(label)
         if row is None or row.program is None:
             self.notify(f"{label} is still being generated or evaluated.", title="Candidate")
             return
-        self._toggle(CandidateScreen, lambda: CandidateScreen(row.program))
+        self._toggle(CandidateView, lambda: CandidateView(row.program))
 
     # -- p, b, steering -----------------------------------------------------------------------
     def action_pause(self) -> None:
@@ -168,8 +173,11 @@ class KeyActions:
 
     # -- escape, q ----------------------------------------------------------------------------
     def action_escape(self) -> None:
-        """Leave the input line (overlays close themselves on Escape)."""
-        if isinstance(self.focused, Input):
+        """Close the open view, or leave the input line."""
+        frame = self.query_one(OverlayFrame)
+        if frame.is_open:
+            frame.close()
+        elif isinstance(self.focused, Input):
             self.query_one("#experiment-log").focus()
 
     async def action_quit(self) -> None:

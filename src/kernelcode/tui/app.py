@@ -17,7 +17,6 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
-from textual.widgets import Footer
 
 from openkernel import events as ev
 from openkernel.search.control import RunControl
@@ -26,9 +25,11 @@ from kernelcode.tui.actions import KeyActions
 from kernelcode.tui.bridge import EventBuffer, EventsReady, pump
 from kernelcode.tui.engine import EventSource, engine_events, source_events
 from kernelcode.tui.narrate import narrate
+from kernelcode.tui.screens.overlay import OverlayFrame
 from kernelcode.tui.state import RunState
 from kernelcode.tui.widgets.chat import ChatPanel
 from kernelcode.tui.widgets.experiment_log import ExperimentLog
+from kernelcode.tui.widgets.footer import KeysFooter
 from kernelcode.tui.widgets.header import RunHeader
 from kernelcode.tui.widgets.profiling import ProfilingPanel
 from kernelcode.tui.widgets.trajectory import TrajectoryPanel
@@ -37,6 +38,10 @@ from kernelcode.tui.widgets.trajectory import TrajectoryPanel
 # in batches a few frames apart, so between them the loop is free for keys and redraws.
 BATCH_LIMIT = 200
 DRAIN_INTERVAL_S = 0.05
+# The panels show what the drains folded into the state at most every SHOW_INTERVAL_S (at once
+# in a normal run): each showing costs a frame that repaints most of the screen, so under a
+# fast stream they come a few times a second, and a key press never waits behind many.
+SHOW_INTERVAL_S = 0.25
 
 
 class KernelCodeApp(KeyActions, App[int]):
@@ -73,6 +78,9 @@ class KernelCodeApp(KeyActions, App[int]):
         self.events_applied = 0  # for tests and the benchmark
         self._last_drain = 0.0
         self._drain_scheduled = False
+        self._touched: dict[str, object] = {}  # rows changed since the panels were last shown
+        self._last_show = 0.0
+        self._show_scheduled = False
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="header")
@@ -82,7 +90,8 @@ class KernelCodeApp(KeyActions, App[int]):
                 yield TrajectoryPanel(id="trajectory")
                 yield ProfilingPanel(id="profiling")
                 yield ExperimentLog(id="experiment-log")
-        yield Footer()
+        yield KeysFooter()
+        yield OverlayFrame(id="overlay-frame")
 
     def on_mount(self) -> None:
         titles = {"#chat": "Chat / Agent", "#trajectory": "Optimization Trajectory",
@@ -136,10 +145,10 @@ class KernelCodeApp(KeyActions, App[int]):
         self.apply_events(self.buffer.drain(BATCH_LIMIT))
 
     def apply_events(self, batch: list[object]) -> None:
-        """Fold a batch of events into the state and the panels (one redraw per batch)."""
+        """Fold a batch of events into the state; the panels follow (see ``show_state``)."""
         if not batch:
             return
-        touched = {}  # label -> row: a row started and judged in one batch is drawn once
+        touched = self._touched  # label -> row: a row changed many times is drawn once
         lines = []
         for event in batch:
             row = self.state.apply(event)
@@ -150,9 +159,29 @@ class KernelCodeApp(KeyActions, App[int]):
             elif isinstance(event, ev.RunPaused):
                 self.set_reactive(KernelCodeApp.paused, True)
             lines.extend(narrate(event))
-        self.query_one(ExperimentLog).upsert_many(touched.values())
-        self.query_one(ChatPanel).say(lines)
+        self.query_one(ChatPanel).queue(lines)
         self.events_applied += len(batch)
+        if self._show_scheduled:
+            return
+        wait = self._last_show + SHOW_INTERVAL_S - time.monotonic()
+        if wait > 0:
+            self._show_scheduled = True
+            self.set_timer(wait, self.show_state)
+        else:
+            self.show_state()
+
+    @property
+    def showing_pending(self) -> bool:
+        """True while applied events wait for the panels' next showing (tests wait on it)."""
+        return self._show_scheduled or self.query_one(ChatPanel).pending
+
+    def show_state(self) -> None:
+        """Bring the table, the chat and the other panels up to the state, in one frame."""
+        self._show_scheduled = False
+        self._last_show = time.monotonic()
+        rows, self._touched = self._touched, {}
+        self.query_one(ExperimentLog).upsert_many(rows.values())
+        self.query_one(ChatPanel).flush()
         self.refresh_panels()
 
     def refresh_panels(self) -> None:

@@ -1,17 +1,15 @@
-"""CandidateScreen: everything recorded for one candidate: stats, code, evaluation log."""
+"""CandidateView: everything recorded for one candidate: stats, code, evaluation log."""
 
 from __future__ import annotations
 
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.widgets import Static
 
 from openkernel.schemas import Program
 
 from kernelcode.tui.formatting import label_of, speedup_str, status_text
-from kernelcode.tui.screens.overlay import Overlay
+from kernelcode.tui.screens.overlay import Block, Overlay, section
 
 DIM = "#8b949e"
 
@@ -53,24 +51,21 @@ def _num(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-class CandidateScreen(Overlay):
+class CandidateView(Overlay):
     """Opened by selecting a row of the Experiment Log."""
 
     TITLE_TEXT = "Candidate"
 
     def __init__(self, program: Program) -> None:
-        super().__init__()
         self.program = program
         self.TITLE_TEXT = f"Candidate {label_of(program)}"
 
-    def compose_body(self) -> ComposeResult:
+    def blocks(self, width: int) -> list[Block]:
         program = self.program
-        yield Static(stats_table(program), id="candidate-stats")
-        yield Static(Text("Code", style="bold"), classes="section")
         code = program.code.strip() or "(no code: nothing was extracted from the answer)"
-        yield Static(Syntax(code, "python", theme="monokai", line_numbers=True,
-                            background_color="default",
-                            word_wrap=False), id="candidate-code")
-        yield Static(Text("Evaluation log", style="bold"), classes="section")
         log = program.get_artifact().strip() or "(empty)"
-        yield Static(Text(log), id="candidate-log")
+        return [Block(stats_table(program)), section("Code"),
+                Block(Syntax(code, "python", theme="monokai", line_numbers=True,
+                             background_color="default", word_wrap=False),
+                      width=max(len(line) for line in code.splitlines()) + 8),
+                section("Evaluation log"), Block(Text(log))]

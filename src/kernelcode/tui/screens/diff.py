@@ -1,4 +1,4 @@
-"""DiffScreen: the current candidate side by side with the best kernel before it."""
+"""DiffView: the current candidate side by side with the best kernel before it."""
 
 from __future__ import annotations
 
@@ -6,10 +6,7 @@ import difflib
 
 from rich.syntax import Syntax
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.widgets import Static
-
-from kernelcode.tui.screens.overlay import Overlay
+from kernelcode.tui.screens.overlay import Block, Overlay, message
 
 THEME = "monokai"
 DEL_BG = "on #3d1418"
@@ -57,24 +54,20 @@ def side_by_side(old: str, new: str, old_title: str, new_title: str, width: int 
     return Text("\n").join(rows)
 
 
-class DiffScreen(Overlay):
+class DiffView(Overlay):
     """Kernel diff: ``k``. Shows the message instead when there is nothing to compare."""
 
     TITLE_TEXT = "Kernel diff"
 
     def __init__(self, old: str = "", new: str = "", old_title: str = "", new_title: str = "",
                  message: str = "") -> None:
-        super().__init__()
         self.old, self.new, self.old_title, self.new_title = old, new, old_title, new_title
         self.message = message
 
-    def compose_body(self) -> ComposeResult:
+    def blocks(self, width: int) -> list[Block]:
         if self.message:
-            yield Static(self.message, classes="overlay-message")
-        elif self.old == self.new:
-            yield Static(f"{self.new_title} is identical to {self.old_title}.",
-                         classes="overlay-message")
-        else:
-            width = max(self.app.size.width - 6, 60)  # the frame's border and padding
-            yield Static(side_by_side(self.old, self.new, self.old_title, self.new_title, width),
-                         id="diff")
+            return [message(self.message)]
+        if self.old == self.new:
+            return [message(f"{self.new_title} is identical to {self.old_title}.")]
+        return [Block(side_by_side(self.old, self.new, self.old_title, self.new_title,
+                                   max(width - 2, 60)), lines=True)]

@@ -1,50 +1,183 @@
-"""Overlay: the shared frame of every modal view (title, body, Escape closes)."""
+"""Overlays: the kernel diff, roofline, skills and candidate views, drawn on the main screen.
+
+One ``OverlayFrame`` widget lives on the main screen, hidden until a key shows a view in it;
+then it takes the place of the header, panels and footer, which are hidden meanwhile (so a
+fast stream of events into them costs nothing until the view closes). Pushing a Screen per overlay (as before) made every open compose and
+style a new screen and every close restyle and redraw the whole main screen: 50-100 ms even on
+an idle app. Showing the frame costs one layout and the drawing of the lines on screen.
+
+A view (``Overlay`` subclass) only describes its content as blocks; ``OverlayBody`` draws them
+through the Line API: plain text lines are turned into strips only when they scroll into view,
+other renderables (tables, syntax-highlighted code) are rendered once when the view opens.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.console import RenderableType
+from rich.padding import Padding
+from rich.segment import Segment
+from rich.styled import Styled
+from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
-from textual.screen import Screen
-from textual.widgets import Static
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widget import Widget
+
+@dataclass(frozen=True)
+class Block:
+    """Part of a view: ``lines`` is unwrapped Text drawn line by line as it scrolls into view;
+    anything else is rendered when the view opens, wrapped to the body's width or to
+    ``width`` if that is wider (then it scrolls sideways)."""
+
+    renderable: RenderableType
+    lines: bool = False
+    width: int = 0
+    muted: bool = False  # drawn in the theme's muted text colour
 
 
-class Overlay(Screen[None]):
-    """A full screen with a title and a scrollable body; Escape (or its key) closes it.
+def message(text: str) -> Block:
+    """The whole content when there is nothing to show, and why."""
+    return Block(Padding(Text(text), (1, 2)), muted=True)
 
-    An opaque Screen rather than a ModalScreen: a modal redraws (and dims) the busy main screen
-    beneath it on every frame, which under a fast event stream made opening an overlay take a
-    quarter of a second. The app keys are bound here too, so the overlay's own key closes it,
-    another overlay's key switches, and p/b/d/q keep working.
-    """
 
-    BINDINGS = [
-        Binding("escape", "close", "Close", priority=True),
-        Binding("d", "app.dashboard", "Dashboard"),
-        Binding("k", "app.kernel_diff", "Kernel diff"),
-        Binding("r", "app.roofline", "Roofline"),
-        Binding("s", "app.skills", "Skills"),
-        Binding("p", "app.pause", "Pause/resume"),
-        Binding("b", "app.backend", "Backend"),
-        Binding("q", "app.quit", "Quit"),
-    ]
+def note(text: str) -> Block:
+    """A muted line above the content."""
+    return Block(Padding(Text(text), (0, 0, 1, 0)), muted=True)
+
+
+def section(title: str) -> Block:
+    return Block(Padding(Text(title, style="bold"), (1, 0, 0, 0)))
+
+
+class Overlay:
+    """A view shown in the overlay frame; its key toggles it, Escape closes it."""
+
     TITLE_TEXT = ""
 
+    def blocks(self, width: int) -> list[Block]:
+        """The content, for a body ``width`` cells wide."""
+        return []
+
+
+class OverlayBody(ScrollView, can_focus=True):
+    """The scrolling content of the overlay frame (Line API, strips cached per line)."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"overlay-body--muted"}
+    DEFAULT_CSS = "OverlayBody > .overlay-body--muted { color: $text-muted; }"
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "scroll_up", "Up", show=False),
+        Binding("down", "scroll_down", "Down", show=False),
+        Binding("left", "scroll_left", "Left", show=False),
+        Binding("right", "scroll_right", "Right", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home", "scroll_home", "Top", show=False),
+        Binding("end", "scroll_end", "Bottom", show=False),
+    ]
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._items: list[Text | list[Segment]] = []
+        self._strips: dict[int, Strip] = {}
+
+    def show(self, blocks: list[Block], width: int, height: int) -> None:
+        """Replace the content, drawn ``width`` cells wide (one less if it is taller than
+        ``height`` and so needs a scrollbar)."""
+        items = self._lay_out(blocks, width)
+        if len(items) > height:
+            items = self._lay_out(blocks, width - 1)
+        self._items, self._strips = items, {}
+        widest = max((i.cell_len if isinstance(i, Text) else Segment.get_line_length(i)
+                      for i in items), default=0)
+        self.scroll_to(0, 0, animate=False, immediate=True)
+        self.virtual_size = Size(widest, len(items))
+        self.refresh()
+
+    def _lay_out(self, blocks: list[Block], width: int) -> list[Text | list[Segment]]:
+        console = self.app.console
+        options = console.options.update_width(max(width, 10))
+        muted = self.get_component_rich_style("overlay-body--muted")
+        items: list[Text | list[Segment]] = []
+        for block in blocks:
+            if block.muted:
+                block = Block(Styled(block.renderable, muted), block.lines, block.width)
+            if block.lines and isinstance(block.renderable, Text):
+                items.extend(block.renderable.split("\n", allow_blank=True))
+            else:
+                wide = options.update_width(block.width) if block.width > width else options
+                items.extend(console.render_lines(block.renderable, wide, pad=False))
+        return items
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips = {}
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width, base = self.size.width, self.rich_style
+        index = y + scroll_y
+        if not 0 <= index < len(self._items):
+            return Strip.blank(width, base)
+        strip = self._strips.get(index)
+        if strip is None:
+            item = self._items[index]
+            segments = list(item.render(self.app.console)) if isinstance(item, Text) else item
+            strip = self._strips[index] = Strip(list(Segment.apply_style(segments, base)))
+        return strip.crop_extend(scroll_x, scroll_x + width, base)
+
+
+class OverlayFrame(Vertical):
+    """The frame on the main screen's overlay layer; hidden while no view is open."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.view: Overlay | None = None
+        self._return_focus: Widget | None = None
+
     def compose(self) -> ComposeResult:
-        with Vertical(id="overlay-frame") as frame:
-            frame.border_title = self.TITLE_TEXT
-            frame.border_subtitle = "Esc closes"
-            yield from self.compose_header()
-            with VerticalScroll(id="overlay-body"):
-                yield from self.compose_body()
+        yield OverlayBody(id="overlay-body")
 
-    def compose_header(self) -> ComposeResult:
-        """Optional lines above the scrolling body."""
-        yield from ()
+    @property
+    def is_open(self) -> bool:
+        return self.view is not None
 
-    def compose_body(self) -> ComposeResult:
-        """The overlay's content."""
-        yield Static("")
+    def open(self, view: Overlay) -> None:
+        """Show ``view`` (replacing the one open, if any) and give it the focus."""
+        if self.view is None:
+            self._return_focus = self.screen.focused
+            self._show_panels(False)
+        self.view = view
+        self.border_title = view.TITLE_TEXT
+        self.border_subtitle = "Esc closes"
+        width = max(self.app.size.width - 4, 20)  # inside the frame's border and padding
+        body = self.query_one(OverlayBody)
+        body.show(view.blocks(width), width, self.app.size.height - 2)
+        self.display = True
+        body.focus()
 
-    def action_close(self) -> None:
-        self.dismiss()
+    def _show_panels(self, show: bool) -> None:
+        """Hide the rest of the screen while a view is open: the compositor draws every
+        widget under a covering one, so covered panels would still cost each frame."""
+        for widget in self.screen.children:
+            if widget is not self:
+                widget.display = show
+
+    def close(self) -> None:
+        """Hide the frame and give the focus back to where it was."""
+        self.view = None
+        self.display = False
+        self._show_panels(True)
+        target = self._return_focus
+        self._return_focus = None
+        if target is not None and target.is_attached:
+            target.focus()
+        else:
+            self.screen.set_focus(None)
+            self.app.query_one("#experiment-log").focus()

@@ -1,4 +1,4 @@
-"""RooflineScreen: the memory and compute ceilings and where each kernel sits, in text.
+"""RooflineView: the memory and compute ceilings and where each kernel sits, in text.
 
 Drawn with Rich Text on a character grid (log-log) rather than with a plotting package, so
 the app needs no extra dependency and the plot is identical in every snapshot.
@@ -11,14 +11,12 @@ from dataclasses import dataclass
 
 from rich.table import Table
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.widgets import Static
 
 from openkernel.schemas import Program, Status
 
 from kernelcode.tui import profile
 from kernelcode.tui.formatting import STATUS_COLOURS, label_of
-from kernelcode.tui.screens.overlay import Overlay
+from kernelcode.tui.screens.overlay import Block, Overlay, message, note
 
 DIM = "#6e7681"
 NO_DATA = ("No roofline yet: it needs each kernel's FLOPs, bytes and runtime "
@@ -107,25 +105,23 @@ def legend(points: list[Point], peak_gbs: float | None, peak_gflops: float | Non
     return table
 
 
-class RooflineScreen(Overlay):
+class RooflineView(Overlay):
     """Roofline: ``r``."""
 
     TITLE_TEXT = "Roofline"
 
     def __init__(self, programs: list[Program], on_cpu: bool = False) -> None:
-        super().__init__()
         self.points, self.peak_gbs, self.peak_gflops = points_of(programs)
         self.on_cpu = on_cpu
 
-    def compose_body(self) -> ComposeResult:
+    def blocks(self, width: int) -> list[Block]:
         if not self.points:
-            yield Static(CPU_NO_DATA if self.on_cpu else NO_DATA, classes="overlay-message")
-            return
+            return [message(CPU_NO_DATA if self.on_cpu else NO_DATA)]
         if not (self.peak_gbs or self.peak_gflops):
-            yield Static("Hardware peaks unknown: kernels placed, ceilings not drawn.",
-                         classes="overlay-note")
+            head = note("Hardware peaks unknown: kernels placed, ceilings not drawn.")
         else:
-            yield Static(f"Ceilings: {self.peak_gbs or '?'} GB/s memory (╱), "
-                         f"{self.peak_gflops or '?'} GFLOP/s compute (─).", classes="overlay-note")
-        yield Static(roofline_plot(self.points, self.peak_gbs, self.peak_gflops), id="roofline")
-        yield Static(legend(self.points, self.peak_gbs, self.peak_gflops), id="roofline-legend")
+            head = note(f"Ceilings: {self.peak_gbs or '?'} GB/s memory (╱), "
+                        f"{self.peak_gflops or '?'} GFLOP/s compute (─).")
+        return [head, Block(roofline_plot(self.points, self.peak_gbs, self.peak_gflops),
+                            lines=True),
+                Block(legend(self.points, self.peak_gbs, self.peak_gflops))]

@@ -1,13 +1,10 @@
-"""SkillsScreen: the offline templates and strategies that match this task."""
+"""SkillsView: the offline templates and strategies that match this task."""
 
 from __future__ import annotations
 
 from rich.table import Table
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.widgets import Static
-
-from kernelcode.tui.screens.overlay import Overlay
+from kernelcode.tui.screens.overlay import Block, Overlay, message, note
 
 
 def skills_table(matches: list[dict]) -> Table:
@@ -33,17 +30,18 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-class SkillsScreen(Overlay):
+class SkillsView(Overlay):
     """Skill library: ``s``."""
 
     TITLE_TEXT = "Skill library"
 
     def __init__(self, matches: list[dict], note: str = "") -> None:
-        super().__init__()
         self.matches, self.note = matches, note
 
-    def compose_body(self) -> ComposeResult:
+    def blocks(self, width: int) -> list[Block]:
+        out = []
         if self.note:
-            yield Static(self.note, classes="overlay-note" if self.matches else "overlay-message")
+            out.append(note(self.note) if self.matches else message(self.note))
         if self.matches:
-            yield Static(skills_table(self.matches), id="skills")
+            out.append(Block(skills_table(self.matches)))
+        return out

@@ -21,8 +21,9 @@ class ChatPanel(Vertical):
     # and writing them all would starve the key presses (every candidate stays in the table).
     BURST_LINES = 40
 
-    # Each write wraps its lines and scrolls (repaints) the whole log, so under a fast stream
-    # the engine's lines are written at most this often, as one burst.
+    # Each write wraps its lines and scrolls (repaints) the whole log, so lines said in quick
+    # succession are written at most this often, as one burst. (The app queues the engine's
+    # lines and flushes them with its other panels.)
     WRITE_INTERVAL_S = 0.25
 
     def __init__(self, **kwargs) -> None:
@@ -42,13 +43,22 @@ class ChatPanel(Vertical):
         """True while lines wait for the next write (tests wait for them)."""
         return bool(self._pending) or self._write_scheduled
 
-    def say(self, lines: Iterable[Text], now: bool = False) -> None:
-        """Append lines to the chat: at once if the last write is not very recent (or ``now``,
-        for the answer to a key), else with the next write. One write is one render."""
+    def queue(self, lines: Iterable[Text]) -> None:
+        """Hold lines for the next write (``flush``), keeping only the newest of a burst."""
         self._pending.extend(lines)
         if len(self._pending) > self.BURST_LINES:  # keep only the newest: O(burst) memory
             self._skipped += len(self._pending) - self.BURST_LINES
             del self._pending[:-self.BURST_LINES]
+
+    def flush(self) -> None:
+        """Write the lines held, if any (one write is one render)."""
+        if self._pending:
+            self._write()
+
+    def say(self, lines: Iterable[Text], now: bool = False) -> None:
+        """Append lines to the chat: at once if the last write is not very recent (or ``now``,
+        for the answer to a key), else with the next write."""
+        self.queue(lines)
         if not self._pending or (self._write_scheduled and not now):
             return
         wait = self._last_write + self.WRITE_INTERVAL_S - time.monotonic()
