@@ -176,16 +176,16 @@ class ExperimentLog(ScrollView, can_focus=True):
 
     # -- drawing -------------------------------------------------------------------------------
     def notify_style_update(self) -> None:
+        # Focus moving in and out (an overlay opening and closing) restyles the table: the
+        # strips are keyed by the styles they were drawn with, so each look is drawn once.
         super().notify_style_update()
         self._style_key = None
-        self._strips.clear()
 
     def _styles(self) -> tuple[Style, Style, Style, Style]:
         """Base, even-row, cursor and header styles (resolved each frame, cheaply cached)."""
         key = (self.has_focus,)
         if key != self._style_key:
             self._style_key = key
-            self._strips.clear()
             self._style_cache = (
                 self.rich_style,
                 self.get_component_styles("experiment-log--even-row").rich_style,
@@ -217,9 +217,10 @@ class ExperimentLog(ScrollView, can_focus=True):
     def _row_strip(self, index: int) -> Strip:
         label = self._labels[index]
         row, version = self._rows[label]
-        base, even, cursor, _ = self._styles()
+        styles = self._styles()
+        base, even, cursor, _ = styles
         is_cursor = index == self.cursor_row
-        key = (label, version, index % 2, is_cursor)
+        key = (label, version, index % 2, is_cursor, styles)
         strip = self._strips.get(key)
         if strip is None:
             style = base + (even if index % 2 == 0 else Style())
@@ -236,9 +237,9 @@ class ExperimentLog(ScrollView, can_focus=True):
         width = self.size.width
         base, _, _, header = self._styles()
         if y == 0:
-            strip = self._strips.get("header")
+            strip = self._strips.get(("header", base, header))
             if strip is None:
-                strip = self._strips["header"] = self._line(
+                strip = self._strips[("header", base, header)] = self._line(
                     [Text(name) for name, _, _ in COLUMNS], base + header, header=True)
         else:
             index = y - 1 + scroll_y
