@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -179,6 +180,58 @@ def test_live_job_page_grows_by_itself(sample, tmp_path, page):
     store.close()
     _nodes(page, len(sample_db.PLAN) + 1)  # within a few refresh ticks, no reload
     page.wait_for_function("() => document.querySelector('#job-facts').innerText.includes('11 kernels')")
+
+
+@pytest.fixture(scope="module")
+def big_job(tmp_path_factory):
+    """A job of 5,000 kernels, written by the scale benchmark's own builder (about a second)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import dashboard_scale
+
+    path = tmp_path_factory.mktemp("big") / "kernels.sqlite3"
+    dashboard_scale.build(path, total=dashboard_scale.BIG_N)
+    return {"base": serve_in_background(path), "job": dashboard_scale.BIG_JOB, "n": dashboard_scale.BIG_N}
+
+
+def test_large_job_shows_arrowheads_and_labels_where_zoomed_in(big_job, page):
+    task, job = big_job["job"]
+    page.goto(job_url(big_job["base"], task, job))
+    _nodes(page, big_job["n"])
+    assert "Zoom in to see arrowheads" in page.inner_text("#graph-legend")
+    view = f"""() => {{ const cy = {CY}; const near = cy.edges('.near');
+        return {{zoom: cy.zoom(), edges: cy.edges().length, near: near.length, labels: cy.nodes('.lbl').length,
+                 overview: cy.edges()[0].style('target-arrow-shape'),
+                 arrow: near.length ? near[0].style('target-arrow-shape') : null,
+                 curve: near.length ? near[0].style('curve-style') : null,
+                 label: cy.nodes('.lbl').length ? cy.nodes('.lbl')[0].style('label') : null}}; }}"""
+    fitted = page.evaluate(view)
+    assert fitted["edges"] == big_job["n"] - 10  # every kernel after the first iteration has a parent
+    assert fitted["near"] == 0 and fitted["labels"] == 0 and fitted["overview"] == "none"
+    # zoom in with the mouse wheel over the graph, as a user would
+    box = page.locator("#job-graph").bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    for _ in range(60):
+        if page.evaluate(f"() => {CY}.zoom()") >= 1.0:
+            break
+        page.mouse.wheel(0, -300)
+        page.wait_for_timeout(30)
+    page.wait_for_function(f"() => {CY}.nodes('.lbl').length > 0")
+    near = page.evaluate(view)
+    assert near["zoom"] >= 1.0 and 0 < near["near"] < 200 and 0 < near["labels"] < 200  # only what is in view
+    assert (near["arrow"], near["curve"]) == ("triangle", "straight")
+    assert near["label"].startswith("i") and "-b" in near["label"]
+    # a circle in this view still opens its fields
+    label, pos = page.evaluate(f"""() => {{ const cy = {CY}, w = cy.width() / 2, h = cy.height() / 2;
+        const d = n => Math.hypot(n.renderedPosition().x - w, n.renderedPosition().y - h);
+        const n = cy.nodes('.lbl').sort((a, b) => d(a) - d(b))[0];
+        return [n.data('label'), n.renderedPosition()]; }}""")
+    page.mouse.click(box["x"] + pos["x"], box["y"] + pos["y"])
+    page.wait_for_function(f"() => (document.querySelector('#kernel-info') || {{innerText: ''}}).innerText.includes('{label}')")
+    assert task in page.inner_text("#kernel-info")
+    # and zooming back out drops the detail again
+    page.evaluate(f"() => {CY}.zoom(0.02)")
+    page.wait_for_function(f"() => {CY}.edges('.near').length === 0 && {CY}.nodes('.lbl').length === 0")
+    assert page.errors == []
 
 
 def test_zz_database_not_modified(served):

@@ -33,6 +33,11 @@ BEST_MEANING = "The best kernel of the job"
 UNKNOWN_COLOR = "#9e9e9e"
 LAYER_GAP = 90.0  # vertical distance between iterations, in graph units
 NODE_GAP = 70.0  # horizontal distance between siblings
+# Jobs up to this many kernels draw every arrowhead all the time. Larger jobs draw plain lines
+# and give arrowheads to the edges in view once zoomed in (assets/graph.js, ARROW_ZOOM): at the
+# zoom that fits thousands of kernels an arrowhead is under a pixel, and styling and drawing
+# thousands of them made most of the first frame.
+ARROWS_ALWAYS_UP_TO = 1000
 
 
 def best_kernel_id(rows: list[dict]) -> str | None:
@@ -52,12 +57,21 @@ def best_kernel_id(rows: list[dict]) -> str | None:
     return best
 
 
+SIZE_STEP = 2.0  # node diameters come in steps of this many graph units
+
+
 def node_size(row: dict) -> float:
-    """Diameter of a node: bigger is faster (speedup over the reference), failures smallest."""
+    """Diameter of a node: bigger is faster (speedup over the reference), failures smallest.
+
+    Diameters are rounded to ``SIZE_STEP`` (0.08x of speedup, finer than the eye reads at any
+    zoom): cytoscape draws each distinct node style once into a texture and then copies it, so
+    5,000 kernels share a few dozen textures instead of drawing one each for the first frame.
+    """
     speedup = row.get("runtime_improvement") or -1.0
     if not row.get("correctness") or speedup <= 0:
         return 16.0
-    return float(min(70.0, max(20.0, 20.0 + 25.0 * (speedup - 0.5))))
+    size = min(70.0, max(20.0, 20.0 + 25.0 * (speedup - 0.5)))
+    return float(round(size / SIZE_STEP) * SIZE_STEP)
 
 
 def layered_positions(rows: list[dict]) -> dict[str, tuple[float, float]]:
@@ -97,10 +111,12 @@ def graph_elements(rows: list[dict], best_id: str | None = None) -> list[dict]:
         best_id: the kernel to draw white with a black outline (``best_kernel_id``).
 
     Returns:
-        Nodes (with preset positions and status classes), then edges whose both ends exist.
+        Nodes (with preset positions and status classes), then edges whose both ends exist
+        (class ``arrows`` when the job has at most ``ARROWS_ALWAYS_UP_TO`` kernels).
     """
     pos = layered_positions(rows)
     ids = set(pos)
+    edge_classes = "arrows" if len(rows) <= ARROWS_ALWAYS_UP_TO else ""
     nodes, edges = [], []
     for r in rows:
         x, y = pos[r["id"]]
@@ -115,7 +131,10 @@ def graph_elements(rows: list[dict], best_id: str | None = None) -> list[dict]:
         })
         parent = r.get("parent_id")
         if parent and parent in ids:
-            edges.append({"data": {"source": parent, "target": r["id"]}})
+            edge = {"data": {"source": parent, "target": r["id"]}}
+            if edge_classes:
+                edge["classes"] = edge_classes
+            edges.append(edge)
     return nodes + edges
 
 
@@ -125,7 +144,11 @@ def stylesheet() -> list[dict]:
     Labels belong to the ``lbl`` class, which assets/graph.js gives only to the nodes in view
     once the zoom makes 10 px text at least 7 px tall (``min-zoomed-font-size``): measuring
     5,000 label texts for the fitted overview, where none is drawn, cost a large part of the
-    first frame. Everything else is per class (status, best) or one data field (size).
+    first frame. Arrowheads likewise: an edge is a plain line (``haystack``, the cheapest edge
+    cytoscape draws) unless it has the class ``arrows`` (every edge of a job of at most
+    ``ARROWS_ALWAYS_UP_TO`` kernels) or ``near`` (graph.js: edges in view once zoomed in far
+    enough to see an arrowhead). Everything else is per class (status, best) or one data
+    field (size, in a few dozen distinct values).
     """
     styles = [
         {"selector": "node", "style": {
@@ -135,8 +158,11 @@ def stylesheet() -> list[dict]:
             "label": "data(label)", "font-size": 10, "min-zoomed-font-size": 7,
             "text-valign": "bottom", "text-margin-y": 3, "text-events": "no"}},
         {"selector": "edge", "style": {
-            "width": 1.2, "line-color": "#9a9a9a", "target-arrow-color": "#9a9a9a",
-            "target-arrow-shape": "triangle", "arrow-scale": 0.8, "curve-style": "straight"}},
+            "width": 1.2, "line-color": "#9a9a9a", "curve-style": "haystack", "haystack-radius": 0,
+            "events": "no"}},
+        {"selector": "edge.arrows, edge.near", "style": {
+            "curve-style": "straight", "target-arrow-shape": "triangle", "target-arrow-color": "#9a9a9a",
+            "arrow-scale": 0.8}},
     ]
     for status, color in STATUS_COLORS.items():
         styles.append({"selector": f".{status}", "style": {"background-color": color}})

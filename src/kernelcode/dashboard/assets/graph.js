@@ -11,6 +11,21 @@ window.dash_clientside = window.dash_clientside || {};
 
 // Labels are drawn from this zoom on (font-size 10 at min-zoomed-font-size 7, as the stylesheet).
 const LABEL_ZOOM = 0.7;
+// Edges of a large job (graph.py, ARROWS_ALWAYS_UP_TO) get their arrowheads from this zoom on,
+// where an arrowhead (about 23 graph units) is 3 px or more; below it they are plain lines.
+const ARROW_ZOOM = 0.15;
+// Classes this file gives and takes away as the view moves (the server never sends them).
+const VIEW_CLASSES = ['lbl', 'near'];
+
+// This page's own state per cytoscape instance. Not cy.scratch(): setting the core's scratch
+// re-applies the style of every element (it is defined like cy.data(), which stylesheets may
+// read), which for 5,000 kernels cost a whole second frame.
+const STATE = new WeakMap();
+function state(cy) {
+    let s = STATE.get(cy);
+    if (!s) { s = {}; STATE.set(cy, s); }
+    return s;
+}
 
 // cy.fit() measures the bounding box of every element (styles, label text, edge geometry),
 // work the first frame repeats anyway; the preset positions and node sizes give it directly.
@@ -29,24 +44,35 @@ function fit(cy, els, padding) {
     cy.viewport({zoom: zoom, pan: {x: (w - zoom * (x1 + x2)) / 2, y: (h - zoom * (y1 + y2)) / 2}});
 }
 
-// Only nodes in view and big enough to read carry the 'lbl' class that shows their label, so
-// 5,000 label texts are not measured (for bounding boxes) just to be hidden when zoomed out.
-function labelsSoon(cy) {
-    if (cy.scratch('_kgLabelsQueued')) { return; }
-    cy.scratch('_kgLabelsQueued', true);
+// Detail follows the view, a frame after it moves: nodes in view and big enough to read carry
+// 'lbl' (their label), and edges in view carry 'near' (their arrowhead) once zoomed in to
+// ARROW_ZOOM. So 5,000 label texts are not measured and 5,000 arrowheads not drawn just to be
+// invisible when zoomed out, and zooming in on any part of the graph shows both there.
+function detailSoon(cy) {
+    const st = state(cy);
+    if (st.detailQueued) { return; }
+    st.detailQueued = true;
     requestAnimationFrame(() => {
-        cy.scratch('_kgLabelsQueued', false);
-        const ext = cy.extent(), m = 60;
-        const want = cy.zoom() >= LABEL_ZOOM ? cy.nodes().filter(n => {
-            const p = n.position();
-            return p.x > ext.x1 - m && p.x < ext.x2 + m && p.y > ext.y1 - m && p.y < ext.y2 + m;
-        }) : cy.collection();
-        const had = cy.nodes('.lbl');
+        st.detailQueued = false;
+        const ext = cy.extent(), m = 60, zoom = cy.zoom();
+        const inView = (p) => p.x > ext.x1 - m && p.x < ext.x2 + m && p.y > ext.y1 - m && p.y < ext.y2 + m;
+        const labels = zoom >= LABEL_ZOOM ? cy.nodes().filter(n => inView(n.position())) : cy.collection();
+        const arrows = zoom >= ARROW_ZOOM ? cy.edges().filter(
+            e => inView(e.source().position()) || inView(e.target().position())) : cy.collection();
+        const hadLabels = cy.nodes('.lbl'), hadArrows = cy.edges('.near');
         cy.batch(() => {
-            had.difference(want).removeClass('lbl');
-            want.difference(had).addClass('lbl');
+            hadLabels.difference(labels).removeClass('lbl');
+            labels.difference(hadLabels).addClass('lbl');
+            hadArrows.difference(arrows).removeClass('near');
+            arrows.difference(hadArrows).addClass('near');
         });
     });
+}
+
+// The classes an element should have: the server's, plus those the view gave it.
+function classesFor(have, e) {
+    const keep = have.classes().filter(c => VIEW_CLASSES.includes(c));
+    return (e.classes ? e.classes.split(' ').filter(c => c) : []).concat(keep);
 }
 
 window.dash_clientside.kernelgraph = {
@@ -60,7 +86,8 @@ window.dash_clientside.kernelgraph = {
         };
         const apply = (cy) => {
             performance.mark('graph-draw-start');  // read by benchmarks/dashboard_scale.py
-            if (!cy.scratch('_kgQuiet')) {
+            const st = state(cy);
+            if (!st.quiet) {
                 // The component re-runs its layout and copies every element back into Dash
                 // whenever elements are added, removed or dragged; this page needs neither (the
                 // layout is precomputed and nothing reads the prop back). Its tap and
@@ -68,7 +95,7 @@ window.dash_clientside.kernelgraph = {
                 cy.off('add');
                 cy.off('remove');
                 cy.off('dragfree');
-                cy.scratch('_kgQuiet', true);
+                st.quiet = true;
             }
             const els = elements || [];
             const want = new Map();
@@ -95,17 +122,18 @@ window.dash_clientside.kernelgraph = {
                     }
                     const d = have.data();
                     if (d.label !== e.data.label || d.size !== e.data.size) { have.data(e.data); }
-                    if ((e.classes || '') !== have.classes().join(' ')) { have.classes(e.classes || ''); }
+                    const cls = classesFor(have, e);
+                    if (cls.join(' ') !== have.classes().join(' ')) { have.classes(cls); }
                 }
                 if (add.length) { cy.add(add); }
             });
-            if (!cy.scratch('_kgFitted') && els.length) {
+            if (!st.fitted && els.length) {
                 // once: live refreshes keep the user's zoom and pan
                 fit(cy, els, 30);
-                cy.scratch('_kgFitted', true);
-                cy.on('viewport', () => labelsSoon(cy));
+                st.fitted = true;
+                cy.on('viewport', () => detailSoon(cy));
             }
-            labelsSoon(cy);
+            detailSoon(cy);
             performance.mark('graph-draw-end');
             return els.length;
         };

@@ -12,20 +12,23 @@ from dash import ClientsideFunction, Input, Output, State, ctx, dcc, html, no_up
 from dash.exceptions import PreventUpdate
 
 from kernelcode.dashboard.components import kernel_panel, message_page
-from kernelcode.dashboard.graph import (BEST_MEANING, STATUS_COLORS, STATUS_MEANINGS, graph_elements,
-                                        stylesheet)
+from kernelcode.dashboard.graph import (ARROWS_ALWAYS_UP_TO, BEST_MEANING, STATUS_COLORS, STATUS_MEANINGS,
+                                        graph_elements, stylesheet)
 from kernelcode.dashboard.health import branches_from_config, job_health
 from kernelcode.dashboard.pages import panels
 
 HINT = "Click a circle (or a row of the experiment table) to see everything recorded for that kernel."
 
 
-def legend() -> html.Div:
-    """The seed's colour table, plus how to read size and arrows."""
+def legend(n_kernels: int = 0) -> html.Div:
+    """The seed's colour table, plus how to read size and arrows (and, for a large job, zoom)."""
     items = [html.Li([html.Span(className="dot", style={"backgroundColor": c}), f"{s}: {STATUS_MEANINGS[s]}"])
              for s, c in STATUS_COLORS.items()]
     items.append(html.Li([html.Span(className="dot best-dot"), BEST_MEANING]))
     items.append(html.Li("Bigger is faster; arrows point from parent to child; labels read i<N>-b<M>."))
+    if n_kernels > ARROWS_ALWAYS_UP_TO:
+        items.append(html.Li("Zoom in to see arrowheads and labels (this job is too large to draw them "
+                             "all at once).", id="graph-zoom-note"))
     return html.Ul(items, className="legend", id="graph-legend")
 
 
@@ -72,7 +75,7 @@ def layout(source, task: str, job: str):
         html.Div(health_strip(data), id="job-health"),
         html.Div([
             html.Div([
-                legend(),
+                legend(len(data.rows)),
                 # elements arrive through _refresh into graph-elements, and assets/graph.js puts
                 # them into cytoscape in one batch: neither the page layout (Dash's renderer walks
                 # every layout object it receives) nor the component's elements prop (diffed,
