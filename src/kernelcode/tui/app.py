@@ -8,6 +8,7 @@ per batch. The keys (``KeyActions``) only talk to ``RunControl``; the app holds 
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +43,13 @@ DRAIN_INTERVAL_S = 0.05
 # in a normal run): each showing costs a frame that repaints most of the screen, so under a
 # fast stream they come a few times a second, and a key press never waits behind many.
 SHOW_INTERVAL_S = 0.25
+# Under a fast stream the app keeps thousands of candidates (programs, rows, chat strips), and
+# Python's full garbage collections, which walk every live object, grew to 150-300 ms pauses
+# in the middle of frames. While events arrive faster than BUSY_EVENTS_PER_S, what is alive is
+# frozen (gc.freeze) every FREEZE_INTERVAL_S so collections only walk what is new; once the
+# stream calms down it is unfrozen and the collector again sees (and can free) everything.
+BUSY_EVENTS_PER_S = 200
+FREEZE_INTERVAL_S = 2.0
 
 
 class KernelCodeApp(KeyActions, App[int]):
@@ -81,6 +89,9 @@ class KernelCodeApp(KeyActions, App[int]):
         self._touched: dict[str, object] = {}  # rows changed since the panels were last shown
         self._last_show = 0.0
         self._show_scheduled = False
+        self._events_since_show = 0
+        self._last_freeze = 0.0
+        self._frozen = False
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="header")
@@ -111,6 +122,9 @@ class KernelCodeApp(KeyActions, App[int]):
     def on_unmount(self) -> None:
         """However the app ends, tell the engine to stop after the candidates in flight."""
         self.control.stop()
+        if self._frozen:
+            gc.unfreeze()
+            self._frozen = False
 
     # -- the engine, in a thread ---------------------------------------------------------------
     @work(thread=True, exclusive=True, exit_on_error=False, group="engine", name="engine")
@@ -161,6 +175,7 @@ class KernelCodeApp(KeyActions, App[int]):
             lines.extend(narrate(event))
         self.query_one(ChatPanel).queue(lines)
         self.events_applied += len(batch)
+        self._events_since_show += len(batch)
         if self._show_scheduled:
             return
         wait = self._last_show + SHOW_INTERVAL_S - time.monotonic()
@@ -178,11 +193,24 @@ class KernelCodeApp(KeyActions, App[int]):
     def show_state(self) -> None:
         """Bring the table, the chat and the other panels up to the state, in one frame."""
         self._show_scheduled = False
-        self._last_show = time.monotonic()
+        now = time.monotonic()
+        rate = self._events_since_show / max(now - self._last_show, SHOW_INTERVAL_S)
+        self._last_show, self._events_since_show = now, 0
+        self._pace_garbage_collector(busy=rate > BUSY_EVENTS_PER_S)
         rows, self._touched = self._touched, {}
         self.query_one(ExperimentLog).upsert_many(rows.values())
         self.query_one(ChatPanel).flush()
         self.refresh_panels()
+
+    def _pace_garbage_collector(self, busy: bool) -> None:
+        now = time.monotonic()
+        if busy and now - self._last_freeze >= FREEZE_INTERVAL_S:
+            gc.collect(1)  # young garbage first, so little of it is frozen with the rest
+            gc.freeze()
+            self._last_freeze, self._frozen = now, True
+        elif not busy and self._frozen:
+            gc.unfreeze()
+            self._frozen = False
 
     def refresh_panels(self) -> None:
         """Copy the state into the header and redraw the trajectory and profile panels."""

@@ -14,8 +14,9 @@ from textual.widgets import Input, RichLog
 class ChatPanel(Vertical):
     """A scrolling log of the run in words, with an input line for steering at the bottom."""
 
-    # Bounded so an all-night run does not grow the app without end; the database keeps all.
-    MAX_LINES = 2000
+    # Bounded so an all-night run does not grow the app without end (each line is a drawn strip
+    # the garbage collector walks); the database keeps all.
+    MAX_LINES = 1000
 
     # Lines kept from one burst of events: more than a screenful cannot be read as it flies by,
     # and writing them all would starve the key presses (every candidate stays in the table).
