@@ -33,11 +33,11 @@ BEST_MEANING = "The best kernel of the job"
 UNKNOWN_COLOR = "#9e9e9e"
 LAYER_GAP = 90.0  # vertical distance between iterations, in graph units
 NODE_GAP = 70.0  # horizontal distance between siblings
-# Jobs up to this many kernels draw every arrowhead all the time. Larger jobs draw plain lines
-# and give arrowheads to the edges in view once zoomed in (assets/graph.js, ARROW_ZOOM): at the
-# zoom that fits thousands of kernels an arrowhead is under a pixel, and styling and drawing
-# thousands of them made most of the first frame.
-ARROWS_ALWAYS_UP_TO = 1000
+# A job of up to this many kernels has all its edges in cytoscape all the time. A larger one has
+# only the edges in view, once at most this many are in view (assets/graph.js, EDGE_BUDGET: keep
+# the two equal): at the zoom that fits thousands of kernels an edge is far under a pixel wide,
+# and styling, measuring and drawing 5,000 of them was half of the first frame.
+EDGE_BUDGET = 1000
 
 
 def best_kernel_id(rows: list[dict]) -> str | None:
@@ -111,12 +111,10 @@ def graph_elements(rows: list[dict], best_id: str | None = None) -> list[dict]:
         best_id: the kernel to draw white with a black outline (``best_kernel_id``).
 
     Returns:
-        Nodes (with preset positions and status classes), then edges whose both ends exist
-        (class ``arrows`` when the job has at most ``ARROWS_ALWAYS_UP_TO`` kernels).
+        Nodes (with preset positions and status classes), then edges whose both ends exist.
     """
     pos = layered_positions(rows)
     ids = set(pos)
-    edge_classes = "arrows" if len(rows) <= ARROWS_ALWAYS_UP_TO else ""
     nodes, edges = [], []
     for r in rows:
         x, y = pos[r["id"]]
@@ -131,10 +129,7 @@ def graph_elements(rows: list[dict], best_id: str | None = None) -> list[dict]:
         })
         parent = r.get("parent_id")
         if parent and parent in ids:
-            edge = {"data": {"source": parent, "target": r["id"]}}
-            if edge_classes:
-                edge["classes"] = edge_classes
-            edges.append(edge)
+            edges.append({"data": {"source": parent, "target": r["id"]}})
     return nodes + edges
 
 
@@ -144,11 +139,9 @@ def stylesheet() -> list[dict]:
     Labels belong to the ``lbl`` class, which assets/graph.js gives only to the nodes in view
     once the zoom makes 10 px text at least 7 px tall (``min-zoomed-font-size``): measuring
     5,000 label texts for the fitted overview, where none is drawn, cost a large part of the
-    first frame. Arrowheads likewise: an edge is a plain line (``haystack``, the cheapest edge
-    cytoscape draws) unless it has the class ``arrows`` (every edge of a job of at most
-    ``ARROWS_ALWAYS_UP_TO`` kernels) or ``near`` (graph.js: edges in view once zoomed in far
-    enough to see an arrowhead). Everything else is per class (status, best) or one data
-    field (size, in a few dozen distinct values).
+    first frame. Edges, each with its arrowhead, are as many as are in cytoscape (see
+    ``EDGE_BUDGET``). Everything else is per class (status, best) or one data field (size, in a
+    few dozen distinct values).
     """
     styles = [
         {"selector": "node", "style": {
@@ -158,11 +151,8 @@ def stylesheet() -> list[dict]:
             "label": "data(label)", "font-size": 10, "min-zoomed-font-size": 7,
             "text-valign": "bottom", "text-margin-y": 3, "text-events": "no"}},
         {"selector": "edge", "style": {
-            "width": 1.2, "line-color": "#9a9a9a", "curve-style": "haystack", "haystack-radius": 0,
-            "events": "no"}},
-        {"selector": "edge.arrows, edge.near", "style": {
-            "curve-style": "straight", "target-arrow-shape": "triangle", "target-arrow-color": "#9a9a9a",
-            "arrow-scale": 0.8}},
+            "width": 1.2, "line-color": "#9a9a9a", "target-arrow-color": "#9a9a9a",
+            "target-arrow-shape": "triangle", "arrow-scale": 0.8, "curve-style": "straight", "events": "no"}},
     ]
     for status, color in STATUS_COLORS.items():
         styles.append({"selector": f".{status}", "style": {"background-color": color}})

@@ -6,16 +6,22 @@ and a copy of every element back into Dash (its 'add' listeners, which call el.j
 per element and make React diff the lot again). This draws the elements from a dcc.Store once,
 in one batch, fits once, and only patches what changed on live refreshes. Clicks still reach
 Dash through the component's own tap listener (tapNodeData).
+
+Detail follows the view (detailSoon). A job of up to EDGE_BUDGET kernels has every edge, arrowhead
+and all, in cytoscape all the time. A larger one has all its nodes but no edges until at most
+EDGE_BUDGET edges are in view: then cytoscape holds exactly the edges in view, added and dropped
+as the view moves. At the zoom that fits thousands of kernels an edge is far under a pixel wide, and styling,
+measuring and drawing 5,000 of them was half of the first frame.
 */
 window.dash_clientside = window.dash_clientside || {};
 
 // Labels are drawn from this zoom on (font-size 10 at min-zoomed-font-size 7, as the stylesheet).
 const LABEL_ZOOM = 0.7;
-// Edges of a large job (graph.py, ARROWS_ALWAYS_UP_TO) get their arrowheads from this zoom on,
-// where an arrowhead (about 23 graph units) is 3 px or more; below it they are plain lines.
-const ARROW_ZOOM = 0.15;
-// Classes this file gives and takes away as the view moves (the server never sends them).
-const VIEW_CLASSES = ['lbl', 'near'];
+// Jobs of more kernels than this hold at most this many edges in cytoscape, those in view
+// (graph.py EDGE_BUDGET: the same number, which the legend's zoom note follows).
+const EDGE_BUDGET = 1000;
+// Graph units around the view that count as in view (so edges and labels are there as it pans).
+const MARGIN = 60;
 
 // This page's own state per cytoscape instance. Not cy.scratch(): setting the core's scratch
 // re-applies the style of every element (it is defined like cy.data(), which stylesheets may
@@ -29,10 +35,9 @@ function state(cy) {
 
 // cy.fit() measures the bounding box of every element (styles, label text, edge geometry),
 // work the first frame repeats anyway; the preset positions and node sizes give it directly.
-function fit(cy, els, padding) {
+function fit(cy, nodes, padding) {
     let x1 = Infinity, y1 = Infinity, x2 = -Infinity, y2 = -Infinity;
-    for (const e of els) {
-        if (!e.position) { continue; }
+    for (const e of nodes) {
         const r = (e.data.size || 30) / 2 + 4;  // + the best kernel's border
         x1 = Math.min(x1, e.position.x - r); x2 = Math.max(x2, e.position.x + r);
         y1 = Math.min(y1, e.position.y - r); y2 = Math.max(y2, e.position.y + r + 16);  // label
@@ -44,34 +49,40 @@ function fit(cy, els, padding) {
     cy.viewport({zoom: zoom, pan: {x: (w - zoom * (x1 + x2)) / 2, y: (h - zoom * (y1 + y2)) / 2}});
 }
 
-// Detail follows the view, a frame after it moves: nodes in view and big enough to read carry
-// 'lbl' (their label), and edges in view carry 'near' (their arrowhead) once zoomed in to
-// ARROW_ZOOM. So 5,000 label texts are not measured and 5,000 arrowheads not drawn just to be
-// invisible when zoomed out, and zooming in on any part of the graph shows both there.
+// A frame after the view moves: nodes in view and big enough to read carry 'lbl' (their label,
+// so 5,000 label texts are not measured just to be hidden), and for a large job the edges in
+// view are put into cytoscape once there are at most EDGE_BUDGET of them.
 function detailSoon(cy) {
     const st = state(cy);
     if (st.detailQueued) { return; }
     st.detailQueued = true;
     requestAnimationFrame(() => {
         st.detailQueued = false;
-        const ext = cy.extent(), m = 60, zoom = cy.zoom();
-        const inView = (p) => p.x > ext.x1 - m && p.x < ext.x2 + m && p.y > ext.y1 - m && p.y < ext.y2 + m;
+        const ext = cy.extent(), zoom = cy.zoom();
+        const inView = (p) => p !== undefined && p.x > ext.x1 - MARGIN && p.x < ext.x2 + MARGIN &&
+            p.y > ext.y1 - MARGIN && p.y < ext.y2 + MARGIN;
         const labels = zoom >= LABEL_ZOOM ? cy.nodes().filter(n => inView(n.position())) : cy.collection();
-        const arrows = zoom >= ARROW_ZOOM ? cy.edges().filter(
-            e => inView(e.source().position()) || inView(e.target().position())) : cy.collection();
-        const hadLabels = cy.nodes('.lbl'), hadArrows = cy.edges('.near');
+        const hadLabels = cy.nodes('.lbl');
+        let addEdges = [], dropEdges = cy.collection();
+        if (st.lazyEdges) {
+            let near = (st.edges || []).filter(e => inView(st.pos.get(e.data.source)) || inView(st.pos.get(e.data.target)));
+            if (near.length > EDGE_BUDGET) { near = []; }
+            const keep = new Set(near.map(e => e.data.id));
+            dropEdges = cy.edges().filter(e => !keep.has(e.id()));
+            addEdges = near.filter(e => cy.getElementById(e.data.id).empty());
+        }
         cy.batch(() => {
             hadLabels.difference(labels).removeClass('lbl');
             labels.difference(hadLabels).addClass('lbl');
-            hadArrows.difference(arrows).removeClass('near');
-            arrows.difference(hadArrows).addClass('near');
+            if (dropEdges.length) { dropEdges.remove(); }
+            if (addEdges.length) { cy.add(addEdges); }
         });
     });
 }
 
-// The classes an element should have: the server's, plus those the view gave it.
+// The classes an element should have: the server's, plus the label class the view gave it.
 function classesFor(have, e) {
-    const keep = have.classes().filter(c => VIEW_CLASSES.includes(c));
+    const keep = have.classes().filter(c => c === 'lbl');
     return (e.classes ? e.classes.split(' ').filter(c => c) : []).concat(keep);
 }
 
@@ -97,18 +108,30 @@ window.dash_clientside.kernelgraph = {
                 cy.off('dragfree');
                 st.quiet = true;
             }
-            const els = elements || [];
-            const want = new Map();
-            for (const e of els) {
-                if (e.data.source !== undefined && e.data.id === undefined) {
-                    e.data.id = 'e:' + e.data.target;  // one parent per kernel: the edge is its child's
+            const nodes = [], edges = [];
+            for (const e of elements || []) {
+                if (e.data.source !== undefined) {
+                    if (e.data.id === undefined) {
+                        e.data.id = 'e:' + e.data.target;  // one parent per kernel: the edge is its child's
+                    }
+                    edges.push(e);
+                } else {
+                    nodes.push(e);
                 }
-                want.set(e.data.id, e);
+            }
+            st.edges = edges;
+            st.pos = new Map(nodes.map(e => [e.data.id, e.position]));
+            st.lazyEdges = nodes.length > EDGE_BUDGET;
+            // what cytoscape should hold now: every node, and every edge unless they are lazy
+            // (then the edges it already holds that still exist; detailSoon adds the rest)
+            const want = new Map(nodes.map(e => [e.data.id, e]));
+            for (const e of edges) {
+                if (!st.lazyEdges || !cy.getElementById(e.data.id).empty()) { want.set(e.data.id, e); }
             }
             const first = cy.elements().length === 0;
             cy.batch(() => {
                 if (first) {
-                    cy.add(els);
+                    cy.add([...want.values()]);
                     return;
                 }
                 cy.elements().filter(e => !want.has(e.id())).remove();
@@ -127,15 +150,15 @@ window.dash_clientside.kernelgraph = {
                 }
                 if (add.length) { cy.add(add); }
             });
-            if (!st.fitted && els.length) {
+            if (!st.fitted && nodes.length) {
                 // once: live refreshes keep the user's zoom and pan
-                fit(cy, els, 30);
+                fit(cy, nodes, 30);
                 st.fitted = true;
                 cy.on('viewport', () => detailSoon(cy));
             }
             detailSoon(cy);
             performance.mark('graph-draw-end');
-            return els.length;
+            return nodes.length + edges.length;
         };
         const cy = find();
         if (cy) { return apply(cy); }

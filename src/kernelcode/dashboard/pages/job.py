@@ -12,7 +12,7 @@ from dash import ClientsideFunction, Input, Output, State, ctx, dcc, html, no_up
 from dash.exceptions import PreventUpdate
 
 from kernelcode.dashboard.components import kernel_panel, message_page
-from kernelcode.dashboard.graph import (ARROWS_ALWAYS_UP_TO, BEST_MEANING, STATUS_COLORS, STATUS_MEANINGS,
+from kernelcode.dashboard.graph import (BEST_MEANING, EDGE_BUDGET, STATUS_COLORS, STATUS_MEANINGS,
                                         graph_elements, stylesheet)
 from kernelcode.dashboard.health import branches_from_config, job_health
 from kernelcode.dashboard.pages import panels
@@ -26,9 +26,9 @@ def legend(n_kernels: int = 0) -> html.Div:
              for s, c in STATUS_COLORS.items()]
     items.append(html.Li([html.Span(className="dot best-dot"), BEST_MEANING]))
     items.append(html.Li("Bigger is faster; arrows point from parent to child; labels read i<N>-b<M>."))
-    if n_kernels > ARROWS_ALWAYS_UP_TO:
-        items.append(html.Li("Zoom in to see arrowheads and labels (this job is too large to draw them "
-                             "all at once).", id="graph-zoom-note"))
+    if n_kernels > EDGE_BUDGET:
+        items.append(html.Li(f"Zoom in to see the arrows and labels: a job this large draws arrows once "
+                             f"at most {EDGE_BUDGET:,} are in view.", id="graph-zoom-note"))
     return html.Ul(items, className="legend", id="graph-legend")
 
 
