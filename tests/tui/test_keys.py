@@ -31,7 +31,10 @@ async def test_overlay_keys_open_toggle_and_escape(held_app, demo):
         await pilot.press("k", "r")  # another overlay's key replaces the one on top
         await pilot.pause()
         assert isinstance(held_app.overlay, RooflineView) and len(held_app.screen_stack) == 1
-        assert held_app.focused.id == "overlay-body"
+        assert held_app.focused.id == "experiment-log"  # the focus stays: no restyle
+        await pilot.press("pagedown", "end", "home")  # they scroll the view, not the table
+        assert isinstance(held_app.overlay, RooflineView)
+        assert held_app.query_one("#experiment-log").cursor_row == 0
         await pilot.press("escape")
         assert held_app.overlay is None and held_app.focused.id == "experiment-log"
 

@@ -10,6 +10,7 @@ import time
 
 from rich.text import Text
 from textual import work
+from textual.actions import SkipAction
 from textual.widgets import Input
 
 from kernelcode.tui import dashboard_link, skills
@@ -18,7 +19,7 @@ from kernelcode.tui.messages import DashboardStarted, DashboardUnavailable, Skil
 from kernelcode.tui.narrate import ACCENT, DIM, ERROR, WARN
 from kernelcode.tui.screens.candidate import CandidateView
 from kernelcode.tui.screens.diff import DiffView
-from kernelcode.tui.screens.overlay import Overlay, OverlayFrame
+from kernelcode.tui.screens.overlay import Overlay, OverlayBody, OverlayFrame
 from kernelcode.tui.screens.roofline import RooflineView
 from kernelcode.tui.screens.skills import SkillsView
 from kernelcode.tui.widgets.chat import ChatPanel
@@ -170,6 +171,15 @@ class KeyActions:
                      "`inference` in the config to steer.", WARN)
         else:
             self.say("It joins the user instructions from the next iteration on.")
+
+    def action_overlay_key(self, how: str) -> None:
+        """Scroll the open view (Enter does nothing there); with none open, the key goes on
+        to the focused widget."""
+        frame = self.query_one(OverlayFrame)
+        if not frame.is_open:
+            raise SkipAction()
+        if how:
+            getattr(frame.query_one(OverlayBody), f"scroll_{how}")(animate=False)
 
     # -- escape, q ----------------------------------------------------------------------------
     def action_escape(self) -> None:

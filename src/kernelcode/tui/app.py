@@ -68,6 +68,12 @@ class KernelCodeApp(KeyActions, App[int]):
         Binding("slash", "steer", "Steer"),
         Binding("q", "quit", "Quit"),
         Binding("escape", "escape", "Back", show=False),
+        # While a view is open these scroll it (the focus stays on the panels); otherwise
+        # they pass through to the focused widget.
+        *(Binding(key, f"overlay_key('{how}')", show=False, priority=True)
+          for key, how in (("up", "up"), ("down", "down"), ("left", "left"), ("right", "right"),
+                           ("pageup", "page_up"), ("pagedown", "page_down"),
+                           ("home", "home"), ("end", "end"), ("enter", ""))),
     ]
 
     paused: reactive[bool] = reactive(False, init=False)

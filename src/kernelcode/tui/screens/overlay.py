@@ -22,12 +22,10 @@ from rich.segment import Segment
 from rich.styled import Styled
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widget import Widget
 
 @dataclass(frozen=True)
 class Block:
@@ -65,22 +63,16 @@ class Overlay:
         return []
 
 
-class OverlayBody(ScrollView, can_focus=True):
-    """The scrolling content of the overlay frame (Line API, strips cached per line)."""
+class OverlayBody(ScrollView, can_focus=False):
+    """The scrolling content of the overlay frame (Line API, strips cached per line).
+
+    It never takes the focus: moving the focus restyles the widgets it leaves and enters
+    and made opening and closing a view cost a full repaint. The app's navigation keys
+    scroll it while a view is open (``KeyActions.action_overlay_key``).
+    """
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"overlay-body--muted"}
     DEFAULT_CSS = "OverlayBody > .overlay-body--muted { color: $text-muted; }"
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "scroll_up", "Up", show=False),
-        Binding("down", "scroll_down", "Down", show=False),
-        Binding("left", "scroll_left", "Left", show=False),
-        Binding("right", "scroll_right", "Right", show=False),
-        Binding("pageup", "page_up", "Page up", show=False),
-        Binding("pagedown", "page_down", "Page down", show=False),
-        Binding("home", "scroll_home", "Top", show=False),
-        Binding("end", "scroll_end", "Bottom", show=False),
-    ]
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -139,7 +131,6 @@ class OverlayFrame(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.view: Overlay | None = None
-        self._return_focus: Widget | None = None
 
     def compose(self) -> ComposeResult:
         yield OverlayBody(id="overlay-body")
@@ -149,9 +140,8 @@ class OverlayFrame(Vertical):
         return self.view is not None
 
     def open(self, view: Overlay) -> None:
-        """Show ``view`` (replacing the one open, if any) and give it the focus."""
+        """Show ``view`` (replacing the one open, if any)."""
         if self.view is None:
-            self._return_focus = self.screen.focused
             self._show_panels(False)
         self.view = view
         self.border_title = view.TITLE_TEXT
@@ -160,24 +150,17 @@ class OverlayFrame(Vertical):
         body = self.query_one(OverlayBody)
         body.show(view.blocks(width), width, self.app.size.height - 2)
         self.display = True
-        body.focus()
 
     def _show_panels(self, show: bool) -> None:
         """Hide the rest of the screen while a view is open: the compositor draws every
-        widget under a covering one, so covered panels would still cost each frame."""
+        widget under a covering one, so covered panels would still cost each frame.
+        (Invisible rather than not displayed: they keep their layout, and the focus.)"""
         for widget in self.screen.children:
             if widget is not self:
-                widget.display = show
+                widget.styles.visibility = "visible" if show else "hidden"
 
     def close(self) -> None:
-        """Hide the frame and give the focus back to where it was."""
+        """Hide the frame; the panels come back as they are now."""
         self.view = None
         self.display = False
         self._show_panels(True)
-        target = self._return_focus
-        self._return_focus = None
-        if target is not None and target.is_attached:
-            target.focus()
-        else:
-            self.screen.set_focus(None)
-            self.app.query_one("#experiment-log").focus()

@@ -248,6 +248,15 @@ class ExperimentLog(ScrollView, can_focus=True):
             strip = self._row_strip(index)
         return strip.crop_extend(scroll_x, scroll_x + width, base)
 
+    def _on_hide(self, event: events.Hide) -> None:
+        """Made invisible under an open view: keep the focus (Textual's default blurs), as
+        moving it restyles and repaints the panels when the view opens and closes."""
+        event.prevent_default()
+        if self.show_horizontal_scrollbar:
+            self.horizontal_scrollbar.post_message(event)
+        if self.show_vertical_scrollbar:
+            self.vertical_scrollbar.post_message(event)
+
     # -- cursor and selection ------------------------------------------------------------------
     def watch_cursor_row(self, old: int, new: int) -> None:
         self.refresh_line(old + 1)
