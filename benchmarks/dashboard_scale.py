@@ -6,7 +6,8 @@ realistic prompt/answer/log sizes and short code. Then serves the dashboard on 1
 measures, in headless Chromium (Debian's /usr/bin/chromium driven by Playwright):
 
 - the runs page: the listing query alone, and navigation until the listing is on screen;
-- the job of 5,000 kernels: navigation until cytoscape holds every node and has painted.
+- the job of 5,000 kernels: navigation until cytoscape holds every node and has painted; then,
+  not judged, zooming in from that overview until the edges in view are held and drawn.
 
 Targets (issue 5): runs page < 1 s, 5,000-kernel graph < 2 s, the graph judged on the painted
 time (every node in cytoscape and two animation frames after, so its frame has been drawn). The
@@ -142,6 +143,26 @@ def _graph_ready_js(n: int) -> str:
             f"el._cyreg.cy.nodes().length >= {n}) return true; }} return false; }}")
 
 
+# Zooming in from the fitted overview (where a job this large holds no edges) to `level` about the
+# centre: ms until cytoscape holds the edges in view and two frames more have been drawn.
+_ZOOM_IN_JS = """async (level) => {
+    const root = document.getElementById('job-graph');
+    const cy = [root, ...root.querySelectorAll('*')].find(e => e._cyreg && e._cyreg.cy)._cyreg.cy;
+    const raf = () => new Promise(r => requestAnimationFrame(r));
+    const fitted = cy.zoom(), pan = {...cy.pan()};  // a copy: cy.pan() is its live object
+    const t0 = performance.now();
+    cy.zoom({level: level, renderedPosition: {x: cy.width() / 2, y: cy.height() / 2}});
+    while (cy.edges().length === 0 && performance.now() - t0 < 10000) { await raf(); }
+    await raf(); await raf();
+    const ms = performance.now() - t0, edges = cy.edges().length;
+    cy.viewport({zoom: fitted, pan: pan});
+    while (cy.edges().length > 0) { await raf(); }
+    await raf();
+    return [Math.round(ms), edges];
+}"""
+ZOOM_LEVELS = (0.2, 1.0)  # where a large job's edges appear (graph.js EDGE_ZOOM), and a close-up
+
+
 def measure(path: Path, repeats: int = 5) -> dict:
     """Time the listing query and both pages in headless Chromium."""
     from playwright.sync_api import sync_playwright
@@ -178,6 +199,7 @@ def measure(path: Path, repeats: int = 5) -> dict:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
         page = browser.new_page(viewport={"width": 1500, "height": 1000})
         runs, graph, painted, marks = [], [], [], []
+        zoom_in, zoom_edges = {}, {}
         for _ in range(repeats):
             t = time.perf_counter()
             page.goto(base + "/")
@@ -191,12 +213,18 @@ def measure(path: Path, repeats: int = 5) -> dict:
             painted.append(time.perf_counter() - t)  # ... and a frame with them has been drawn
             marks.append(page.evaluate("() => Object.fromEntries(performance.getEntriesByType('mark')"
                                        ".map(m => [m.name, Math.round(m.startTime)]))"))
+            for level in ZOOM_LEVELS:  # after the judged figure: what zooming in costs
+                ms, edges = page.evaluate(_ZOOM_IN_JS, level)
+                zoom_in.setdefault(str(level), []).append(round(ms / 1000, 3))
+                zoom_edges[str(level)] = edges
         page.screenshot(path="/tmp/dashboard_scale_graph.png")
         browser.close()
     out["browser_s"]["runs_page"] = [round(x, 3) for x in runs]
     out["browser_s"]["graph_5000"] = [round(x, 3) for x in graph]
     out["browser_s"]["graph_5000_painted"] = [round(x, 3) for x in painted]
     out["graph_draw_marks_ms"] = marks  # in-page, from navigation start: elements drawn by assets/graph.js
+    out["browser_s"]["graph_5000_zoom_in"] = zoom_in  # zoom level -> seconds per repeat, not judged
+    out["graph_5000_zoom_in_edges"] = zoom_edges  # edges cytoscape held at that zoom
     return out
 
 
@@ -236,7 +264,10 @@ def main() -> int:
         "pass": {"runs_page": worst_runs < 1.0, "graph_5000": worst_graph < 2.0},
         "notes": "browser times run from navigation start (page.goto) to the listing in the DOM / all "
                  "5,000 nodes in cytoscape (graph_5000) / the next two animation frames, so cytoscape "
-                 "has drawn them fitted (graph_5000_painted, the judged figure); the first repeat "
+                 "has drawn them fitted (graph_5000_painted, the judged figure; a job over "
+                 "graph.EDGE_BUDGET kernels draws no edges in that overview, where they are sub-pixel, and "
+                 "adds those in view on zooming in: graph_5000_zoom_in, in-page seconds from a zoom about "
+                 "the centre to the edges held and drawn, not judged); the first repeat "
                  "includes a cold browser cache and the server's first load of the job; judged on "
                  "medians; query_s are server-side only; loadavg (1, 5, 15 min) at start and end.",
     }

@@ -34,8 +34,8 @@ UNKNOWN_COLOR = "#9e9e9e"
 LAYER_GAP = 90.0  # vertical distance between iterations, in graph units
 NODE_GAP = 70.0  # horizontal distance between siblings
 # A job of up to this many kernels has all its edges in cytoscape all the time. A larger one has
-# only the edges in view, once at most this many are in view (assets/graph.js, EDGE_BUDGET: keep
-# the two equal): at the zoom that fits thousands of kernels an edge is far under a pixel wide,
+# only the edges in view, once zoomed in far enough to see an arrowhead with at most this many in
+# view (assets/graph.js, EDGE_ZOOM and EDGE_BUDGET: keep the two budgets equal): at the zoom that fits thousands of kernels an edge is far under a pixel wide,
 # and styling, measuring and drawing 5,000 of them was half of the first frame.
 EDGE_BUDGET = 1000
 

@@ -8,9 +8,9 @@ in one batch, fits once, and only patches what changed on live refreshes. Clicks
 Dash through the component's own tap listener (tapNodeData).
 
 Detail follows the view (detailSoon). A job of up to EDGE_BUDGET kernels has every edge, arrowhead
-and all, in cytoscape all the time. A larger one has all its nodes but no edges until at most
-EDGE_BUDGET edges are in view: then cytoscape holds exactly the edges in view, added and dropped
-as the view moves. At the zoom that fits thousands of kernels an edge is far under a pixel wide, and styling,
+and all, in cytoscape all the time. A larger one has all its nodes but no edges until it is zoomed
+in to EDGE_ZOOM with at most EDGE_BUDGET edges in view: then cytoscape holds exactly the edges in
+view, added and dropped as the view moves. At the zoom that fits thousands of kernels an edge is far under a pixel wide, and styling,
 measuring and drawing 5,000 of them was half of the first frame.
 */
 window.dash_clientside = window.dash_clientside || {};
@@ -20,6 +20,9 @@ const LABEL_ZOOM = 0.7;
 // Jobs of more kernels than this hold at most this many edges in cytoscape, those in view
 // (graph.py EDGE_BUDGET: the same number, which the legend's zoom note follows).
 const EDGE_BUDGET = 1000;
+// ... and only from this zoom on, where an arrowhead (about 23 graph units) is 4 px or more and
+// an edge is no longer a fraction of a pixel wide that nobody sees.
+const EDGE_ZOOM = 0.2;
 // Graph units around the view that count as in view (so edges and labels are there as it pans).
 const MARGIN = 60;
 
@@ -51,7 +54,7 @@ function fit(cy, nodes, padding) {
 
 // A frame after the view moves: nodes in view and big enough to read carry 'lbl' (their label,
 // so 5,000 label texts are not measured just to be hidden), and for a large job the edges in
-// view are put into cytoscape once there are at most EDGE_BUDGET of them.
+// view are put into cytoscape once zoomed in to EDGE_ZOOM with at most EDGE_BUDGET of them.
 function detailSoon(cy) {
     const st = state(cy);
     if (st.detailQueued) { return; }
@@ -65,7 +68,8 @@ function detailSoon(cy) {
         const hadLabels = cy.nodes('.lbl');
         let addEdges = [], dropEdges = cy.collection();
         if (st.lazyEdges) {
-            let near = (st.edges || []).filter(e => inView(st.pos.get(e.data.source)) || inView(st.pos.get(e.data.target)));
+            let near = zoom < EDGE_ZOOM ? [] : (st.edges || []).filter(
+                e => inView(st.pos.get(e.data.source)) || inView(st.pos.get(e.data.target)));
             if (near.length > EDGE_BUDGET) { near = []; }
             const keep = new Set(near.map(e => e.data.id));
             dropEdges = cy.edges().filter(e => !keep.has(e.id()));
