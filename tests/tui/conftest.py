@@ -59,6 +59,12 @@ async def wait_until(pilot, predicate, timeout: float = 20.0) -> None:
         await pilot.pause(0.02)
 
 
+async def chat_says(pilot, text: str, timeout: float = 2.0) -> None:
+    """Wait until the chat has written ``text`` (lines said together are written together,
+    at most a few times a second)."""
+    await wait_until(pilot, lambda: text in chat_text(pilot.app), timeout=timeout)
+
+
 def chat_text(app: KernelCodeApp) -> str:
     """Everything the chat panel has written, as plain text."""
     return "\n".join(strip.text for strip in app.query_one("#chat-log").lines)

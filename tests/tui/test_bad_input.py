@@ -5,7 +5,7 @@ from __future__ import annotations
 from kernelcode.tui.app import create_app
 from kernelcode.tui.widgets.header import RunHeader
 
-from .conftest import SIZE, chat_text, wait_until
+from .conftest import SIZE, chat_says, chat_text, wait_until
 
 
 async def test_missing_task_path_is_a_clear_message(tmp_path):
@@ -19,7 +19,7 @@ async def test_missing_task_path_is_a_clear_message(tmp_path):
         assert "Traceback" not in text
         assert app.query_one(RunHeader).state_word == "ERROR"
         await pilot.press("p")  # keys stay calm on a run that never started
-        assert "No run in progress" in chat_text(app)
+        await chat_says(pilot, "No run in progress")
 
 
 async def test_bad_override_is_a_clear_message():

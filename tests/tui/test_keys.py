@@ -13,7 +13,7 @@ from kernelcode.tui.screens.roofline import RooflineView
 from kernelcode.tui.screens.skills import SkillsView
 from kernelcode.tui.widgets.header import RunHeader
 
-from .conftest import SIZE, chat_text, settle, wait_until
+from .conftest import SIZE, chat_says, chat_text, settle, wait_until
 
 
 async def test_overlay_keys_open_toggle_and_escape(held_app, demo):
@@ -68,7 +68,8 @@ async def test_pause_and_resume(held_app, demo):
         assert "PAUSED" in str(header.render())
         await pilot.press("p")
         assert not held_app.control.paused and header.state_word == "RUNNING"
-        assert "Pausing" in chat_text(held_app) and "Resumed" in chat_text(held_app)
+        await chat_says(pilot, "Pausing")
+        await chat_says(pilot, "Resumed")
 
 
 async def test_backend_switch_is_requested_and_logged(held_app, demo):
@@ -77,7 +78,7 @@ async def test_backend_switch_is_requested_and_logged(held_app, demo):
         await pilot.press("b")
         assert held_app.control.take_backend() == "cuda"
         assert "→ CUDA (next iteration)" in str(held_app.query_one(RunHeader).render())
-        assert "Backend switch to CUDA requested" in chat_text(held_app)
+        await chat_says(pilot, "Backend switch to CUDA requested")
         await pilot.press("b")
         assert held_app.control.take_backend() == "triton"
 
@@ -90,7 +91,7 @@ async def test_steering_input_reaches_control_and_says_offline_cannot_use_it(hel
         await pilot.press(*"use vector loads", "enter")
         await pilot.pause()
         assert held_app.control.take_instructions() == ["use vector loads"]
-        assert "Free-text steering needs an LLM" in chat_text(held_app)
+        await chat_says(pilot, "Free-text steering needs an LLM")
         await pilot.press("escape")
         assert held_app.focused.id == "experiment-log"
 
@@ -128,7 +129,8 @@ async def test_dashboard_key_starts_it_and_opens_a_browser(held_app, demo, monke
         header = held_app.query_one(RunHeader)
         await wait_until(pilot, lambda: header.dashboard_url)
         url = header.dashboard_url
-        assert url.startswith("http://127.0.0.1:") and url in chat_text(held_app)
+        assert url.startswith("http://127.0.0.1:")
+        await chat_says(pilot, url)
         assert opened == [url]
 
 

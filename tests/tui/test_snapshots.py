@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kernelcode.tui.app import create_app
 
-from .conftest import SIZE, held_run, settle
+from .conftest import SIZE, held_run, settle, wait_until
 
 
 def _app(events):
@@ -19,6 +19,7 @@ def _after(events, *keys):
         await settle(pilot, len(events))
         for key in keys:
             await pilot.press(key)
+        await wait_until(pilot, lambda: not pilot.app.showing_pending)  # the keys' chat lines
         await pilot.pause()
 
     return run_before

@@ -31,8 +31,10 @@ class KeyActions:
     """The app's key bindings; mixed into KernelCodeApp (which provides state and control)."""
 
     def say(self, text: str, style: str = DIM) -> None:
-        """One line in the chat panel."""
-        self.query_one(ChatPanel).say([Text(text, style=style)], now=True)
+        """One line in the chat panel: written at once, or with the chat's next write when
+        it wrote very recently (under a fast stream, within a quarter of a second). A key's
+        own effect (header, view) does not wait for the chat."""
+        self.query_one(ChatPanel).say([Text(text, style=style)])
 
     @property
     def overlay(self) -> Overlay | None:
