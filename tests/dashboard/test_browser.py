@@ -229,11 +229,13 @@ def test_large_job_shows_arrows_and_labels_where_zoomed_in(big_job, page):
         const n = cy.nodes('.lbl').sort((a, b) => d(a) - d(b))[0];
         return [n.data('label'), n.renderedPosition()]; }}""")
     page.mouse.click(box["x"] + pos["x"], box["y"] + pos["y"])
-    page.wait_for_function(f"() => (document.querySelector('#kernel-info') || {{innerText: ''}}).innerText.includes('{label}')")
+    page.wait_for_function(
+        f"() => (document.querySelector('#kernel-info') || {{innerText: ''}}).innerText.includes('{label}')")
     assert task in page.inner_text("#kernel-info")
     # panning keeps the edges in view; zooming back out to the overview drops them again
     page.evaluate(f"() => {CY}.panBy({{x: 0, y: -2000}})")
-    page.wait_for_function(f"() => {CY}.edges().filter(e => e.renderedMidpoint().y > 0 && e.renderedMidpoint().y < {CY}.height()).length > 0")
+    page.wait_for_function(f"() => {{ const cy = {CY}; return cy.edges().filter("
+                           "e => e.renderedMidpoint().y > 0 && e.renderedMidpoint().y < cy.height()).length > 0; }")
     page.evaluate(f"() => {CY}.zoom(0.02)")
     page.wait_for_function(f"() => {CY}.edges().length === 0 && {CY}.nodes('.lbl').length === 0")
     assert page.errors == []

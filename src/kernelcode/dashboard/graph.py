@@ -35,8 +35,9 @@ LAYER_GAP = 90.0  # vertical distance between iterations, in graph units
 NODE_GAP = 70.0  # horizontal distance between siblings
 # A job of up to this many kernels has all its edges in cytoscape all the time. A larger one has
 # only the edges in view, once zoomed in far enough to see an arrowhead with at most this many in
-# view (assets/graph.js, EDGE_ZOOM and EDGE_BUDGET: keep the two budgets equal): at the zoom that fits thousands of kernels an edge is far under a pixel wide,
-# and styling, measuring and drawing 5,000 of them was half of the first frame.
+# view (assets/graph.js, EDGE_ZOOM and EDGE_BUDGET: keep the two budgets equal). At the zoom that
+# fits thousands of kernels an edge is far under a pixel wide, and styling, measuring and drawing
+# 5,000 of them was half of the first frame.
 EDGE_BUDGET = 1000
 
 
@@ -152,7 +153,8 @@ def stylesheet() -> list[dict]:
             "text-valign": "bottom", "text-margin-y": 3, "text-events": "no"}},
         {"selector": "edge", "style": {
             "width": 1.2, "line-color": "#9a9a9a", "target-arrow-color": "#9a9a9a",
-            "target-arrow-shape": "triangle", "arrow-scale": 0.8, "curve-style": "straight", "events": "no"}},
+            "target-arrow-shape": "triangle", "arrow-scale": 0.8, "curve-style": "straight",
+            "events": "no"}},  # nothing reads edge clicks or hovers
     ]
     for status, color in STATUS_COLORS.items():
         styles.append({"selector": f".{status}", "style": {"background-color": color}})

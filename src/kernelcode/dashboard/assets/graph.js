@@ -10,8 +10,9 @@ Dash through the component's own tap listener (tapNodeData).
 Detail follows the view (detailSoon). A job of up to EDGE_BUDGET kernels has every edge, arrowhead
 and all, in cytoscape all the time. A larger one has all its nodes but no edges until it is zoomed
 in to EDGE_ZOOM with at most EDGE_BUDGET edges in view: then cytoscape holds exactly the edges in
-view, added and dropped as the view moves. At the zoom that fits thousands of kernels an edge is far under a pixel wide, and styling,
-measuring and drawing 5,000 of them was half of the first frame.
+view, added and dropped as the view moves. At the zoom that fits thousands of kernels an edge is
+far under a pixel wide, and styling, measuring and drawing 5,000 of them was half of the first
+frame.
 */
 window.dash_clientside = window.dash_clientside || {};
 

@@ -27,8 +27,8 @@ def legend(n_kernels: int = 0) -> html.Div:
     items.append(html.Li([html.Span(className="dot best-dot"), BEST_MEANING]))
     items.append(html.Li("Bigger is faster; arrows point from parent to child; labels read i<N>-b<M>."))
     if n_kernels > EDGE_BUDGET:
-        items.append(html.Li(f"Zoom in to see the arrows and labels: a job this large draws arrows once "
-                             f"at most {EDGE_BUDGET:,} are in view.", id="graph-zoom-note"))
+        items.append(html.Li(f"Zoom in to see the arrows and labels: a job of over {EDGE_BUDGET:,} kernels "
+                             "draws them only for the part in view.", id="graph-zoom-note"))
     return html.Ul(items, className="legend", id="graph-legend")
 
 
