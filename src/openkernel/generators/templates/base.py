@@ -9,6 +9,7 @@ parent.
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 from openkernel.evaluation.types import TaskProbe
@@ -39,7 +40,7 @@ class Match:
     spec: dict = field(default_factory=dict)
 
 
-class Template:
+class Template(ABC):
     """A parametrised kernel. Subclasses set the class attributes and implement two methods."""
 
     name: str = ""
@@ -50,13 +51,13 @@ class Template:
     starts: tuple[dict, ...] = ()
     cpu_starts: tuple[dict, ...] = ()
 
+    @abstractmethod
     def match(self, task: Task, probe: TaskProbe, backend: str) -> Match | str | None:
         """A Match, a reason this template nearly fits but cannot (str), or None."""
-        raise NotImplementedError
 
+    @abstractmethod
     def render(self, match: Match, params: dict, backend: str) -> str:
         """The candidate module (defines ``ModelNew``) for these params."""
-        raise NotImplementedError
 
     def describe(self, match: Match, params: dict) -> str:
         """A short label of what the candidate is, e.g. "gelu elementwise"."""
