@@ -107,3 +107,8 @@ def test_engine_imports_without_ui():
         assert not bad, bad
     """)
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_missing_starting_kernel_is_named(examples_dir, tmp_path):
+    with pytest.raises(ConfigError, match="kernels_iter_0_path: .*no such kernel file"):
+        resolve_run(examples_dir / "gelu", [f"kernels_iter_0_path={tmp_path / 'nope.py'}"])

@@ -153,3 +153,23 @@ def test_kill_9_keeps_candidates_and_resumes(tmp_path, examples_dir):
     assert stored <= {r.id for r in rows}
     labels = sorted(r.label for r in rows if not r.is_program0)
     assert labels == sorted({f"i{i}-b{b}" for i in range(3) for b in range(2)})
+
+
+def test_start_from_best_and_from_a_file(gelu_run, examples_dir):
+    tmp, _ = gelu_run
+    best = max((r for r in Store(tmp / "k.sqlite3").job_kernels("gelu", "e2e")
+                if r.correctness and not r.is_program0), key=lambda r: r.score)
+    events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
+        tmp, "job_name=seeded", "max_iters=1", "branches_per_iteration=1", "start_from_best=true")))
+    assert events[-1].reason == "completed"
+    rows = Store(tmp / "k.sqlite3").job_kernels("gelu", "seeded")
+    start = [r for r in rows if r.label == "start"]
+    assert len(start) == 1 and start[0].origin == "best" and start[0].code == best.code
+    assert start[0].correctness
+    kernel = tmp / "start.py"
+    kernel.write_text(best.code)
+    list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
+        tmp, "job_name=from-file", "max_iters=1", "branches_per_iteration=1",
+        f"kernels_iter_0_path={kernel}")))
+    rows = Store(tmp / "k.sqlite3").job_kernels("gelu", "from-file")
+    assert [r.origin for r in rows if r.label == "start"] == ["file"]

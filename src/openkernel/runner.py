@@ -58,4 +58,11 @@ def resolve_run(task_or_config: str | Path | None = None,
                           source=source)
     if config.task_name is None:
         config.task_name = task.name
+    if config.kernels_iter_0_path:
+        start = Path(config.kernels_iter_0_path).expanduser()
+        if not start.is_absolute() and source != "--set" and "kernels_iter_0_path" in run_data:
+            start = config_dir / start
+        if not start.is_file():
+            raise ConfigError(f"kernels_iter_0_path: {start}: no such kernel file")
+        config.kernels_iter_0_path = str(start)
     return task, config

@@ -71,6 +71,10 @@ class Search:
     def run(self) -> Iterator[Event]:
         try:
             yield from self._run()
+        except GeneratorExit:  # the consumer stopped listening (a UI quit): record it
+            if getattr(self, "run_id", None) is not None:
+                self.store.finish_run(self.run_id, "stopped")
+            raise
         finally:
             self.evaluator.close()
 
@@ -109,6 +113,9 @@ class Search:
             skills=tuple(skill_matches(probe, self.backend, self.task)),
             peak_bandwidth_gbs=hw.peak_bandwidth_gbs, peak_tflops=dict(hw.peak_tflops or {}),
         )
+        if stored:
+            yield LogEmitted("info", f"Resuming job {self.job_name}: {len(stored)} kernels stored; "
+                             "only the missing i<N>-b<M> run.")
         try:
             done = self._restore(stored)
             if not stored:
@@ -172,6 +179,7 @@ class Search:
                           "backend": self.backend, "description": what},
             )
             program.add_eval_results(result)
+            self._remember(program)
             yield from self._record(program)
 
     # iterations --------------------------------------------------------------------------
