@@ -45,7 +45,7 @@ def test_no_profiler_data_and_estimates_only():
     assert _states(_rows(["faster", "correct"], profiled=True))["No profiler data"] == "ok"
     checks = job_health(_rows(["faster"], profiled=True, estimate=True))
     row = next(c for c in checks if c.symptom == "No profiler data")
-    assert row.state == "warn" and "estimates only" in row.evidence and row.where == "Writing tests"
+    assert row.state == "warn" and "estimates only" in row.evidence and "eval_config.profile" in row.where
 
 
 def test_one_lineage_from_shape_or_config():

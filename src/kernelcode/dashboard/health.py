@@ -103,8 +103,11 @@ def job_health(rows: list[dict], branches_per_iteration: int | None = None) -> l
         state = "warn" if measured == 0 else "ok"
         ev = f"{measured} of {len(ran)} candidates that ran have profiler data" + (
             f" ({estimated} with estimates only)" if estimated else "")
-    checks.append(HealthCheck("No profiler data", state, ev,
-                              "Timed trials not inside profiler_session", "Writing tests"))
+    checks.append(HealthCheck(
+        "No profiler data", state, ev,
+        "The candidates ran on the CPU (no GPU profiler there), Nsight Compute (ncu) is not "
+        "installed, or eval_config.profile is off",
+        "Evaluation log (its Profile lines), eval_config.profile"))
 
     iterations = {r.get("iteration") for r in cands}
     widest = max(Counter(r.get("iteration") for r in cands).values(), default=0)

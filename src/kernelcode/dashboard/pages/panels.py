@@ -25,8 +25,8 @@ HEATMAP_HELP = ("No deep profiling data for this job. The memory-access heatmap 
                 "Compute's MemoryWorkloadAnalysis section: re-run the job (or the kernel) with deep "
                 "profiling on, e.g. `ncu --section MemoryWorkloadAnalysis_Chart --section "
                 "MemoryWorkloadAnalysis_Tables`, so that profiler_data['memory_heatmap'] is stored.")
-NO_PROFILE = ("No profiler data for this job: the timed trials were not inside profiler_session "
-              "(see Writing tests), or profiling is off in the config.")
+NO_PROFILE = ("No profiler data for this job: its candidates ran on the CPU (no GPU profiler "
+              "there), Nsight Compute (ncu) is not installed, or eval_config.profile is off.")
 
 
 def _grid() -> dag.AgGrid:
