@@ -47,5 +47,14 @@ class ProfilingPanel(Widget):
         for name, value in rows:
             table.add_row(name, value)
         if not rows:
-            table.add_row("", Text("profiled, but without bottleneck metrics", DIM))
+            # An analytic estimate without hardware ceilings (e.g. the CPU): show what it knows.
+            if data.get("bytes"):
+                table.add_row("Moves", f"{data['bytes'] / 1e6:.1f} MB per call (minimum)")
+            if data.get("flops"):
+                table.add_row("FLOPs", f"{data['flops'] / 1e6:.1f} M per call")
+            if data.get("bytes") and data.get("flops") is not None:
+                table.add_row("Intensity", f"{data.get('arithmetic_intensity', 0.0):.2f} FLOP/byte")
+            reason = ("no GPU profiler on the CPU: timings are interpreter timings"
+                      if state.on_cpu else "no bottleneck metrics (no ncu, no ceilings)")
+            table.add_row("", Text(reason, DIM))
         return table
