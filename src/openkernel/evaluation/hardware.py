@@ -59,13 +59,23 @@ def from_json(data: dict[str, Any]) -> Hardware:
     return Hardware(**data)
 
 
+def peak_tflops_for(hw: Hardware, dtype: str) -> float | None:
+    """The matmul rate a legal kernel of this dtype can reach (float32 may use TF32 tensor
+    cores, as Triton's tl.dot does by default); the best known rate for an unlisted dtype."""
+    peaks = hw.peak_tflops or {}
+    dtype = dtype.replace("torch.", "")
+    return peaks.get("tf32" if dtype == "float32" else dtype) or max(peaks.values(), default=0.0) or None
+
+
+def floor_seconds(flops: float, bytes_moved: float, hw: Hardware, dtype: str) -> tuple[float, float] | None:
+    """(memory time, math time) at the hardware's ceilings; their max is the roofline floor."""
+    if not hw.peak_bandwidth_gbs:
+        return None
+    peak = peak_tflops_for(hw, dtype)
+    return bytes_moved / (hw.peak_bandwidth_gbs * 1e9), (flops / (peak * 1e12) if peak else 0.0)
+
+
 def roofline_ms(flops: float, bytes_moved: float, hw: Hardware, dtype: str) -> float | None:
     """Lower bound on a kernel's runtime in ms from peak bandwidth and compute, or None."""
-    if hw.device != "cuda" or not hw.peak_bandwidth_gbs:
-        return None
-    t_mem = bytes_moved / (hw.peak_bandwidth_gbs * 1e9)
-    # For float32 assume TF32 tensor cores: the most generous bound a legal kernel could hit.
-    peak = hw.peak_tflops.get("tf32" if dtype == "float32" else dtype) or max(
-        hw.peak_tflops.values(), default=0.0)
-    t_compute = flops / (peak * 1e12) if peak else 0.0
-    return max(t_mem, t_compute) * 1e3
+    floors = floor_seconds(flops, bytes_moved, hw, dtype) if hw.device == "cuda" else None
+    return max(floors) * 1e3 if floors else None

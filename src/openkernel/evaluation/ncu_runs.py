@@ -10,17 +10,16 @@ from __future__ import annotations
 import threading
 
 from openkernel.evaluation import profiling
+from openkernel.evaluation.hardware import peak_tflops_for
 from openkernel.schemas import EvalResult
 
 _lock = threading.Lock()
 
 
 def _peak_tflops(evaluator) -> float | None:
-    hw, probe = evaluator.hardware, evaluator._probe
-    dtype = (probe.output_dtypes[0] if probe and probe.output_dtypes else "torch.float32")
-    dtype = dtype.replace("torch.", "")
-    peaks = hw.peak_tflops or {}
-    return peaks.get("tf32" if dtype == "float32" else dtype) or peaks.get(dtype)
+    probe = evaluator._probe
+    dtype = probe.output_dtypes[0] if probe and probe.output_dtypes else "float32"
+    return peak_tflops_for(evaluator.hardware, dtype)
 
 
 def _profile(evaluator, code: str | None) -> dict:

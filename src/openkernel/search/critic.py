@@ -7,6 +7,7 @@ an estimate. Interpreter timings on the CPU say nothing about a GPU, and the cri
 
 from __future__ import annotations
 
+from openkernel.evaluation.hardware import floor_seconds, peak_tflops_for
 from openkernel.evaluation.types import Hardware, TaskProbe
 from openkernel.schemas import Program, Status
 
@@ -27,20 +28,18 @@ def roofline_estimate(runtime_ms: float, probe: TaskProbe, hw: Hardware) -> dict
     seconds = runtime_ms / 1e3
     est["gflops"] = probe.flops / seconds / 1e9
     est["achieved_gbs"] = probe.bytes_moved / seconds / 1e9
-    bw = hw.peak_bandwidth_gbs
-    if bw:
-        est["peak_bandwidth_gbs"] = bw
-    dtype = probe.output_dtypes[0].replace("torch.", "") if probe.output_dtypes else "float32"
-    peak_tflops = (hw.peak_tflops or {}).get(dtype)
+    dtype = probe.output_dtypes[0] if probe.output_dtypes else "float32"
+    peak_tflops = peak_tflops_for(hw, dtype)
+    if hw.peak_bandwidth_gbs:
+        est["peak_bandwidth_gbs"] = hw.peak_bandwidth_gbs
+        est["dram_throughput_pct"] = 100.0 * est["achieved_gbs"] / hw.peak_bandwidth_gbs
     if peak_tflops:
         est["peak_gflops"] = peak_tflops * 1e3
-    if bw:
-        t_mem = probe.bytes_moved / (bw * 1e9)
-        t_math = probe.flops / (peak_tflops * 1e12) if peak_tflops else 0.0
-        floor = max(t_mem, t_math)
+    floors = floor_seconds(probe.flops, probe.bytes_moved, hw, dtype)
+    if floors:
+        t_mem, t_math = floors
         est["bottleneck"] = "memory_bound" if t_mem >= t_math else "compute_bound"
-        est["dram_throughput_pct"] = 100.0 * est["achieved_gbs"] / bw
-        est["headroom"] = seconds / floor if floor > 0 else None
+        est["headroom"] = seconds / max(floors) if max(floors) > 0 else None
     return est
 
 
