@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 import threading
+import time
+from contextlib import contextmanager
 
 DEVICE_FAULT = re.compile(
     r"CUDA driver initialization failed|no CUDA-capable device is detected"
@@ -32,40 +34,71 @@ def is_device_fault(log: str) -> bool:
 
 
 class DevicePool:
-    """``per_device`` workers on each of ``devices``; blocking acquire, quarantine on faults."""
+    """Workers spread over ``devices``, at most ``per_device`` on each; one timed turn per device.
+
+    A worker is placed when it starts (:meth:`acquire`: the least-loaded healthy device) and
+    builds side by side with the others; its timed phase (tests, benchmark, profile) runs
+    inside :meth:`turn`, which one worker per device holds at a time. The time turns are held
+    is the device's busy time (:meth:`busy`).
+    """
 
     def __init__(self, devices: list[int], per_device: int = 1):
         if not devices:
             raise ValueError("a device pool needs at least one device")
         self._cond = threading.Condition()
-        self._free: list[int] = [d for _ in range(per_device) for d in devices]
-        self.failed: dict[int, str] = {}
+        self.per_device = max(1, per_device)
         self.devices = list(devices)
+        self._load = {d: 0 for d in self.devices}
+        self._turns = {d: threading.Lock() for d in self.devices}
+        self._busy: dict[int, list[tuple[float, float]]] = {d: [] for d in self.devices}
+        self.failed: dict[int, str] = {}
+        self.created = time.monotonic()
 
     @property
     def healthy(self) -> list[int]:
         return [d for d in self.devices if d not in self.failed]
 
     def acquire(self, timeout: float | None = None) -> int:
-        """The next free healthy device (blocks until one is released)."""
+        """The least-loaded healthy device with room (blocks until a worker is released)."""
         with self._cond:
             while True:
                 if not self.healthy:
                     raise NoDeviceLeft("every GPU failed: " + "; ".join(
                         f"GPU {d}: {why}" for d, why in self.failed.items()))
-                for i, dev in enumerate(self._free):
-                    if dev not in self.failed:
-                        return self._free.pop(i)
+                free = [d for d in self.healthy if self._load[d] < self.per_device]
+                if free:
+                    dev = min(free, key=lambda d: self._load[d])
+                    self._load[dev] += 1
+                    return dev
                 if not self._cond.wait(timeout):
                     raise TimeoutError("no GPU became free")
 
     def release(self, device: int) -> None:
         with self._cond:
-            self._free.append(device)
-            self._cond.notify()
+            self._load[device] = max(0, self._load[device] - 1)
+            self._cond.notify_all()
 
     def quarantine(self, device: int, reason: str) -> None:
         """Take ``device`` out of rotation; waiting workers move on to the others."""
         with self._cond:
             self.failed.setdefault(device, reason)
             self._cond.notify_all()
+
+    @contextmanager
+    def turn(self, device: int):
+        """The device to oneself: the timed phase of one worker at a time."""
+        with self._turns[device]:
+            start = time.monotonic()
+            try:
+                yield
+            finally:
+                self._busy[device].append((start, time.monotonic()))
+
+    def busy(self, since: float | None = None) -> dict[int, dict]:
+        """Per device: seconds held in turns, the number of turns and the intervals."""
+        out = {}
+        for d in self.devices:
+            spans = [(a, b) for a, b in self._busy[d] if since is None or b > since]
+            out[d] = {"busy_s": round(sum(b - max(a, since or a) for a, b in spans), 3),
+                      "turns": len(spans), "intervals": spans}
+        return out

@@ -7,14 +7,24 @@ as its cwd, an environment from ``sandbox.worker_env`` (no secrets), resource li
 ``sandbox.limits_preexec`` and its own process group, so a timeout kills it and everything it
 started. The worker reports phases over a pipe; the build timeout covers start-up, import and
 the first (compiling) call, the test timeout covers correctness and benchmark.
+
+The pipeline on a GPU: up to ``max_workers`` workers run at once, placed on the least-loaded
+GPU. They build (nvcc, Triton JIT) side by side on the CPU cores; each then waits for its GPU's
+turn, and runs its tests and timed trials (or its profile) alone on that GPU, so timings never
+overlap another candidate's while builds keep every core busy. A spare worker with torch
+already imported waits for the next job on each GPU, and built CUDA extensions and Triton
+kernels are kept per candidate code (``paths.build_cache_dir``), so an identical candidate,
+or the profiling run of one just judged, never builds again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import threading
 import uuid
+import weakref
 from pathlib import Path
 
 from openkernel.config import Config
@@ -23,7 +33,7 @@ from openkernel.evaluation.devices import DevicePool, NoDeviceLeft, is_device_fa
 from openkernel.evaluation import hardware as hwmod
 from openkernel.evaluation import sandbox
 from openkernel.evaluation.ncu_runs import profile_candidate
-from openkernel.evaluation.process import WorkerRun, run_worker
+from openkernel.evaluation.process import WorkerProcess, WorkerRun, drive, read_full_log
 from openkernel.evaluation.results import from_worker
 from openkernel.evaluation.types import Hardware, TaskProbe
 from openkernel.schemas import EvalResult
@@ -57,6 +67,11 @@ class Evaluator:
         self._probe: TaskProbe | None = None
         self._compile_ratio: float | None | bool = None  # False: tried and unavailable
         self._slots: DevicePool | None = None
+        self.build_cache_root = Path(config.paths.build_cache_dir).expanduser().resolve()
+        # (device, gpu index) -> a started worker waiting for its job
+        self._spares: dict[tuple[str, int | None], WorkerProcess] = {}
+        self._spare_lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _kill_spares, self._spares, self.keep_scratch)
 
     # -- public API ---------------------------------------------------------------------
     @property
@@ -66,7 +81,7 @@ class Evaluator:
         with _HW_LOCK:
             if key not in _HW_CACHE:
                 run = self._run({"mode": "hardware", "known_ceilings": ceilings.load_all()},
-                                "cuda", None, label="hardware")
+                                "cuda", None, label="hardware", spare=False)
                 if (run.payload or {}).get("ceilings_measured"):
                     ceilings.save(run.payload["ceilings"])  # measured once per device model
                 data = (run.payload or {}).get("hardware")
@@ -76,10 +91,18 @@ class Evaluator:
 
     @property
     def max_workers(self) -> int:
+        """Workers at once: on a GPU half the cores (builds), at most 8 per GPU; 2 on the CPU."""
         if self.ec.max_workers:
             return self.ec.max_workers
         hw = self.hardware
-        return max(1, hw.num_gpus) if hw.device == "cuda" else 2
+        if hw.device != "cuda":
+            return 2
+        gpus = max(1, hw.num_gpus)
+        return max(gpus, min((os.cpu_count() or 2) // 2, 8 * gpus))
+
+    def gpu_busy(self, since: float | None = None) -> dict[int, dict]:
+        """Per GPU slot: seconds its timed turns were held, and how many (empty on the CPU)."""
+        return self._slots.busy(since) if self._slots is not None else {}
 
     def probe(self) -> TaskProbe:
         """Load the task in a worker, run the reference once and describe it (cached)."""
@@ -111,7 +134,8 @@ class Evaluator:
         while True:
             slot = self._acquire()
             try:
-                run = self._run(job, hw.device, slot, label=label, code=code)
+                run = self._run(job, hw.device, slot, label=label, code=code,
+                                build_cache=self.build_cache(code, backend))
             finally:
                 self._release(slot)
             if slot is None or not is_device_fault(run.log_tail):
@@ -131,7 +155,8 @@ class Evaluator:
                              limits={"build_timeout_s": self.ec.build_timeout_s,
                                      "test_timeout_s": self.ec.test_timeout_s})
         result.metadata.update(label=label, backend=backend, evaluation_s=round(run.wall_s, 3),
-                               phase_s=run.phase_seconds(), gpu_slot=slot)
+                               phase_s=run.phase_seconds(), gpu_slot=slot,
+                               prestarted=run.prestarted)
         if requeued:
             result.metadata["requeued"] = requeued
         if hw.device == "cuda" and result.correctness and self.ec.profile:
@@ -141,7 +166,18 @@ class Evaluator:
         return result
 
     def close(self) -> None:
-        """Nothing persistent to release: workers are per job; scratch dirs are removed."""
+        """Stop the spare workers (each job's own worker ended with it)."""
+        self._finalizer()
+
+    def build_cache(self, code: str, backend: str) -> Path | None:
+        """The build-cache folder of this exact candidate (GPU only: nothing is built on the CPU)."""
+        hw = self.hardware
+        if hw.device != "cuda":
+            return None
+        key = hashlib.sha256(f"{backend}\n{self.config.gpu_arch or hw.gpu_arch}\n{code}".encode())
+        path = self.build_cache_root / key.hexdigest()[:24]
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     # -- helpers --------------------------------------------------------------------------
     def _task_job(self, device: str) -> dict:
@@ -172,45 +208,69 @@ class Evaluator:
             self._slots.release(slot)
 
     def _run(self, job: dict, device: str, gpu_index: int | None, label: str = "",
-             code: str | None = None, wrap=None) -> "WorkerRun":
-        name = "".join(c if c.isalnum() or c in "-_" else "_" for c in label)[:40] or "job"
-        scratch = self.scratch_root / f"{name}-{uuid.uuid4().hex[:8]}"
-        scratch.mkdir(parents=True, exist_ok=True)
+             code: str | None = None, wrap=None, build_cache: Path | None = None,
+             spare: bool = True) -> WorkerRun:
+        """One job in a worker (a spare when one waits); timed phases take the GPU's turn."""
+        worker = self._take(device, gpu_index) if spare and wrap is None else None
+        prestarted = worker is not None
+        if worker is None:
+            worker = self._spawn(device, gpu_index, wrap)
+        scratch = worker.scratch
         try:
             if code is not None:
                 (scratch / "candidate.py").write_text(code, encoding="utf-8")
                 job = {**job, "code_path": str(scratch / "candidate.py")}
+            if build_cache is not None:
+                job = {**job, "build_cache": str(build_cache)}
+            (scratch / "label").write_text(label, encoding="utf-8")
             job = {**job, "scratch": str(scratch)}
-            mem = None if device == "cuda" else int(self.ec.memory_limit_gb * 2**30)
-            return run_worker(job, scratch, device, gpu_index, self.ec.build_timeout_s,
-                              self.ec.test_timeout_s, self.ec.cpu_time_limit_s, mem, wrap=wrap)
+            turn = (lambda: self._slots.turn(gpu_index)) if (
+                gpu_index is not None and self._slots is not None) else None
+            run = drive(worker, job, self.ec.build_timeout_s, self.ec.test_timeout_s, turn=turn)
+            run.prestarted = prestarted
+            if wrap is not None:
+                run.full_log = read_full_log(worker)
+            return run
         finally:
             if not self.keep_scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
 
-    def _compile_speed_ratio(self, hw: Hardware) -> float | None:
-        """torch.compile median / eager median of the reference, once per task and hardware."""
-        with self._compile_lock:
-            if self._compile_ratio is not None:
-                return self._compile_ratio or None
-            cached = self.store.reference_timing(self.task.digest, hw.label, "compile") if self.store else None
-            if cached is not None:
-                stats = cached.runtime_stats
-            else:
-                job = {"mode": "reference", **self._task_job(hw.device), **self._bench_params(hw)}
-                slot = self._acquire()  # a GPU of its own: never timed next to a candidate
-                try:
-                    run = self._run(job, hw.device, slot, label="reference-compile")
-                finally:
-                    self._release(slot)
-                stats = run.payload if run.payload and "compile" in run.payload else None
-                if stats and self.store is not None:
-                    self.store.put_reference_timing(self.task.digest, hw.label, "compile",
-                                                    stats["compile"]["median"], stats)
-            try:
-                ratio = stats["compile"]["median"] / stats["eager"]["median"]
-            except (TypeError, KeyError, ZeroDivisionError):
-                ratio = None
-            self._compile_ratio = ratio if ratio else False
-            return ratio
+    def _spawn(self, device: str, gpu_index: int | None, wrap=None) -> WorkerProcess:
+        scratch = self.scratch_root / f"w-{uuid.uuid4().hex[:12]}"
+        scratch.mkdir(parents=True, exist_ok=True)
+        mem = None if device == "cuda" else int(self.ec.memory_limit_gb * 2**30)
+        return WorkerProcess(scratch, device, gpu_index, self.ec.cpu_time_limit_s, mem, wrap=wrap)
 
+    def _take(self, device: str, gpu_index: int | None) -> WorkerProcess | None:
+        """The spare waiting on this device (then start its successor), or None.
+
+        Spares are the default on a GPU (16 cores, memory to spare); on the CPU they would
+        only compete with the running workers for the cores, unless asked for.
+        """
+        wanted = self.ec.prestart_workers
+        if not (wanted if wanted is not None else device == "cuda"):
+            return None
+        key = (device, gpu_index)
+        with self._spare_lock:
+            spare = self._spares.pop(key, None)
+            if spare is not None and not spare.alive():  # it died importing: say nothing, start anew
+                _discard(spare, self.keep_scratch)
+                spare = None
+            if not self._finalizer.alive:
+                return spare
+            self._spares[key] = self._spawn(device, gpu_index)
+        return spare
+
+
+
+def _discard(worker: WorkerProcess, keep_scratch: bool) -> None:
+    worker.kill()
+    if not keep_scratch:
+        shutil.rmtree(worker.scratch, ignore_errors=True)
+
+
+def _kill_spares(spares: dict, keep_scratch: bool) -> None:
+    """Stop every spare worker (at close, garbage collection or exit)."""
+    while spares:
+        _, worker = spares.popitem()
+        _discard(worker, keep_scratch)

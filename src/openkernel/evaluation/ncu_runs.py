@@ -22,7 +22,7 @@ def _peak_tflops(evaluator) -> float | None:
     return peak_tflops_for(evaluator.hardware, dtype)
 
 
-def _profile(evaluator, code: str | None) -> dict:
+def _profile(evaluator, code: str | None, backend: str = "") -> dict:
     ncu = profiling.find_ncu()
     if ncu is None:
         return {}
@@ -31,7 +31,9 @@ def _profile(evaluator, code: str | None) -> dict:
            **evaluator._task_job(hw.device)}
     slot = evaluator._acquire()
     try:
-        run = evaluator._run(job, hw.device, slot, label="profile", code=code,
+        # The candidate's build cache: a CUDA extension judged a moment ago loads, not rebuilds.
+        cache = evaluator.build_cache(code, backend) if code is not None else None
+        run = evaluator._run(job, hw.device, slot, label="profile", code=code, build_cache=cache,
                              wrap=lambda argv: profiling.ncu_command(ncu, argv))
     finally:
         evaluator._release(slot)
@@ -61,7 +63,7 @@ def reference_profile(evaluator) -> dict:
 def profile_candidate(evaluator, code: str, result: EvalResult) -> None:
     """Attach an Nsight Compute profile (and the reference's, if configured) to ``result``."""
     try:
-        data = _profile(evaluator, code)
+        data = _profile(evaluator, code, result.metadata.get("backend") or evaluator.config.backend)
         if data and evaluator.ec.profile_original_model:
             ref = reference_profile(evaluator)
             if ref and "error" not in ref:

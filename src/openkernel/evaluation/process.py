@@ -1,12 +1,20 @@
-"""One worker process: start it confined, enforce the phase timeouts, collect its report.
+"""Worker processes: start one confined, hand it a job, enforce the phase timeouts, collect its report.
+
+A worker is started before its job is known (:class:`WorkerProcess`): it imports torch and
+the evaluator, then blocks reading its job from stdin, so a pre-started spare saves the
+seconds of interpreter start and imports on the critical path. :func:`drive` sends the job
+and follows the worker's phases.
 
 The worker reports phases and its result over a private pipe, tagged with a nonce; its own
-stdout and stderr (the candidate's prints) go to a log file. A timeout kills the whole process
-group, so nothing the candidate started outlives it.
+stdout and stderr (the candidate's prints) go to a log file. Before its timed phase (tests and
+benchmark on a GPU, or a profile) it asks for its turn and waits until the executor writes
+``go`` on its stdin: builds run side by side, timed phases one per GPU. A timeout kills the
+whole process group, so nothing the candidate started outlives it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -33,10 +41,11 @@ class WorkerRun:
         self.log_tail = ""
         self.full_log = ""
         self.wall_s = 0.0
-        self.phase_starts: list[tuple[str, float]] = [("setup", 0.0)]  # seconds since start
+        self.prestarted = False  # the job went to a spare started ahead of it
+        self.phase_starts: list[tuple[str, float]] = [("setup", 0.0)]  # seconds since the job
 
     def phase_seconds(self) -> dict[str, float]:
-        """Wall seconds spent in each phase (process start + imports count as setup)."""
+        """Wall seconds spent in each phase (imports not done ahead count as setup)."""
         marks = self.phase_starts + [("end", self.wall_s)]
         out: dict[str, float] = {}
         for (name, start), (_, end) in zip(marks, marks[1:]):
@@ -44,40 +53,71 @@ class WorkerRun:
         return out
 
 
-def run_worker(job: dict, scratch: Path, device: str, gpu_index: int | None,
-               build_timeout_s: float, test_timeout_s: float, cpu_s: float,
-               mem_bytes: int | None, wrap=None) -> WorkerRun:
-    """Start a worker on ``job``, enforce the phase timeouts, collect its report."""
+class WorkerProcess:
+    """A started worker process, waiting for its job on stdin."""
+
+    def __init__(self, scratch: Path, device: str, gpu_index: int | None, cpu_s: float,
+                 mem_bytes: int | None, wrap=None):
+        self.scratch, self.device, self.gpu_index = scratch, device, gpu_index
+        env = sandbox.worker_env(os.environ, scratch, device, gpu_index)
+        self.read_fd, write_fd = os.pipe()
+        self.log_path = scratch / "worker.log"
+        argv = [sys.executable, "-m", "openkernel.evaluation.worker", "--fd", str(write_fd)]
+        self.started = time.monotonic()
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                wrap(argv) if wrap else argv,
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=scratch, env=env,
+                pass_fds=(write_fd,), preexec_fn=sandbox.limits_preexec(cpu_s, mem_bytes))
+        os.close(write_fd)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, line: str) -> bool:
+        try:
+            self.proc.stdin.write(line.encode() + b"\n")
+            self.proc.stdin.flush()
+            return True
+        except (OSError, ValueError):
+            return False  # died (or was closed): its exit code tells
+
+    def kill(self) -> None:
+        _kill_group(self.proc)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=30)
+        for stream in (self.proc.stdin,):
+            with contextlib.suppress(OSError, ValueError):
+                stream.close()
+        with contextlib.suppress(OSError):
+            os.close(self.read_fd)
+        self.read_fd = -1
+
+
+def drive(worker: WorkerProcess, job: dict, build_timeout_s: float, test_timeout_s: float,
+          turn=None) -> WorkerRun:
+    """Send ``job`` to a started worker, enforce the phase timeouts, collect its report.
+
+    ``turn`` is a context manager factory; the worker's timed phase runs inside it (the
+    executor passes the GPU's exclusive turn). Waiting for the turn counts against no timeout.
+    """
     out = WorkerRun()
     nonce = uuid.uuid4().hex
-    env = sandbox.worker_env(os.environ, scratch, device, gpu_index)
-    read_fd, write_fd = os.pipe()
-    log_path = scratch / "worker.log"
     t0 = time.monotonic()
-    argv = [sys.executable, "-m", "openkernel.evaluation.worker", "--fd", str(write_fd)]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            wrap(argv) if wrap else argv,
-            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=scratch, env=env,
-            pass_fds=(write_fd,), preexec_fn=sandbox.limits_preexec(cpu_s, mem_bytes))
-    os.close(write_fd)
-    try:
-        proc.stdin.write(json.dumps({**job, "nonce": nonce}).encode())
-        proc.stdin.close()
-    except OSError:
-        pass  # died at start-up: the exit code tells
+    worker.send(json.dumps({**job, "nonce": nonce}))
     deadline = t0 + build_timeout_s
     buf = b""
+    held = contextlib.ExitStack()
     try:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 out.timed_out = "build" if out.phase in ("setup", "build", "warmup") else "test"
                 break
-            ready, _, _ = select.select([read_fd], [], [], min(remaining, 1.0))
+            ready, _, _ = select.select([worker.read_fd], [], [], min(remaining, 1.0))
             if not ready:
                 continue
-            chunk = os.read(read_fd, 1 << 16)
+            chunk = os.read(worker.read_fd, 1 << 16)
             if not chunk:
                 break
             buf += chunk
@@ -94,24 +134,46 @@ def run_worker(job: dict, scratch: Path, device: str, gpu_index: int | None,
                         deadline = time.monotonic() + test_timeout_s
                     out.phase = msg["phase"]
                     out.phase_starts.append((out.phase, time.monotonic() - t0))
+                elif msg.get("wait") and out.phase != "queued":
+                    out.phase = "queued"
+                    out.phase_starts.append(("queued", time.monotonic() - t0))
+                    if turn is not None:
+                        held.enter_context(turn())
+                    deadline = time.monotonic() + test_timeout_s
+                    worker.send("go")
                 elif "result" in msg:
                     out.payload = msg["result"]
     finally:
-        os.close(read_fd)
-        if out.timed_out or proc.poll() is None:
-            _kill_group(proc)
+        if out.timed_out or worker.alive():
+            _kill_group(worker.proc)
         try:
-            out.returncode = proc.wait(timeout=30)
+            out.returncode = worker.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out.returncode = proc.wait()
+            _kill_group(worker.proc)
+            out.returncode = worker.proc.wait()
+        held.close()
+        worker.kill()
     out.wall_s = time.monotonic() - t0
-    out.log_tail = _tail(log_path)
-    if wrap is not None:  # a wrapper's report (ncu's CSV) is read whole, bounded
-        try:
-            out.full_log = log_path.read_bytes()[-(8 << 20):].decode("utf-8", "replace")
-        except OSError:
-            out.full_log = ""
+    out.log_tail = _tail(worker.log_path)
+    return out
+
+
+def read_full_log(worker: WorkerProcess) -> str:
+    """A wrapper's report (ncu's CSV) is read whole, bounded."""
+    try:
+        return worker.log_path.read_bytes()[-(8 << 20):].decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def run_worker(job: dict, scratch: Path, device: str, gpu_index: int | None,
+               build_timeout_s: float, test_timeout_s: float, cpu_s: float,
+               mem_bytes: int | None, wrap=None, turn=None) -> WorkerRun:
+    """Start a worker on ``job`` and drive it to the end (no spare)."""
+    worker = WorkerProcess(scratch, device, gpu_index, cpu_s, mem_bytes, wrap=wrap)
+    out = drive(worker, job, build_timeout_s, test_timeout_s, turn=turn)
+    if wrap is not None:
+        out.full_log = read_full_log(worker)
     return out
 
 

@@ -22,7 +22,7 @@ def run_profile(job: dict, ch) -> dict:
     rt = TaskRuntime(job["reference_path"], job.get("hooks_path"), job["device"])
     ref_model = rt.make_model(rt.ref.Model)
     confinement = sandbox.confine(Path(job["scratch"]), [Path(p) for p in job.get("read_only", [])],
-                                  gpu=True)
+                                  gpu=True, writable=[job["build_cache"]] if job.get("build_cache") else [])
     ch.phase("build")
     if job.get("target") == "reference":
         model = ref_model
@@ -35,6 +35,7 @@ def run_profile(job: dict, ch) -> dict:
     with torch.no_grad():
         model(*inputs)  # compile and warm up outside the profiled range
         torch.cuda.synchronize()
+        ch.wait_turn()  # the profiled call runs alone on its GPU
         ch.phase("test")
         torch.cuda.nvtx.range_push(NVTX_RANGE)
         model(*inputs)

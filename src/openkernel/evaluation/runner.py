@@ -259,7 +259,8 @@ def run_evaluate(job: dict, ch) -> dict:
     ev.rt = TaskRuntime(job["reference_path"], job.get("hooks_path"), ev.device)
     ev.ref_model = ev.rt.make_model(ev.rt.ref.Model)
     ev.payload["confinement"] = sandbox.confine(
-        Path(job["scratch"]), [Path(p) for p in job.get("read_only", [])], gpu=ev.gpu)
+        Path(job["scratch"]), [Path(p) for p in job.get("read_only", [])], gpu=ev.gpu,
+        writable=[job["build_cache"]] if job.get("build_cache") else [])
     if not ev.build():
         return ev.payload
     changed = ev.guard.changed()
@@ -283,6 +284,9 @@ def run_evaluate(job: dict, ch) -> dict:
         ev.log.append(("kernel compilation failed" if compile_err else "first call failed")
                       + f":\n{_tail(err)}")
         return ev.payload
+    # Built and warmed up side by side with other candidates; tests and timing run alone on
+    # the GPU (the executor grants the turn).
+    ch.wait_turn()
     ch.phase("test")
     try:
         ev.test()

@@ -103,6 +103,9 @@ def worker_env(
         env.pop(var, None)  # default under HOME, i.e. inside scratch
     env.setdefault("PATH", os.defpath)
     env["OPENBLAS_NUM_THREADS"] = "1"  # numpy's pool would start before confine(): unconfined
+    # A load_inline build is two translation units: ninja needs no more, and the pool of
+    # workers building side by side already fills the cores.
+    env.setdefault("MAX_JOBS", "2")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     if device == "cpu":
@@ -277,7 +280,7 @@ def _python_paths() -> list[Path]:
     return [Path(p) for p in paths]
 
 
-def confine(scratch: Path, read_only: list[Path], gpu: bool) -> str:
+def confine(scratch: Path, read_only: list[Path], gpu: bool, writable: list[Path] = ()) -> str:
     """Confines this process (its calling thread and every thread or child it starts later).
 
     Call it after torch/triton are imported and before the candidate is, from the main thread.
@@ -292,17 +295,20 @@ def confine(scratch: Path, read_only: list[Path], gpu: bool) -> str:
         scratch: The worker's scratch directory (the only writable tree).
         read_only: Extra paths to read, e.g. the task folder.
         gpu: Whether CUDA must work (NVIDIA device nodes read/write with ioctl).
+        writable: Further read-write trees: the candidate's own build-cache folder (keyed by
+            its code, so no other candidate's builds are reachable).
 
     Returns:
         One line: ``"landlock ABI N: ..."`` when confined, ``"unconfined: REASON"`` when not.
     """
     try:
-        return _confine(Path(scratch).resolve(), [Path(p) for p in read_only], gpu)
+        return _confine(Path(scratch).resolve(), [Path(p) for p in read_only], gpu,
+                        [Path(p).resolve() for p in writable])
     except Exception as exc:  # an unsupported kernel must not crash the worker
         return f"unconfined: {type(exc).__name__}: {exc}"
 
 
-def _confine(scratch: Path, read_only: list[Path], gpu: bool) -> str:
+def _confine(scratch: Path, read_only: list[Path], gpu: bool, writable: list[Path]) -> str:
     try:
         abi = _sys(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # ..._VERSION
     except OSError as exc:
@@ -326,7 +332,8 @@ def _confine(scratch: Path, read_only: list[Path], gpu: bool) -> str:
         rules += [(p, _RO) for p in _carve(path.resolve(), protected) if p.exists()]
     # Writable trees get no device-node rights: as root, mknod of the disk would read the db.
     tree = handled & ~(_MAKE_CHAR | _MAKE_BLOCK | _IOCTL_DEV)
-    rules += [(p, tree) for p in _carve(scratch, protected) + [Path("/dev/shm")]]
+    rules += [(p, tree) for root in [scratch, *writable] for p in _carve(root, protected)]
+    rules.append((Path("/dev/shm"), tree))
     dev = [Path(p) for p in _DEV_FILES]
     if gpu:
         dev += [p for pattern in _GPU_DEV for p in Path("/").glob(pattern[1:])]
@@ -369,7 +376,8 @@ def _confine(scratch: Path, read_only: list[Path], gpu: bool) -> str:
         os.close(fd)
     parts = [
         f"landlock ABI {abi}: read-only system/python/task paths ({len(rules)} rules)",
-        f"read-write {scratch} + /dev/shm" + (" + NVIDIA devices" if gpu else ""),
+        f"read-write {scratch} + /dev/shm" + "".join(f" + {w}" for w in writable)
+        + (" + NVIDIA devices" if gpu else ""),
         "/proc: own pid + non-process entries", "TCP denied" if abi >= 4 else "TCP allowed (ABI<4)",
         "signals/abstract sockets scoped" if abi >= 6 else "signals not scoped (ABI<6)",
         "no_new_privs", caps,

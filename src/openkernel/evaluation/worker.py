@@ -1,13 +1,17 @@
 """Worker process entry: ``python -m openkernel.evaluation.worker --fd N`` (job JSON on stdin).
 
 One worker evaluates one candidate (or probes the task, or times the reference) and exits; the
-executor starts a fresh one for the next job, so whatever a candidate breaks dies with it.
+executor starts a fresh one for the next job, so whatever a candidate breaks dies with it. It
+imports torch and the evaluator *before* reading its job, so the executor can start it ahead
+of time (a spare) and save those seconds on the critical path.
 
-Protocol: the job arrives as JSON on stdin (including a random ``nonce``). The worker reports
-on the inherited file descriptor ``N``, one JSON line per message, each carrying the nonce:
-``{"nonce": ..., "phase": "build" | "test" | "benchmark"}`` when a phase starts (the executor
-applies the build or the test timeout accordingly) and finally ``{"nonce": ..., "result": {...}}``.
-The candidate's own stdout and stderr go to a log file; they never mix with the protocol.
+Protocol: the job arrives as one JSON line on stdin (including a random ``nonce``). The worker
+reports on the inherited file descriptor ``N``, one JSON line per message, each carrying the
+nonce: ``{"nonce": ..., "phase": "build" | "warmup" | "test" | "benchmark"}`` when a phase
+starts (the executor applies the build or the test timeout accordingly), ``{"nonce": ...,
+"wait": true}`` before its timed phase, after which it blocks until the executor writes ``go``
+on stdin (its turn on the GPU), and finally ``{"nonce": ..., "result": {...}}``. The candidate's
+own stdout and stderr go to a log file; they never mix with the protocol.
 
 Modes (``job["mode"]``): ``hardware``, ``probe``, ``evaluate``, ``reference`` (eager and
 ``torch.compile`` timings of the reference, GPU only), ``profile`` (one call inside an NVTX
@@ -32,6 +36,7 @@ class Channel:
         self._fd = fd
         self._nonce = nonce
         self._write = os.write  # private reference: the candidate may replace os.write later
+        self._read = os.read
 
     def send(self, **message: Any) -> None:
         data = (json.dumps({"nonce": self._nonce, **message}, default=str) + "\n").encode()
@@ -45,6 +50,52 @@ class Channel:
 
     def result(self, payload: dict) -> None:
         self.send(result=payload)
+
+    def wait_turn(self) -> None:
+        """Ask for the timed phase and block until the executor grants it (``go`` on stdin)."""
+        self.send(wait=True)
+        if not _read_line(0, self._read).strip():
+            os._exit(3)  # the executor is gone: nothing left to report to
+
+
+def _read_line(fd: int, read=os.read) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = read(fd, 1 << 16)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode()
+
+
+def _preload() -> None:
+    """Import what every job needs while no job is waiting (a spare's head start)."""
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401 - the evaluation imports it; heavy
+
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        pass
+    import openkernel.evaluation.runner  # noqa: F401
+
+
+def _use_build_cache(job: dict) -> None:
+    """Point torch's extension and Triton's caches at the candidate's build cache.
+
+    The folder is keyed by the candidate's code (the executor names it), so only an identical
+    candidate ever reads what this one built; the torch version keeps builds apart across
+    upgrades.
+    """
+    cache = job.get("build_cache")
+    if not cache:
+        return
+    import torch
+
+    root = os.path.join(cache, f"torch-{torch.__version__}")
+    for var, sub in (("TORCH_EXTENSIONS_DIR", "torch_extensions"), ("TRITON_CACHE_DIR", "triton")):
+        os.makedirs(os.path.join(root, sub), exist_ok=True)
+        os.environ[var] = os.path.join(root, sub)
 
 
 def _hardware(job: dict, ch: Channel) -> dict:
@@ -96,11 +147,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="openkernel.evaluation.worker")
     parser.add_argument("--fd", type=int, required=True, help="protocol file descriptor")
     args = parser.parse_args(argv)
-    job = json.loads(sys.stdin.read())
-    sys.stdin.close()
-    ch = Channel(args.fd, job.pop("nonce"))
     os.set_inheritable(args.fd, False)  # nvcc and other children must not hold the pipe open
+    _preload()
+    line = _read_line(0)
+    if not line.strip():
+        os._exit(0)  # a spare the executor no longer needs
+    job = json.loads(line)
+    ch = Channel(args.fd, job.pop("nonce"))
     try:
+        _use_build_cache(job)
         payload = _dispatch(job, ch)
     except BaseException as err:  # report, then exit non-zero: the executor turns it into a result
         tb = traceback.format_exc(limit=8)
