@@ -1,0 +1,176 @@
+"""The evaluation pipeline: timed phases take turns on a device, spare workers, build caches.
+
+No GPU here: the turns are exercised with a DevicePool around real CPU workers, which ask for
+their turn exactly as they do on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from openkernel.config import build_config
+from openkernel.evaluation import sandbox
+from openkernel.evaluation.devices import DevicePool
+from openkernel.evaluation.executor import Evaluator
+from openkernel.evaluation.process import drive
+from openkernel.schemas import Status
+from openkernel.task import load_task
+
+CANDIDATES = Path(__file__).parent / "candidates"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _evaluator(tmp_path, **ec) -> Evaluator:
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
+                           "eval_config": {"correctness_seeds": 1, **ec}})
+    return Evaluator(load_task(EXAMPLES / "gelu"), config, bench_budget_s=0.1)
+
+
+def _job(ev: Evaluator) -> dict:
+    hw = ev.hardware
+    return {"mode": "evaluate", "backend": "triton", **ev._task_job(hw.device),
+            "correctness_seeds": 1, "gpu_arch": "cpu", "build_timeout_s": 60,
+            "gpu_memory_fraction": 0.9, **ev._bench_params(hw)}
+
+
+def test_least_loaded_placement_and_exclusive_turns():
+    pool = DevicePool([0, 1], per_device=2)
+    assert [pool.acquire(), pool.acquire(), pool.acquire()] == [0, 1, 0]
+    pool.release(0)
+    pool.release(0)
+    assert pool.acquire() == 0  # GPU 0 now carries less than GPU 1
+    inside, overlap = [], []
+
+    def timed(i):
+        with pool.turn(1):
+            inside.append(i)
+            if len(inside) > 1:
+                overlap.append(i)
+            time.sleep(0.05)
+            inside.remove(i)
+
+    threads = [threading.Thread(target=timed, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not overlap
+    busy = pool.busy()
+    assert busy[1]["turns"] == 4 and busy[1]["busy_s"] >= 0.2
+    assert busy[0] == {"busy_s": 0.0, "turns": 0, "intervals": []}
+
+
+def test_waiting_for_the_turn_counts_against_no_timeout(tmp_path):
+    """A worker that built waits for its turn longer than the build timeout and is judged."""
+    ev = _evaluator(tmp_path)
+    pool = DevicePool([0])
+    release = threading.Event()
+
+    def hold():
+        with pool.turn(0):
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    worker = ev._spawn("cpu", None)
+    (worker.scratch / "candidate.py").write_text((CANDIDATES / "good_gelu.py").read_text())
+    job = {**_job(ev), "code_path": str(worker.scratch / "candidate.py"),
+           "scratch": str(worker.scratch)}
+    threading.Timer(25, release.set).start()  # past the 20 s build timeout below
+    try:
+        run = drive(worker, job, build_timeout_s=20, test_timeout_s=60, turn=lambda: pool.turn(0))
+    finally:
+        release.set()
+        holder.join()
+    assert run.timed_out is None, run.log_tail
+    assert run.payload and run.payload["correctness"], run.log_tail
+    phases = run.phase_seconds()
+    assert phases["queued"] > 3, phases  # it waited for the holder
+    assert pool.busy()[0]["turns"] == 2  # the holder's turn, then the worker's
+
+
+def test_spare_worker_takes_the_next_candidate_and_is_stopped_at_close(tmp_path):
+    ev = _evaluator(tmp_path, prestart_workers=True)
+    good = (CANDIDATES / "good_gelu.py").read_text()
+    first = ev.evaluate(good, "triton", "first")
+    assert first.get_status() in (Status.FASTER, Status.CORRECT), first.eval_log
+    assert first.metadata["prestarted"] is False  # nothing was waiting yet
+    spare = ev._spares[("cpu", None)]
+    time.sleep(1)
+    second = ev.evaluate(good.replace("good", "good "), "triton", "second")
+    assert second.correctness, second.eval_log
+    assert second.metadata["prestarted"] is True
+    assert spare.proc.poll() is not None  # the spare did the job and exited
+    successor = ev._spares[("cpu", None)]
+    assert successor.alive()
+    ev.close()
+    assert successor.proc.poll() is not None and not successor.scratch.exists()
+
+
+def test_without_prestart_no_spare_is_kept(tmp_path):
+    ev = _evaluator(tmp_path)  # the CPU default: spares would only compete for the cores
+    ev.evaluate((CANDIDATES / "good_gelu.py").read_text(), "triton", "one")
+    assert ev._spares == {}
+
+
+def test_worker_points_its_caches_at_the_build_cache(tmp_path, monkeypatch):
+    import torch
+
+    from openkernel.evaluation import worker
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "elsewhere")
+    monkeypatch.setenv("TRITON_CACHE_DIR", "elsewhere")
+    worker._use_build_cache({"build_cache": str(tmp_path)})
+    root = tmp_path / f"torch-{torch.__version__}"
+    assert (root / "torch_extensions").is_dir() and (root / "triton").is_dir()
+    assert os.environ["TORCH_EXTENSIONS_DIR"] == str(root / "torch_extensions")
+    assert os.environ["TRITON_CACHE_DIR"] == str(root / "triton")
+
+
+CHILD = textwrap.dedent('''
+    import json, os, sys
+    from openkernel.evaluation.sandbox import confine
+    scratch, own, other = sys.argv[1:4]
+    os.chdir(scratch)
+    out = {"confined": confine(scratch, [], False, writable=[own])}
+    for name, path in (("own", own), ("other", other)):
+        try:
+            open(os.path.join(path, "build.so"), "w").write("x")
+            out[name] = "ok"
+        except PermissionError:
+            out[name] = "PermissionError"
+    print(json.dumps(out))
+''')
+
+
+def _has_landlock() -> bool:
+    try:
+        return sandbox._sys(444, None, sandbox.ctypes.c_size_t(0), sandbox.ctypes.c_uint32(1)) > 0
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _has_landlock(), reason="this kernel has no Landlock")
+def test_a_candidate_writes_its_own_build_cache_only(tmp_path, monkeypatch):
+    engine, scratch = tmp_path / "engine", tmp_path / "scratch"
+    own, other = tmp_path / "cache" / "aaaa", tmp_path / "cache" / "bbbb"
+    for d in (engine, scratch, own, other):
+        d.mkdir(parents=True)
+    monkeypatch.chdir(engine)
+    env = sandbox.worker_env(dict(os.environ), scratch, "cpu", None)
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(scratch), str(own), str(other)],
+                          cwd=engine, env=env, capture_output=True, text=True, timeout=60)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if out["confined"].startswith("unconfined"):
+        pytest.skip(out["confined"])
+    assert out["own"] == "ok" and out["other"] == "PermissionError", out
+    assert str(own) in out["confined"]
