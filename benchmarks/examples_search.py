@@ -42,6 +42,11 @@ def search(task: str, overrides: list[str]) -> dict:
                 "speedup_vs_torch_compile": r.improve_over_compile,
                 "n_trials": stats.get("n_trials"), "trial_cv": stats.get("cv"),
                 "judged_in_s": r.metadata.get("evaluation_s"), "phase_s": r.metadata.get("phase_s"),
+                # Without the wait for another candidate's turn on the GPU: this one's latency.
+                "own_s": round((r.metadata.get("evaluation_s") or 0)
+                               - (r.metadata.get("phase_s") or {}).get("queued", 0), 3),
+                "prestarted": r.metadata.get("prestarted"),
+                "profile_s": (r.profiler_data or {}).get("profile_s"),
                 "integrity_violation": r.metadata.get("integrity_violation"),
             })
             print(f"{task:18} {event.label:7} {event.status.value:13} {r.runtime_improvement:6.2f}x "
@@ -49,11 +54,13 @@ def search(task: str, overrides: list[str]) -> dict:
         elif isinstance(event, ev.RunFinished):
             finished = event
     judged = [r["judged_in_s"] for r in rows if r["judged_in_s"] and r["status"] != "compile_error"]
+    own = sorted(r["own_s"] for r in rows if r["judged_in_s"] and r["status"] != "compile_error")
     return {
         "task": task, "hardware": started.hardware if started else None,
         "wall_s": round(time.perf_counter() - t0, 2), "reason": finished.reason if finished else None,
         "best_speedup": finished.best_speedup if finished else None,
         "median_judged_in_s": sorted(judged)[len(judged) // 2] if judged else None,
+        "median_own_s": own[len(own) // 2] if own else None, "max_own_s": own[-1] if own else None,
         "candidates": rows,
     }
 
@@ -80,7 +87,7 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(record, indent=2) + "\n")  # keep partial results
     for t in record["tasks"]:
         print(f"{t['task']:18} best {t['best_speedup']:.2f}x  median judged in "
-              f"{t['median_judged_in_s']} s  wall {t['wall_s']} s")
+              f"{t['median_judged_in_s']} s (own {t['median_own_s']} s)  wall {t['wall_s']} s")
 
 
 if __name__ == "__main__":

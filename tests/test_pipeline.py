@@ -174,3 +174,39 @@ def test_a_candidate_writes_its_own_build_cache_only(tmp_path, monkeypatch):
         pytest.skip(out["confined"])
     assert out["own"] == "ok" and out["other"] == "PermissionError", out
     assert str(own) in out["confined"]
+
+
+@pytest.mark.gpu
+def test_gpu_pipeline_turns_spares_and_build_cache(tmp_path):
+    """On the H200: concurrent candidates never share a timed turn, spares take jobs, and a
+    CUDA C++ extension built for the verdict is loaded, not rebuilt, by its profiling run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from openkernel.evaluation.profiling import find_ncu
+
+    ev = _evaluator(tmp_path, build_timeout_s=300)
+    ev.config.paths.build_cache_dir = str(tmp_path / "builds")
+    ev.build_cache_root = tmp_path / "builds"
+    assert ev.probe().ok
+    good = (CANDIDATES / "good_gelu.py").read_text()
+    codes = [good + f"\n# variant {i}\n" for i in range(4)]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda ic: ev.evaluate(ic[1], "triton", f"t{ic[0]}"), enumerate(codes)))
+    for r in results:
+        assert r.correctness, r.eval_log
+    spans = sorted(span for b in ev.gpu_busy().values() for span in b["intervals"])
+    assert len(spans) >= 4
+    for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
+        assert b0 >= a1 - 1e-6, spans  # one timed turn at a time on the GPU
+    assert any(r.metadata["prestarted"] for r in results)
+    code = (CANDIDATES / "cuda_ok.py").read_text()
+    cuda = ev.evaluate(code, "cuda", "cuda_ok")
+    assert cuda.get_status() in (Status.CORRECT, Status.FASTER), cuda.eval_log
+    built = list(ev.build_cache(code, "cuda").rglob("*.so"))
+    assert built, "the CUDA extension was not kept in the build cache"
+    if find_ncu() is not None:
+        profile_s = cuda.profiler_data.get("profile_s")
+        assert profile_s is not None, cuda.profiler_data
+        print("build phase", cuda.metadata["phase_s"], "profile", profile_s)
+        assert profile_s < cuda.metadata["phase_s"]["build"], (profile_s, cuda.metadata["phase_s"])
+    ev.close()

@@ -121,6 +121,10 @@ class Evaluator:
             probe = TaskProbe(ok=False, hardware=hw, error=(
                 f"{self.task.reference_path}: probing the task failed: {what}\n{run.log_tail}"))
         self._probe = probe
+        if probe.ok and hw.device == "cuda":
+            # Every candidate's improve_over_compile needs it: time it now, beside the first builds.
+            threading.Thread(target=self._compile_speed_ratio, args=(hw,), daemon=True,
+                             name="reference-compile").start()
         return probe
 
     def evaluate(self, code: str, backend: str, label: str = "") -> EvalResult:

@@ -137,7 +137,7 @@ class OfflineGenerator:
         if parent_params is None:
             index = request.branch if request.iteration == 0 else len(template.starts) + 1
             params = template.start(rng, interp, index, backend)
-            for _ in range(8):  # later start points are random: avoid repeats
+            for _ in range(64):  # later start points are random: avoid repeats
                 if tuple(sorted(params.items())) not in seen:
                     break
                 params = template.start(rng, interp, 10**6, backend)
@@ -151,7 +151,7 @@ class OfflineGenerator:
                 mate = rng.choice(others)
                 base = template.crossover(base, _params_of(mate, template), rng, interp, backend)
                 steps.append(f"recombined with inspiration {mate.label} ({mate.id})")
-            for _ in range(8):  # mutate until the point is new to this search
+            for _ in range(64):  # mutate until the point is new to this search
                 params, changed = template.mutate(base, rng, interp, backend)
                 if tuple(sorted(params.items())) not in seen:
                     break

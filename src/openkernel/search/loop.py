@@ -116,6 +116,7 @@ class Search:
         if stored:
             yield LogEmitted("info", f"Resuming job {self.job_name}: {len(stored)} kernels stored; "
                              "only the missing i<N>-b<M> run.")
+        started = time.monotonic()
         try:
             done = self._restore(stored)
             if not stored:
@@ -128,8 +129,25 @@ class Search:
             raise
         reason = "stopped" if self.control.stopped else "completed"
         self.store.finish_run(self.run_id, reason)
+        extra = yield from self._device_report(started)
         yield RunFinished(reason, self._best_id(), self.archive.best_speedup, self.candidates,
-                          str(self.store.path or self.store.url))
+                          str(self.store.path or self.store.url), extra=extra)
+
+    def _device_report(self, started: float) -> Iterator[Event]:
+        """How busy each GPU was: its timed turns (tests, trials, profiles) over the run."""
+        wall = time.monotonic() - started
+        busy = self.evaluator.gpu_busy(since=started)
+        report = {}
+        for slot, b in busy.items():
+            first = (b["intervals"][0][0] - started) if b["intervals"] else None
+            report[slot] = {"busy_s": b["busy_s"], "turns": b["turns"],
+                            "first_turn_s": round(first, 3) if first is not None else None}
+            if b["turns"] and wall > 0:
+                after = wall - first
+                yield LogEmitted("info", f"GPU {slot}: busy {b['busy_s'] / wall:.0%} of the "
+                                 f"{wall:.0f} s run, {b['busy_s'] / after:.0%} after its first "
+                                 f"candidate built ({b['turns']} timed turns)")
+        return {"wall_s": round(wall, 3), "gpu_busy": report} if report else {"wall_s": round(wall, 3)}
 
     def _best_id(self) -> str | None:
         return self.archive.best.id if self.archive.best else None
