@@ -63,8 +63,10 @@ def evaluator_for(task_dir: Path, scratch: Path, budget: float):
 
     from openkernel.store import Store
 
-    config = build_config({"paths": {"scratch_dir": str(scratch)},
-                           "eval_config": {"correctness_seeds": 1}})
+    # No profiles: what is measured here is the verdict's timing, and ncu runs cost minutes.
+    config = build_config({"paths": {"scratch_dir": str(scratch),
+                                     "build_cache_dir": str(scratch.parent / "builds")},
+                           "eval_config": {"correctness_seeds": 1, "profile": False}})
     # A shared store caches the torch.compile reference timing across evaluator processes.
     store = Store(scratch.parent / "reference_timings.sqlite3")
     return Evaluator(load_task(task_dir), config, store, bench_budget_s=budget)

@@ -30,7 +30,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _evaluator(tmp_path, **ec) -> Evaluator:
-    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch"),
+                                     "build_cache_dir": str(tmp_path / "builds")},
                            "eval_config": {"correctness_seeds": 1, **ec}})
     return Evaluator(load_task(EXAMPLES / "gelu"), config, bench_budget_s=0.1)
 
@@ -185,8 +186,6 @@ def test_gpu_pipeline_turns_spares_and_build_cache(tmp_path):
     from openkernel.evaluation.profiling import find_ncu
 
     ev = _evaluator(tmp_path, build_timeout_s=300)
-    ev.config.paths.build_cache_dir = str(tmp_path / "builds")
-    ev.build_cache_root = tmp_path / "builds"
     assert ev.probe().ok
     good = (CANDIDATES / "good_gelu.py").read_text()
     codes = [good + f"\n# variant {i}\n" for i in range(4)]

@@ -5,9 +5,10 @@ Method on a GPU (what ``metadata["timing_method"]`` calls "cuda events, L2 flush
 * warm-up calls first (Triton compiles at the first call; that belongs to the build phase);
 * before every timed call a 256 MB buffer is zeroed so neither kernel finds its inputs in
   L2 (the H200's L2 is 50 MB) - the same policy as ``triton.testing.do_bench`` - and the GPU
-  is then kept busy ~100 us (``torch.cuda._sleep``) so the call is queued before the device
-  reaches it: what is timed is device time, not the host's launch overhead (first H200 run:
-  without it a ~8 us Triton kernel measured 8 to 30 us depending on the process);
+  is then kept busy (``torch.cuda._sleep``) for three times the host's measured launch time
+  of the call (at least ~100 us) so the call is queued before the device reaches it: what is
+  timed is device time, not the host's launch overhead (first H200 run: without it a ~8 us
+  Triton kernel measured 8 to 30 us depending on the process);
 * each call is bracketed by CUDA events on the current stream, and the device is synchronised
   (all streams) after every A/B pair, so work left on a side stream cannot spill into the next
   trial; integrity.hidden_work compares the events with the profiler's kernel time to catch
@@ -31,6 +32,8 @@ import torch
 _perf_counter = time.perf_counter
 FLUSH_BYTES = 256 * 1024 * 1024
 SLEEP_CYCLES = 200_000  # ~100 us at the H200's ~2 GHz
+CYCLES_PER_US = 2_000
+MAX_SLEEP_CYCLES = 20_000_000  # 10 ms: a launch slower than that is the candidate's problem
 
 
 def summarize(samples_ms: list[float]) -> dict[str, float]:
@@ -62,6 +65,7 @@ class Timer:
         self._event = event_cls or (torch.cuda.Event if self.gpu else None)
         self._flush = (torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
                        if self.gpu else None)
+        self.sleep_cycles = SLEEP_CYCLES
 
     @property
     def method(self) -> str:
@@ -79,13 +83,24 @@ class Timer:
         # Keep the GPU busy ~100 us more, so the host has queued start, the call and end
         # before the GPU reaches them: host launch overhead (Triton's launcher is slow) stays
         # out of the measurement, as with CUDA graphs, and the events time only device work.
-        torch.cuda._sleep(SLEEP_CYCLES)
+        torch.cuda._sleep(self.sleep_cycles)
         start, end = self._event(enable_timing=True), self._event(enable_timing=True)
         start.record()
         fn()
         end.record()
         self._sync()
         return start.elapsed_time(end)
+
+    def host_launch_us(self, fn: Callable[[], Any], calls: int = 5) -> float:
+        """Median host time to issue one call (no sync inside): what the sleep must cover."""
+        times = []
+        for _ in range(calls):
+            self._sync()
+            t0 = _perf_counter()
+            fn()
+            times.append((_perf_counter() - t0) * 1e6)
+        self._sync()
+        return statistics.median(times)
 
     def estimate(self, fn: Callable[[], Any], calls: int = 3) -> float:
         """Median of a few calls, to size the trial count."""
@@ -105,8 +120,13 @@ class Timer:
             for _ in range(warmup):
                 fn()
         self._sync()
+        if self.gpu:
+            host_us = max(self.host_launch_us(fn) for fn in fns.values())
+            self.sleep_cycles = int(min(max(3 * host_us * CYCLES_PER_US, SLEEP_CYCLES),
+                                        MAX_SLEEP_CYCLES))
         per_round_ms = sum(self.estimate(fn) for fn in fns.values())
-        overhead_ms = 0.2 if self.gpu else 0.01  # flush + event bookkeeping per call
+        # flush + the queued-launch sleep + event bookkeeping per call
+        overhead_ms = 0.1 + self.sleep_cycles / CYCLES_PER_US / 1e3 if self.gpu else 0.01
         per_round_ms += overhead_ms * len(fns)
         n = int(budget_s * 1e3 / max(per_round_ms, 1e-6))
         n = max(min_trials, min(max_trials, n))
