@@ -77,8 +77,8 @@ def main() -> None:
     base = [f"max_iters={args.iters}", f"branches_per_iteration={args.branches}", "search.seed=0",
             f"paths.kernels_db_path={Path(args.out).with_suffix('.sqlite3')}",
             f"paths.scratch_dir={tmp}", "job_name=examples-" + datetime.now().strftime("%H%M%S")]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = os.environ.get("OPENKERNEL_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     record = {"benchmark": "examples_search", "commit": commit, "machine": platform.node(),
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "cpu_count": os.cpu_count(), "overrides": base + args.overrides, "tasks": []}

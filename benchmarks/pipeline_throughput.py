@@ -138,8 +138,8 @@ def main() -> None:
     out = Path(args.out)
     record = json.loads(out.read_text()) if out.exists() else {"benchmark": "pipeline_throughput",
                                                                "runs": {}}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = os.environ.get("OPENKERNEL_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     result = run_job(Path(args.task).resolve(), args.backend, args.iters, args.branches, args.overrides)
     result.update(commit=commit, machine=platform.node(), cpu_count=os.cpu_count(),
                   cpu_affinity=len(os.sched_getaffinity(0)),

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -145,8 +146,8 @@ def main() -> int:
     out: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "hardware": hw.label,
                  "cpu_smoke": not gpu, "command": " ".join(sys.argv)}
     try:
-        out["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                       text=True).stdout.strip()
+        out["commit"] = os.environ.get("OPENKERNEL_COMMIT") or subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     except OSError:
         pass
 
