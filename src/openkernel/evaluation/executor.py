@@ -239,6 +239,32 @@ class Evaluator:
             if not self.keep_scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
 
+    def _compile_speed_ratio(self, hw: Hardware) -> float | None:
+        """torch.compile median / eager median of the reference, once per task and hardware."""
+        with self._compile_lock:
+            if self._compile_ratio is not None:
+                return self._compile_ratio or None
+            cached = self.store.reference_timing(self.task.digest, hw.label, "compile") if self.store else None
+            if cached is not None:
+                stats = cached.runtime_stats
+            else:
+                job = {"mode": "reference", **self._task_job(hw.device), **self._bench_params(hw)}
+                slot = self._acquire()  # a GPU of its own turn: never timed next to a candidate
+                try:
+                    run = self._run(job, hw.device, slot, label="reference-compile")
+                finally:
+                    self._release(slot)
+                stats = run.payload if run.payload and "compile" in run.payload else None
+                if stats and self.store is not None:
+                    self.store.put_reference_timing(self.task.digest, hw.label, "compile",
+                                                    stats["compile"]["median"], stats)
+            try:
+                ratio = stats["compile"]["median"] / stats["eager"]["median"]
+            except (TypeError, KeyError, ZeroDivisionError):
+                ratio = None
+            self._compile_ratio = ratio if ratio else False
+            return ratio
+
     def _spawn(self, device: str, gpu_index: int | None, wrap=None) -> WorkerProcess:
         scratch = self.scratch_root / f"w-{uuid.uuid4().hex[:12]}"
         scratch.mkdir(parents=True, exist_ok=True)
