@@ -6,6 +6,7 @@ overrides any key; values are parsed as YAML scalars, so ``--set max_iters=3`` i
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,6 +14,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from openkernel.errors import ConfigError
+
+# sm_90, sm_80, sm_100, and the arch-specific variants (sm_90a) that unlock wgmma/TMA.
+GPU_ARCH = re.compile(r"sm_\d{2,3}a?")
 
 
 class _Strict(BaseModel):
@@ -90,8 +94,11 @@ class Config(_Strict):
     job_name: str | None = Field(None, description="Name of this job; re-running a job resumes it. "
                                  "Default: run-<timestamp>.")
     backend: Literal["triton", "cuda"] = Field("triton", description="Kernel language.")
-    gpu_arch: str | None = Field(None, description="Target architecture label (e.g. sm_90); "
-                                 "default: detected.")
+    gpu_arch: str | list[str] | None = Field(
+        None, description="Target architecture (e.g. sm_90) or several ([sm_90, sm_80]): "
+        "candidates are judged on a GPU of the first one present and, when correct, timed on "
+        "one GPU of each other one present; CUDA C++ is compiled for all of them. Results are "
+        "filed under the first one present. Default: detected.")
     max_iters: int = Field(5, ge=1, description="Iterations of the search.")
     branches_per_iteration: int = Field(4, ge=1, description="Candidates per iteration.")
     start_from_best: bool = Field(False, description="Seed the archive with the best stored "
@@ -115,9 +122,36 @@ class Config(_Strict):
             return [{"model": v} if isinstance(v, str) else v for v in value]
         return value
 
+    @field_validator("gpu_arch", mode="before")
+    @classmethod
+    def _arch_labels(cls, value: Any) -> Any:
+        """sm_NN or a list of them, normalised to lower case; [] means detected."""
+        if value is None or value == []:
+            return None
+        if isinstance(value, str):
+            return _arch_label(value)
+        if isinstance(value, (list, tuple)):
+            return [_arch_label(v) for v in value]
+        raise ValueError(f"{value!r} is not an architecture: expected sm_NN or a list of "
+                         "them, e.g. sm_90 or [sm_90, sm_80]")
+
+    @property
+    def gpu_archs(self) -> list[str]:
+        """The configured targets in order, without repeats; [] when detected."""
+        value = self.gpu_arch
+        return list(dict.fromkeys([value] if isinstance(value, str) else value or []))
+
     @property
     def uses_llm(self) -> bool:
         return bool(self.inference)
+
+
+def _arch_label(value: Any) -> str:
+    label = str(value).strip().lower() if isinstance(value, str) else ""
+    if not GPU_ARCH.fullmatch(label):
+        raise ValueError(f"{value!r} is not an architecture: expected sm_NN or sm_NNa, "
+                         "e.g. sm_90, sm_80 or sm_90a")
+    return label
 
 
 def _format_validation_error(err: ValidationError, source: str) -> str:
@@ -126,8 +160,8 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
         where = ".".join(str(p) for p in e["loc"]) or "(top level)"
         if e["type"] == "extra_forbidden":
             problems.append(f"unknown key '{where}'")
-        else:
-            problems.append(f"'{where}': {e['msg']}")
+        else:  # a validator's ValueError reads "Value error, <our message>"
+            problems.append(f"'{where}': {e['msg'].removeprefix('Value error, ')}")
     return f"{source}: " + "; ".join(problems)
 
 

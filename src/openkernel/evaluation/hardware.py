@@ -13,7 +13,7 @@ be-true flag then use.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 from openkernel.evaluation.types import Hardware
@@ -42,11 +42,12 @@ def detect() -> Hardware:
 
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         name = torch.cuda.get_device_name(0)
-        major, minor = torch.cuda.get_device_capability(0)
-        arch = f"sm_{major}{minor}"
+        # A host may mix generations: each GPU's own, so candidates meet the right ones.
+        archs = tuple("sm_{}{}".format(*torch.cuda.get_device_capability(i))
+                      for i in range(torch.cuda.device_count()))
         bw, tflops = peaks_for(name)
-        return Hardware(label=f"{name} ({arch})", device="cuda", gpu_arch=arch,
-                        num_gpus=torch.cuda.device_count(), interpreter=False,
+        return Hardware(label=f"{name} ({archs[0]})", device="cuda", gpu_arch=archs[0],
+                        num_gpus=len(archs), gpu_archs=archs, interpreter=False,
                         peak_bandwidth_gbs=bw, peak_tflops=tflops)
     return Hardware(label=CPU_LABEL, device="cpu", gpu_arch="cpu", num_gpus=0, interpreter=True)
 
@@ -56,7 +57,15 @@ def to_json(hw: Hardware) -> dict[str, Any]:
 
 
 def from_json(data: dict[str, Any]) -> Hardware:
-    return Hardware(**data)
+    """The record back from JSON, including one stored before ``gpu_archs`` existed (its GPUs
+    were all taken to be the first one's kind) and ignoring keys this version does not know."""
+    known = {f.name for f in fields(Hardware)}
+    data = {k: v for k, v in data.items() if k in known}
+    archs = data.get("gpu_archs")
+    if archs is None:
+        gpus = int(data.get("num_gpus") or 0) if data.get("device") == "cuda" else 0
+        archs = [data.get("gpu_arch", "")] * gpus
+    return Hardware(**{**data, "gpu_archs": tuple(archs)})
 
 
 def peak_tflops_for(hw: Hardware, dtype: str) -> float | None:

@@ -11,8 +11,9 @@ class Hardware:
 
     label: str  # e.g. "NVIDIA H200 (sm_90)" or "CPU (Triton interpreter)"
     device: str  # "cuda" or "cpu"
-    gpu_arch: str  # e.g. "sm_90"; "cpu" without a GPU
+    gpu_arch: str  # e.g. "sm_90" (the first GPU's); "cpu" without a GPU
     num_gpus: int = 0
+    gpu_archs: tuple[str, ...] = ()  # each visible GPU's architecture, by index
     interpreter: bool = False  # Triton under TRITON_INTERPRET=1: timings are interpreter timings
     peak_bandwidth_gbs: float | None = None  # measured, not from datasheets (when known)
     peak_tflops: dict = field(default_factory=dict)  # dtype -> measured TFLOP/s
