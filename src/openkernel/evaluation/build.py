@@ -4,17 +4,20 @@ On a GPU a CUDA C++ candidate builds itself at import through
 ``torch.utils.cpp_extension.load_inline`` (nvcc, ~50 s on the H200). Without a GPU, a CPU-only
 torch cannot link a CUDA extension, so :func:`check_cuda_sources` replaces ``load_inline`` for
 the duration of the import with a stand-in that records the sources the candidate passes and
-compiles its CUDA part to PTX with nvcc (``-ptx``: the device compiler parses the whole
-translation unit, torch headers included, and reports every error, but the slow host compile
-and link are skipped). The import then stops with :class:`NotRunnable`; the candidate is reported
-as compiled but not runnable here. Sources that never reach ``load_inline`` during the import
-are found statically (string constants holding ``__global__``).
+compiles its CUDA part to device code with nvcc (``-fatbin``, one ``-gencode`` per configured
+target: the device compiler parses the whole translation unit, torch headers included, for
+each architecture, and ptxas assembles it, so an error any one target rejects is reported;
+the slow host compile and link are skipped). The import then stops with :class:`NotRunnable`;
+the candidate is reported as compiled but not runnable here. Sources that never reach
+``load_inline`` during the import are found statically (string constants holding
+``__global__``).
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,8 +27,10 @@ from types import ModuleType
 from typing import Any
 
 from openkernel.evaluation.reference import load_module
+from openkernel.evaluation.targets import gencode_flags, same_arch, torch_arch_list
 
 CANDIDATE_MODULE = "openkernel_candidate"
+DEFAULT_TARGET = "sm_90"  # the CPU check's target when none is configured: the H200's
 
 
 class NotRunnable(Exception):
@@ -53,28 +58,69 @@ def _as_text(sources: Any) -> str:
     return str(sources)
 
 
-def nvcc_compile(cuda_source: str, workdir: Path, arch: str, timeout_s: float) -> tuple[bool, str]:
-    """Compile CUDA source to PTX with torch's include paths; returns (ok, log)."""
+def nvcc_compile(cuda_source: str, workdir: Path, archs: list[str] | str,
+                 timeout_s: float) -> tuple[bool, str]:
+    """Compile CUDA source for every target with torch's include paths; returns (ok, log)."""
     nvcc = shutil.which("nvcc") or (shutil.which("/usr/local/cuda/bin/nvcc"))
     if nvcc is None:
         return False, "nvcc not found: the CUDA source could not be compiled on this machine"
     from torch.utils.cpp_extension import include_paths
 
+    targets = cuda_targets([archs] if isinstance(archs, str) else archs)
     workdir.mkdir(parents=True, exist_ok=True)
     src = workdir / "candidate_kernel.cu"
     src.write_text(cuda_source, encoding="utf-8")
-    sm = arch if arch.startswith("sm_") else "sm_90"
-    cmd = [nvcc, "-ptx", "-std=c++17", f"-arch={sm}", "-w", "-DTORCH_EXTENSION_NAME=candidate",
-           f"-I{sysconfig.get_paths()['include']}", *[f"-I{p}" for p in include_paths()],
-           "-o", str(workdir / "candidate_kernel.ptx"), str(src)]
+    # -v prints each step nvcc runs, so a failure can be pinned on the target that failed.
+    cmd = [nvcc, "-fatbin", "-v", "-std=c++17", *gencode_flags(targets), "-w",
+           "-DTORCH_EXTENSION_NAME=candidate", f"-I{sysconfig.get_paths()['include']}",
+           *[f"-I{p}" for p in include_paths()], "-o", str(workdir / "candidate_kernel.fatbin"),
+           str(src)]
+    what = f"nvcc -fatbin for {', '.join(targets)}"
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=workdir)
     except subprocess.TimeoutExpired:
-        return False, f"nvcc did not finish within {timeout_s:.0f} s"
-    log = (proc.stdout + proc.stderr).strip()
+        return False, f"{what} did not finish within {timeout_s:.0f} s"
+    output = proc.stdout + proc.stderr
+    log = "\n".join(line for line in output.splitlines() if not line.startswith("#$")).strip()
     if proc.returncode != 0:
-        return False, f"nvcc failed (exit {proc.returncode}):\n{log[-4000:]}"
-    return True, f"nvcc -ptx -arch={sm}: compiled" + (f"\n{log[-2000:]}" if log else "")
+        failed = _failing_target(output, targets)
+        where = f" (the {failed} build failed)" if failed and len(targets) > 1 else ""
+        return False, f"{what} failed{where}, exit {proc.returncode}:\n{log[-4000:]}"
+    return True, f"{what}: compiled" + (f"\n{log[-2000:]}" if log else "")
+
+
+def cuda_targets(archs: list[str]) -> list[str]:
+    """The sm_NN targets to compile for (the default when none is named, e.g. on a CPU run)."""
+    return [a for a in dict.fromkeys(archs) if a and a.startswith("sm_")] or [DEFAULT_TARGET]
+
+
+_STEP_ARCH = re.compile(r"-arch[= ](?:compute|sm)_(\w+)|-D__CUDA_ARCH__=(\d+)")
+
+
+def _failing_target(verbose_output: str, targets: list[str]) -> str | None:
+    """The target whose step was running when nvcc printed its first error (from ``-v``)."""
+    current = None
+    for line in verbose_output.splitlines():
+        if line.startswith("#$"):
+            m = _STEP_ARCH.search(line)
+            if m:  # -D__CUDA_ARCH__=900 starts the steps of sm_90 (or of sm_90a)
+                step = "sm_" + (m[1] or m[2][:-1])
+                current = next((t for t in targets if t == step), None) or next(
+                    (t for t in targets if same_arch(t, step)), current)
+        elif "error" in line.lower():
+            return current
+    return None
+
+
+def set_cuda_targets(job: dict) -> None:
+    """Have cpp_extension build a CUDA C++ candidate for every target (a fat binary).
+
+    Set per job, inside the worker, before the candidate's ``load_inline`` runs; the profile
+    run of a candidate sets the same list, so its build cache is reused, not rebuilt.
+    """
+    arch_list = torch_arch_list(job.get("cuda_targets") or [])
+    if arch_list:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list
 
 
 def static_cuda_sources(code: str) -> str:
@@ -87,7 +133,7 @@ def static_cuda_sources(code: str) -> str:
                      and isinstance(n.value, str) and "__global__" in n.value)
 
 
-def check_cuda_sources(path: Path, scratch: Path, arch: str, timeout_s: float) -> tuple[bool, str]:
+def check_cuda_sources(path: Path, scratch: Path, archs: list[str], timeout_s: float) -> tuple[bool, str]:
     """Import a CUDA C++ candidate with ``load_inline`` replaced; returns (compiled, log)."""
     import torch.utils.cpp_extension as cpp
 
@@ -96,7 +142,7 @@ def check_cuda_sources(path: Path, scratch: Path, arch: str, timeout_s: float) -
         cuda = _as_text(cuda_sources)
         if not cuda.strip():
             raise NotRunnable(False, f"load_inline({name!r}) was given no cuda_sources")
-        ok, log = nvcc_compile(cuda, scratch / "nvcc", arch, timeout_s)
+        ok, log = nvcc_compile(cuda, scratch / "nvcc", archs, timeout_s)
         raise NotRunnable(ok, log)
 
     original = cpp.load_inline
@@ -110,7 +156,7 @@ def check_cuda_sources(path: Path, scratch: Path, arch: str, timeout_s: float) -
     source = static_cuda_sources(path.read_text(encoding="utf-8"))
     if not source:
         return False, "no CUDA source found: load_inline was not called at import and no string holds a __global__ kernel"
-    return nvcc_compile(source, scratch / "nvcc", arch, timeout_s)
+    return nvcc_compile(source, scratch / "nvcc", archs, timeout_s)
 
 
 def is_compile_error(err: BaseException) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from openkernel.evaluation.build import import_candidate
+from openkernel.evaluation.build import import_candidate, set_cuda_targets
 from openkernel.evaluation.profiling import NVTX_RANGE
 from openkernel.evaluation.reference import TaskRuntime, load_state
 
@@ -27,6 +27,7 @@ def run_profile(job: dict, ch) -> dict:
     if job.get("target") == "reference":
         model = ref_model
     else:
+        set_cuda_targets(job)  # the flags it was judged with: its build cache loads as is
         module = import_candidate(Path(job["code_path"]))
         model = rt.make_model(module.ModelNew)
         load_state(ref_model, model)

@@ -16,7 +16,9 @@ from pathlib import Path
 import torch
 
 from openkernel.evaluation import integrity as ig
-from openkernel.evaluation.build import check_cuda_sources, import_candidate, is_compile_error
+from openkernel.evaluation.build import (
+    check_cuda_sources, import_candidate, is_compile_error, set_cuda_targets,
+)
 from openkernel.evaluation.correctness import compare_outputs, flatten_outputs
 from openkernel.evaluation.reference import TaskRuntime, clone, load_state, tensors_in
 from openkernel.evaluation.timing import Timer, summarize
@@ -73,13 +75,14 @@ class Evaluation:
         job, path = self.job, Path(self.job["code_path"])
         self.ch.phase("build")
         if job["backend"] == "cuda" and not self.gpu:
-            ok, log = check_cuda_sources(path, Path(job["scratch"]), job.get("gpu_arch") or "sm_90",
-                                         job["build_timeout_s"])
+            targets = job.get("cuda_targets") or [job.get("gpu_arch") or ""]
+            ok, log = check_cuda_sources(path, Path(job["scratch"]), targets, job["build_timeout_s"])
             self.payload.update(compiled=ok, runnable=False)
             self.log.append(log)
             self.log.append("CUDA C++ cannot run on this machine (no GPU): compiled with nvcc "
                             "only, not tested or timed.")
             return False
+        set_cuda_targets(job)  # a CUDA C++ candidate builds for every target at import
         try:
             self.module = import_candidate(path)
         except BaseException as err:  # SystemExit and friends included: a candidate fault
