@@ -58,14 +58,17 @@ class DevicePool:
     def healthy(self) -> list[int]:
         return [d for d in self.devices if d not in self.failed]
 
-    def acquire(self, timeout: float | None = None) -> int:
-        """The least-loaded healthy device with room (blocks until a worker is released)."""
+    def acquire(self, timeout: float | None = None, among: list[int] | None = None) -> int:
+        """The least-loaded healthy device with room (blocks until a worker is released);
+        ``among`` limits the choice to those devices (e.g. the GPUs of one architecture)."""
         with self._cond:
             while True:
-                if not self.healthy:
+                healthy = [d for d in self.healthy if among is None or d in among]
+                if not healthy:
                     raise NoDeviceLeft("every GPU failed: " + "; ".join(
-                        f"GPU {d}: {why}" for d, why in self.failed.items()))
-                free = [d for d in self.healthy if self._load[d] < self.per_device]
+                        f"GPU {d}: {why}" for d, why in self.failed.items()
+                        if among is None or d in among))
+                free = [d for d in healthy if self._load[d] < self.per_device]
                 if free:
                     dev = min(free, key=lambda d: self._load[d])
                     self._load[dev] += 1

@@ -15,6 +15,11 @@ overlap another candidate's while builds keep every core busy. A spare worker wi
 already imported waits for the next job on each GPU, and built CUDA extensions and Triton
 kernels are kept per candidate code (``paths.build_cache_dir``), so an identical candidate,
 or the profiling run of one just judged, never builds again.
+
+Several targets (``gpu_arch: [sm_90, sm_80]``, see ``targets.py``): a candidate is judged on a
+GPU of the primary architecture; once correct, it is timed again on one GPU of each other
+configured architecture present, kept in ``metadata["by_arch"]``. CUDA C++ is built for every
+target (a fat binary on a GPU, the nvcc check on the CPU).
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ from openkernel.evaluation import sandbox
 from openkernel.evaluation.ncu_runs import profile_candidate
 from openkernel.evaluation.process import WorkerProcess, WorkerRun, drive, read_full_log
 from openkernel.evaluation.results import from_worker
+from openkernel.evaluation.targets import TargetPlan, plan_targets, same_arch
 from openkernel.evaluation.types import Hardware, TaskProbe
-from openkernel.schemas import EvalResult
+from openkernel.schemas import STATUS_LABELS, EvalResult
 from openkernel.task import Task
 
 _HW_CACHE: dict[str, Hardware] = {}  # per engine process: the hardware does not change
@@ -65,6 +71,7 @@ class Evaluator:
         self._slot_lock = threading.Lock()
         self._compile_lock = threading.Lock()
         self._probe: TaskProbe | None = None
+        self._targets: TargetPlan | None = None
         self._compile_ratio: float | None | bool = None  # False: tried and unavailable
         self._slots: DevicePool | None = None
         self.build_cache_root = Path(config.paths.build_cache_dir).expanduser().resolve()
@@ -90,6 +97,14 @@ class Evaluator:
             return _HW_CACHE[key]
 
     @property
+    def targets(self) -> TargetPlan:
+        """The configured architectures split by the GPUs present (see ``targets.py``)."""
+        if self._targets is None:
+            hw = self.hardware
+            self._targets = plan_targets(self.config.gpu_archs, _present_archs(hw), hw.gpu_arch)
+        return self._targets
+
+    @property
     def max_workers(self) -> int:
         """Workers at once: on a GPU half the cores (builds), at most 8 per GPU; 2 on the CPU."""
         if self.ec.max_workers:
@@ -113,7 +128,7 @@ class Evaluator:
                         0 if hw.device == "cuda" else None, label="probe")
         data = (run.payload or {}).get("probe")
         if data:
-            data["hardware"] = Hardware(**data["hardware"]) if data.get("hardware") else hw
+            data["hardware"] = hwmod.from_json(data["hardware"]) if data.get("hardware") else hw
             probe = TaskProbe(**data)
         else:
             what = f"timed out after {self.ec.build_timeout_s:g} s" if run.timed_out else (
@@ -129,40 +144,25 @@ class Evaluator:
 
     def evaluate(self, code: str, backend: str, label: str = "") -> EvalResult:
         """Build, check and time one candidate; never raises for candidate faults."""
-        hw = self.hardware
+        hw, primary = self.hardware, self.targets.primary
         job = {"mode": "evaluate", "backend": backend, **self._task_job(hw.device),
-               "correctness_seeds": self.ec.correctness_seeds, "gpu_arch": self.config.gpu_arch
-               or hw.gpu_arch, "build_timeout_s": self.ec.build_timeout_s,
+               "correctness_seeds": self.ec.correctness_seeds, "gpu_arch": primary,
+               "build_timeout_s": self.ec.build_timeout_s,
                "gpu_memory_fraction": self.ec.gpu_memory_fraction, **self._bench_params(hw)}
-        requeued: list[str] = []
-        while True:
-            slot = self._acquire()
-            try:
-                run = self._run(job, hw.device, slot, label=label, code=code,
-                                build_cache=self.build_cache(code, backend))
-            finally:
-                self._release(slot)
-            if slot is None or not is_device_fault(run.log_tail):
-                break
-            # The GPU failed, not the candidate: quarantine it and judge the candidate elsewhere.
-            self._slots.quarantine(slot, run.log_tail.splitlines()[-1][:200] if run.log_tail else "")
-            requeued.append(f"GPU slot {slot} failed as a device; re-queued on another GPU")
-            if not self._slots.healthy:
-                raise NoDeviceLeft(f"every GPU failed; last: {run.log_tail[-500:]}")
+        cache = self.build_cache(code, backend)
+        run, slot, requeued = self._judge(job, code, label, cache, primary)
         ratio = None
         payload = run.payload or {}
         if hw.device == "cuda" and payload.get("correctness") and not payload.get("integrity_violation"):
             ratio = self._compile_speed_ratio(hw)
-        result = from_worker(run.payload, phase=run.phase, timed_out=run.timed_out,
-                             returncode=run.returncode, log_tail=run.log_tail, hw=hw,
-                             probe=self._probe, compile_ratio=ratio,
-                             limits={"build_timeout_s": self.ec.build_timeout_s,
-                                     "test_timeout_s": self.ec.test_timeout_s})
+        result = self._result(run, hw, ratio, self._probe)
         result.metadata.update(label=label, backend=backend, evaluation_s=round(run.wall_s, 3),
                                phase_s=run.phase_seconds(), gpu_slot=slot,
                                prestarted=run.prestarted)
         if requeued:
             result.metadata["requeued"] = requeued
+        if hw.device == "cuda" and len(self.config.gpu_archs) > 1:
+            self._judge_other_archs(job, code, label, cache, result)
         if hw.device == "cuda" and result.correctness and self.ec.profile:
             profile_candidate(self, code, result)
         # Defence in depth: workers never see secrets, but nothing printed may carry one out.
@@ -178,7 +178,9 @@ class Evaluator:
         hw = self.hardware
         if hw.device != "cuda":
             return None
-        key = hashlib.sha256(f"{backend}\n{self.config.gpu_arch or hw.gpu_arch}\n{code}".encode())
+        # Every target is in the key: a fat binary for [sm_90, sm_80] is not one for sm_90.
+        archs = ";".join(self.targets.compile) or self.targets.primary
+        key = hashlib.sha256(f"{backend}\n{archs}\n{code}".encode())
         path = self.build_cache_root / key.hexdigest()[:24]
         path.mkdir(parents=True, exist_ok=True)
         return path
@@ -187,8 +189,63 @@ class Evaluator:
     def _task_job(self, device: str) -> dict:
         t = self.task
         read_only = [str(t.folder or t.reference_path.parent)]
+        # Every job that may load a CUDA C++ candidate builds it for the same targets.
         return {"device": device, "reference_path": str(t.reference_path),
-                "hooks_path": str(t.hooks_path) if t.hooks_path else None, "read_only": read_only}
+                "hooks_path": str(t.hooks_path) if t.hooks_path else None, "read_only": read_only,
+                "cuda_targets": list(self.targets.compile)}
+
+    def _judge(self, job: dict, code: str, label: str, cache: Path | None,
+               arch: str) -> tuple[WorkerRun, int | None, list[str]]:
+        """Run an evaluate job on a GPU of ``arch`` (or the CPU); returns (run, slot, requeued)."""
+        hw, requeued = self.hardware, []
+        while True:
+            slot = self._acquire(arch)
+            try:
+                run = self._run(job, hw.device, slot, label=label, code=code, build_cache=cache)
+            finally:
+                self._release(slot)
+            if slot is None or not is_device_fault(run.log_tail):
+                return run, slot, requeued
+            # The GPU failed, not the candidate: quarantine it and judge the candidate elsewhere.
+            self._slots.quarantine(slot, run.log_tail.splitlines()[-1][:200] if run.log_tail else "")
+            requeued.append(f"GPU slot {slot} failed as a device; re-queued on another GPU")
+            # With no healthy GPU of this arch left, the next _acquire raises NoDeviceLeft.
+
+    def _result(self, run: WorkerRun, hw: Hardware, ratio: float | None,
+                probe: TaskProbe | None) -> EvalResult:
+        return from_worker(run.payload, phase=run.phase, timed_out=run.timed_out,
+                           returncode=run.returncode, log_tail=run.log_tail, hw=hw,
+                           probe=probe, compile_ratio=ratio,
+                           limits={"build_timeout_s": self.ec.build_timeout_s,
+                                   "test_timeout_s": self.ec.test_timeout_s})
+
+    def _judge_other_archs(self, job: dict, code: str, label: str, cache: Path | None,
+                          result: EvalResult) -> None:
+        """Judge a correct candidate again on one GPU of each other configured architecture.
+
+        Each gets the whole check (a kernel correct on one architecture can be wrong on
+        another), and its own line in the log; the verdict stays the primary one's.
+        """
+        primary = self.targets.primary
+        by_arch = {primary: _arch_entry(result, result.metadata.get("gpu_slot"))}
+        result.metadata["by_arch"] = by_arch
+        if not result.correctness:
+            return
+        lines = []
+        for arch in self.targets.others:
+            try:
+                run, slot, requeued = self._judge(job, code, f"{label}@{arch}", cache, arch)
+            except NoDeviceLeft as err:  # that architecture is gone; the primary verdict stands
+                lines.append(f"On {arch}: not run ({err})")
+                continue
+            # No probe: the roofline flag uses the first GPU's peaks, not this one's.
+            other = self._result(run, self.hardware, None, None)
+            by_arch[arch] = _arch_entry(other, slot)
+            if requeued:
+                result.metadata.setdefault("requeued", []).extend(requeued)
+            lines.append(_arch_line(arch, slot, other))
+        if lines:
+            result.eval_log = "\n".join([result.eval_log.rstrip(), *lines]).strip()
 
     def _bench_params(self, hw: Hardware) -> dict:
         gpu = hw.device == "cuda"
@@ -196,7 +253,8 @@ class Evaluator:
         return {"bench_budget_s": budget, "min_trials": 10 if gpu else 3,
                 "max_trials": 2000 if gpu else 50}
 
-    def _acquire(self) -> int | None:
+    def _acquire(self, arch: str | None = None) -> int | None:
+        """A GPU slot of ``arch`` (default: the primary target's), None on the CPU."""
         hw = self.hardware
         if hw.device != "cuda":
             return None
@@ -205,7 +263,11 @@ class Evaluator:
                 gpus = list(range(max(1, hw.num_gpus)))
                 per_device = max(1, -(-self.max_workers // len(gpus)))
                 self._slots = DevicePool(gpus, per_device)
-        return self._slots.acquire()
+        return self._slots.acquire(among=self._devices_of(arch or self.targets.primary))
+
+    def _devices_of(self, arch: str) -> list[int] | None:
+        """The visible GPUs of ``arch``; None (any GPU) when the record names no GPU's arch."""
+        return [i for i, gpu in enumerate(self.hardware.gpu_archs) if same_arch(arch, gpu)] or None
 
     def _release(self, slot: int | None) -> None:
         if slot is not None and self._slots is not None:
@@ -249,7 +311,7 @@ class Evaluator:
                 stats = cached.runtime_stats
             else:
                 job = {"mode": "reference", **self._task_job(hw.device), **self._bench_params(hw)}
-                slot = self._acquire()  # a GPU of its own turn: never timed next to a candidate
+                slot = self._acquire()  # a GPU of the primary target, timed in its own turn
                 try:
                     run = self._run(job, hw.device, slot, label="reference-compile")
                 finally:
@@ -291,31 +353,29 @@ class Evaluator:
             self._spares[key] = self._spawn(device, gpu_index)
         return spare
 
-    def _compile_speed_ratio(self, hw: Hardware) -> float | None:
-        """torch.compile median / eager median of the reference, once per task and hardware."""
-        with self._compile_lock:
-            if self._compile_ratio is not None:
-                return self._compile_ratio or None
-            cached = self.store.reference_timing(self.task.digest, hw.label, "compile") if self.store else None
-            if cached is not None:
-                stats = cached.runtime_stats
-            else:
-                job = {"mode": "reference", **self._task_job(hw.device), **self._bench_params(hw)}
-                slot = self._acquire()  # a GPU of its own: never timed next to a candidate
-                try:
-                    run = self._run(job, hw.device, slot, label="reference-compile")
-                finally:
-                    self._release(slot)
-                stats = run.payload if run.payload and "compile" in run.payload else None
-                if stats and self.store is not None:
-                    self.store.put_reference_timing(self.task.digest, hw.label, "compile",
-                                                    stats["compile"]["median"], stats)
-            try:
-                ratio = stats["compile"]["median"] / stats["eager"]["median"]
-            except (TypeError, KeyError, ZeroDivisionError):
-                ratio = None
-            self._compile_ratio = ratio if ratio else False
-            return ratio
+
+
+def _present_archs(hw: Hardware) -> tuple[str, ...]:
+    """Each visible GPU's arch (a record without them: every GPU taken as the first's kind)."""
+    if hw.device != "cuda":
+        return ()
+    return hw.gpu_archs or (hw.gpu_arch,) * max(1, hw.num_gpus)
+
+
+def _arch_entry(result: EvalResult, slot: int | None) -> dict:
+    """One architecture's outcome, as kept in ``metadata["by_arch"]``."""
+    return {"status": result.get_status().value, "runtime": result.runtime,
+            "runtime_improvement": result.runtime_improvement, "gpu_slot": slot}
+
+
+def _arch_line(arch: str, slot: int | None, result: EvalResult) -> str:
+    """A line of the log for a result on another architecture (why, when it failed)."""
+    status = result.get_status()
+    head = f"On {arch} (GPU slot {slot}): {STATUS_LABELS[status].lower()}"
+    if result.correctness and result.runtime_improvement > 0:
+        return f"{head}, {result.runtime:.4f} ms, {result.runtime_improvement:.2f}x the reference"
+    why = [line for line in result.eval_log.splitlines() if line.strip()][:6]
+    return head + ("\n  " + "\n  ".join(why) if why else "")
 
 
 def _discard(worker: WorkerProcess, keep_scratch: bool) -> None:

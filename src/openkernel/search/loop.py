@@ -21,6 +21,7 @@ from typing import Iterator
 from openkernel.config import Config
 from openkernel.evaluation.devices import NoDeviceLeft
 from openkernel.evaluation.executor import Evaluator
+from openkernel.evaluation.targets import TargetPlan
 from openkernel.events import (
     BackendSwitched, BestImproved, CandidateEvaluated, CandidateGenerated, CandidateStarted,
     CriticDiagnosed, Event, InstructionAdded, IterationFinished, IterationStarted, LogEmitted,
@@ -42,6 +43,13 @@ _DONE = object()
 
 def _digest(code: str, backend: str) -> str:
     return hashlib.sha256(f"{backend}\0{code}".encode()).hexdigest()
+
+
+def _missing_archs_warning(targets: TargetPlan) -> str:
+    missing = ", ".join(targets.missing)
+    also = f" (and also timed on {', '.join(targets.others)})" if targets.others else ""
+    return (f"gpu_arch: no {missing} GPU on this machine; candidates are judged on "
+            f"{targets.primary}{also}. CUDA C++ is still compiled for {missing}, never run there.")
 
 
 class Search:
@@ -93,7 +101,10 @@ class Search:
         for warning in probe.warnings:
             yield LogEmitted("warning", warning)
         self.probe, self.hardware = probe, hw
-        self.gpu_arch = self.config.gpu_arch or hw.gpu_arch
+        targets = self.evaluator.targets
+        self.gpu_arch = targets.primary  # results are filed (and start_from_best looks) here
+        if targets.missing and self.evaluator.hardware.device == "cuda":
+            yield LogEmitted("warning", _missing_archs_warning(targets))
 
         stored = self.store.job_kernels(self.task_name, self.job_name)
         run = self.store.start_run(
