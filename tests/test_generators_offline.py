@@ -287,3 +287,23 @@ def test_cuda_elementwise_template_runs(tmp_path):
     sets = [[x], [x.half()], [x.bfloat16()], [torch.randn(5, 7, device="cuda")],
             [torch.randn(1 << 20, device="cuda")]]
     _run_candidate(proposal.code, tmp_path, "cuda_leaky", init, sets, ref)
+
+
+def test_cuda_template_passes_the_cpu_nvcc_check(examples_dir, tmp_path):
+    """The offline CUDA C++ candidate compiles with nvcc here (CPU torch: headers shimmed)."""
+    from openkernel.config import build_config
+    from openkernel.evaluation.executor import Evaluator
+    from openkernel.schemas import Status
+
+    gelu = load_task(examples_dir / "gelu")
+    ev = Evaluator(gelu, build_config({"paths": {"scratch_dir": str(tmp_path)}, "backend": "cuda"}))
+    probe = ev.probe()
+    proposal = OfflineGenerator().propose(ProposalRequest(
+        task=gelu, probe=probe, backend="cuda", iteration=0, branch=0, parent=None, best=None))
+    assert "<torch/extension.h>" not in proposal.code.split("load_inline(")[0]
+    result = ev.evaluate(proposal.code, "cuda", "cuda-template")
+    if torch.cuda.is_available():
+        assert result.correctness, result.eval_log
+    else:
+        assert result.get_status() == Status.NOT_RUN and result.compiled, result.eval_log
+        assert "compiled" in result.eval_log

@@ -73,8 +73,8 @@ def nvcc_compile(cuda_source: str, workdir: Path, archs: list[str] | str,
     # -v prints each step nvcc runs, so a failure can be pinned on the target that failed.
     cmd = [nvcc, "-fatbin", "-v", "-std=c++17", *gencode_flags(targets), "-w",
            "-DTORCH_EXTENSION_NAME=candidate", f"-I{sysconfig.get_paths()['include']}",
-           *[f"-I{p}" for p in include_paths()], "-o", str(workdir / "candidate_kernel.fatbin"),
-           str(src)]
+           *[f"-I{p}" for p in include_paths()], *_cpu_torch_shim(workdir),
+           "-o", str(workdir / "candidate_kernel.fatbin"), str(src)]
     what = f"nvcc -fatbin for {', '.join(targets)}"
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=workdir)
@@ -87,6 +87,25 @@ def nvcc_compile(cuda_source: str, workdir: Path, archs: list[str] | str,
         where = f" (the {failed} build failed)" if failed and len(targets) > 1 else ""
         return False, f"{what} failed{where}, exit {proc.returncode}:\n{log[-4000:]}"
     return True, f"{what}: compiled" + (f"\n{log[-2000:]}" if log else "")
+
+
+# The one generated header a CPU build of torch leaves out of c10/cuda (CUDA builds ship it):
+# without it no source that includes <c10/cuda/...> could be checked on a CPU machine.
+_CUDA_CMAKE_MACROS = """#pragma once
+#define C10_CUDA_BUILD_SHARED_LIBS
+"""
+
+
+def _cpu_torch_shim(workdir: Path) -> list[str]:
+    from torch.utils.cpp_extension import include_paths
+
+    rel = Path("c10/cuda/impl/cuda_cmake_macros.h")
+    if any((Path(p) / rel).exists() for p in include_paths()):
+        return []
+    shim = workdir / "torch_shim"
+    (shim / rel).parent.mkdir(parents=True, exist_ok=True)
+    (shim / rel).write_text(_CUDA_CMAKE_MACROS, encoding="utf-8")
+    return [f"-I{shim}"]
 
 
 def cuda_targets(archs: list[str]) -> list[str]:

@@ -29,7 +29,8 @@ LANGUAGE = {
     "cuda": """Write the kernel in CUDA C++, compiled with `torch.utils.cpp_extension.load_inline`.
 - At module level: a CUDA source string with your `__global__` kernels and host functions taking and returning `torch::Tensor`, a `cpp_sources` string declaring those functions, and `load_inline(name=<unique name>, cpp_sources=..., cuda_sources=..., functions=[...], extra_cuda_cflags=["-O3"])`.
 - Define `class ModelNew(nn.Module)` with the same `__init__` arguments and `forward` signature as `Model`; `forward` calls your extension and returns what `Model.forward` returns (same shapes and dtypes).
-- Launch on the current stream (`at::cuda::getCurrentCUDAStream()`), then `C10_CUDA_KERNEL_LAUNCH_CHECK()`; guard the device with `c10::cuda::CUDAGuard`.
+- In `cuda_sources` include only what the kernel needs (`<ATen/core/Tensor.h>`, `<ATen/Dispatch.h>`, `<ATen/ops/empty_like.h>` or the other `<ATen/ops/...>` you call, `<c10/cuda/CUDAGuard.h>`, `<c10/cuda/CUDAStream.h>`, `<c10/cuda/CUDAException.h>`), not `<torch/extension.h>`: the bindings already compile that, and it adds about 25 s to every build.
+- Launch on the current stream (`c10::cuda::getCurrentCUDAStream()`), then `C10_CUDA_KERNEL_LAUNCH_CHECK()`; guard the device with `c10::cuda::CUDAGuard`.
 - Bounds-check every index so any input size works; use `int64_t` indexing; make inputs contiguous or honour their strides.
 - Dispatch over the input dtypes (`AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, ...)`) or `TORCH_CHECK` the one you support; accumulate in float.
 - No ATen compute (`at::matmul`, `torch::softmax`, ...) in place of your kernel and no fallback to the reference. No files, network, subprocesses, or tricks with timing or caching outputs: the evaluation checks for them.""",
