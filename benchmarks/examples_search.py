@@ -45,7 +45,7 @@ def search(task: str, overrides: list[str]) -> dict:
                 # Without the wait for another candidate's turn on the GPU: this one's latency.
                 "own_s": round((r.metadata.get("evaluation_s") or 0)
                                - (r.metadata.get("phase_s") or {}).get("queued", 0), 3),
-                "prestarted": r.metadata.get("prestarted"),
+                "prestarted": r.metadata.get("prestarted"), "worker": r.metadata.get("worker"),
                 "profile_s": (r.profiler_data or {}).get("profile_s"),
                 "integrity_violation": r.metadata.get("integrity_violation"),
             })

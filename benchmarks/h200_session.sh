@@ -23,9 +23,10 @@ case "$1" in
       timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
         --iters 2 --branches 16 --label "triton-${gpus}gpu" --out "$OUT/throughput.json" | tail -25
     fi ;;
-  throughput-cuda)  # 16 CUDA C++ candidates, one GPU, 16 cores (as on the one-GPU H200)
+  throughput-cuda)  # 16 CUDA C++ candidates, one GPU, 16 cores (as on the one-GPU H200); W=workers
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-400}" taskset -c 0-15 python3 benchmarks/pipeline_throughput.py \
-      --backend cuda --iters 1 --branches 16 --label "cuda-1gpu-16cores" --out "$OUT/throughput.json" | tail -25 ;;
+      --backend cuda --iters 1 --branches 16 --label "cuda-1gpu-16cores${W:+-w$W}" \
+      ${W:+--set eval_config.max_workers=$W} --out "$OUT/throughput.json" | tail -25 ;;
   stability)
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-420}" python3 benchmarks/timing_stability.py --out "$OUT/timing_stability.json" | tail -5 ;;
   examples)

@@ -81,6 +81,7 @@ def run_job(task: Path, backend: str, iters: int, branches: int, extra: list[str
                          "speedup": r.runtime_improvement, "gpu_slot": r.metadata.get("gpu_slot"),
                          "evaluation_s": r.metadata.get("evaluation_s"),
                          "phase_s": r.metadata.get("phase_s"), "prestarted": r.metadata.get("prestarted"),
+                         "worker": r.metadata.get("worker"),
                          "duplicate_of": r.metadata.get("duplicate_of"),
                          "profile_s": (r.profiler_data or {}).get("profile_s")})
             print(f"{event.label:8} {event.status.value:13} {r.runtime_improvement:6.2f}x "

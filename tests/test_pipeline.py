@@ -105,13 +105,16 @@ def test_spare_worker_takes_the_next_candidate_and_is_stopped_at_close(tmp_path)
     first = ev.evaluate(good, "triton", "first")
     assert first.get_status() in (Status.FASTER, Status.CORRECT), first.eval_log
     assert first.metadata["prestarted"] is False  # nothing was waiting yet
-    spare = ev._spares[("cpu", None)]
-    time.sleep(1)
+    assert first.metadata["worker"]["preload_s"] > 0
+    (spare,) = ev._spares[("cpu", None)]
+    time.sleep(8)  # let it finish its imports: the job should find it idle
     second = ev.evaluate(good.replace("good", "good "), "triton", "second")
     assert second.correctness, second.eval_log
     assert second.metadata["prestarted"] is True
+    assert second.metadata["worker"]["idle_s"] > 0, second.metadata["worker"]
+    assert second.metadata["phase_s"]["setup"] < first.metadata["phase_s"]["setup"]
     assert spare.proc.poll() is not None  # the spare did the job and exited
-    successor = ev._spares[("cpu", None)]
+    (successor,) = ev._spares[("cpu", None)]
     assert successor.alive()
     ev.close()
     assert successor.proc.poll() is not None and not successor.scratch.exists()

@@ -75,8 +75,8 @@ class Evaluator:
         self._compile_ratio: float | None | bool = None  # False: tried and unavailable
         self._slots: DevicePool | None = None
         self.build_cache_root = Path(config.paths.build_cache_dir).expanduser().resolve()
-        # (device, gpu index) -> a started worker waiting for its job
-        self._spares: dict[tuple[str, int | None], WorkerProcess] = {}
+        # (device, gpu index) -> started workers waiting for their jobs
+        self._spares: dict[tuple[str, int | None], list[WorkerProcess]] = {}
         self._spare_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _kill_spares, self._spares, self.keep_scratch)
 
@@ -158,7 +158,8 @@ class Evaluator:
         result = self._result(run, hw, ratio, self._probe)
         result.metadata.update(label=label, backend=backend, evaluation_s=round(run.wall_s, 3),
                                phase_s=run.phase_seconds(), gpu_slot=slot,
-                               prestarted=run.prestarted)
+                               prestarted=run.prestarted,
+                               worker=(run.payload or {}).get("worker_timing"))
         if requeued:
             result.metadata["requeued"] = requeued
         if hw.device == "cuda" and len(self.config.gpu_archs) > 1:
@@ -344,13 +345,19 @@ class Evaluator:
             return None
         key = (device, gpu_index)
         with self._spare_lock:
-            spare = self._spares.pop(key, None)
-            if spare is not None and not spare.alive():  # it died importing: say nothing, start anew
-                _discard(spare, self.keep_scratch)
-                spare = None
-            if not self._finalizer.alive:
-                return spare
-            self._spares[key] = self._spawn(device, gpu_index)
+            pool = self._spares.setdefault(key, [])
+            spare = None
+            while pool and spare is None:
+                spare = pool.pop(0)  # the oldest: the likeliest to have finished its imports
+                if not spare.alive():  # it died importing: start anew
+                    _discard(spare, self.keep_scratch)
+                    spare = None
+            if self._finalizer.alive:
+                # As many waiting as can run on this device at once: an iteration's burst of
+                # candidates all find warm workers, and the next burst finds them again.
+                want = self._slots.per_device if self._slots is not None else 1
+                while len(pool) < want:
+                    pool.append(self._spawn(device, gpu_index))
         return spare
 
 
@@ -387,5 +394,6 @@ def _discard(worker: WorkerProcess, keep_scratch: bool) -> None:
 def _kill_spares(spares: dict, keep_scratch: bool) -> None:
     """Stop every spare worker (at close, garbage collection or exit)."""
     while spares:
-        _, worker = spares.popitem()
-        _discard(worker, keep_scratch)
+        _, pool = spares.popitem()
+        for worker in pool:
+            _discard(worker, keep_scratch)

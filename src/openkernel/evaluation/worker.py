@@ -69,8 +69,12 @@ def _read_line(fd: int, read=os.read) -> str:
 
 
 def _preload() -> None:
-    """Import what every job needs while no job is waiting (a spare's head start)."""
-    import torch  # noqa: F401
+    """Import what every job needs while no job is waiting (a spare's head start).
+
+    A GPU worker also creates its CUDA context here (CUDA_VISIBLE_DEVICES is fixed when it
+    starts): about a second that no longer sits between a candidate and its verdict.
+    """
+    import torch
     import torch._dynamo  # noqa: F401 - the evaluation imports it; heavy
 
     try:
@@ -78,6 +82,13 @@ def _preload() -> None:
     except ImportError:
         pass
     import openkernel.evaluation.runner  # noqa: F401
+
+    if os.environ.get("CUDA_VISIBLE_DEVICES") and not os.environ.get("TRITON_INTERPRET"):
+        try:
+            torch.cuda.init()
+            torch.empty(1, device="cuda")
+        except Exception:  # a broken device: the job will meet the error and report it
+            pass
 
 
 def _use_build_cache(job: dict) -> None:
@@ -148,10 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True, help="protocol file descriptor")
     args = parser.parse_args(argv)
     os.set_inheritable(args.fd, False)  # nvcc and other children must not hold the pipe open
+    t0 = time.monotonic()
     _preload()
+    t1 = time.monotonic()
     line = _read_line(0)
     if not line.strip():
         os._exit(0)  # a spare the executor no longer needs
+    # idle_s > 0: the job found the worker ready (a warm spare); preload_s: its imports.
+    timing = {"preload_s": round(t1 - t0, 3), "idle_s": round(time.monotonic() - t1, 3)}
     job = json.loads(line)
     ch = Channel(args.fd, job.pop("nonce"))
     try:
@@ -163,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(tb)
         sys.stderr.flush()
         os._exit(1)
+    if isinstance(payload, dict):
+        payload["worker_timing"] = timing
     ch.result(payload)
     sys.stdout.flush()
     sys.stderr.flush()
