@@ -16,12 +16,13 @@ case "$1" in
     timeout "${T:-330}" python3 -m pytest -q -m gpu -p no:cacheprovider -n 3 --timeout 320 -rs \
       tests/test_pipeline.py tests/test_evaluation_integrity.py tests/test_sandbox.py \
       tests/test_profiling.py tests/test_generators_offline.py 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
-  throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU
+  throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU; NOPROF=1: no ncu
+    extra=${NOPROF:+--set eval_config.profile=false}
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
-      --iters 2 --branches 16 --label "triton-1gpu" --out "$OUT/throughput.json" | tail -25
+      --iters 2 --branches 16 --label "triton-1gpu${NOPROF:+-noprofile}" $extra --out "$OUT/throughput.json" | tail -25
     if [ "$gpus" -gt 1 ]; then
       timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
-        --iters 2 --branches 16 --label "triton-${gpus}gpu" --out "$OUT/throughput.json" | tail -25
+        --iters 2 --branches 16 --label "triton-${gpus}gpu${NOPROF:+-noprofile}" $extra --out "$OUT/throughput.json" | tail -25
     fi ;;
   throughput-cuda)  # 16 CUDA C++ candidates, one GPU, 16 cores (as on the one-GPU H200); W=workers
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-400}" taskset -c 0-15 python3 benchmarks/pipeline_throughput.py \
