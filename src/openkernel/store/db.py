@@ -17,7 +17,7 @@ from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import Session, sessionmaker
 
 from openkernel.errors import OpenKernelError
-from openkernel.store.tables import Base, Kernel, ReferenceTiming, Run
+from openkernel.store.tables import Base, Critique, Kernel, ReferenceTiming, Run
 
 
 def engine_url(path_or_url: str | Path) -> str:
@@ -134,6 +134,26 @@ class Store:
                  "last": last, "hardware": hw}
                 for t, j, n, b, last, hw in s.execute(q)
             ]
+
+    # critiques -------------------------------------------------------------------------------
+    def add_critique(self, *, run_id: int, task_name: str, job_name: str, iteration: int, text: str,
+                     source: str = "rules") -> Critique:
+        """Store the critic's diagnosis after one iteration of a job."""
+        with self.session() as s, s.begin():
+            row = Critique(run_id=run_id, task_name=task_name, job_name=job_name,
+                           iteration=iteration, text=text, source=source)
+            s.add(row)
+        return row
+
+    def job_critiques(self, task_name: str, job_name: str) -> list[Critique]:
+        """Every stored diagnosis of a job, oldest iteration first (a resumed job: all runs)."""
+        with self.session() as s:
+            q = (
+                select(Critique)
+                .where(Critique.task_name == task_name, Critique.job_name == job_name)
+                .order_by(Critique.iteration, Critique.id)
+            )
+            return list(s.scalars(q))
 
     # reference timings ----------------------------------------------------------------------
     def reference_timing(self, task_digest: str, hardware: str, kind: str) -> ReferenceTiming | None:

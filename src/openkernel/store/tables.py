@@ -1,4 +1,5 @@
-"""Table definitions. One row per run, one per candidate kernel (failures included)."""
+"""Table definitions. One row per run, one per candidate kernel (failures included), one per
+critic diagnosis."""
 
 from __future__ import annotations
 
@@ -105,3 +106,24 @@ class ReferenceTiming(Base):
     runtime: Mapped[float] = mapped_column(Float)
     runtime_stats: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Critique(Base):
+    """The critic's diagnosis after one iteration of a job (rule-based today: source "rules").
+
+    Databases made before this table existed get it from ``Store`` (``create_all`` adds missing
+    tables); readers of a database still without it treat it as holding no critiques.
+    """
+
+    __tablename__ = "critiques"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    task_name: Mapped[str] = mapped_column(String(200))
+    job_name: Mapped[str] = mapped_column(String(200))
+    iteration: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text, default="")
+    source: Mapped[str] = mapped_column(String(20), default="rules")  # rules (an LLM critic later)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    __table_args__ = (Index("ix_critiques_task_job", "task_name", "job_name", "iteration"),)
