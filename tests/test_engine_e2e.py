@@ -69,6 +69,17 @@ def test_database_holds_every_candidate(gelu_run, examples_dir):
     assert run.status == "completed" and run.finished_at is not None
 
 
+def test_each_iteration_stores_its_critic_line(gelu_run):
+    tmp, events = gelu_run
+    said = [(e.iteration, e.text) for e in events if isinstance(e, ev.CriticDiagnosed)]
+    assert [i for i, _ in said] == [0, 1]  # one per iteration, the event kept
+    store = Store(tmp / "k.sqlite3")
+    rows = [r for r in store.job_critiques("gelu", "e2e") if r.iteration in (0, 1)]
+    assert [(r.iteration, r.text) for r in rows] == said
+    run_id = events[0].run_id
+    assert all(r.run_id == run_id and r.task_name == "gelu" and r.source == "rules" for r in rows)
+
+
 def test_resume_runs_only_what_is_missing(gelu_run, examples_dir):
     tmp, _ = gelu_run
     events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
@@ -78,6 +89,9 @@ def test_resume_runs_only_what_is_missing(gelu_run, examples_dir):
     assert sorted(labels) == ["i2-b0", "i2-b1"]
     rows = Store(tmp / "k.sqlite3").job_kernels("gelu", "e2e")
     assert len(rows) == 7 and sum(r.is_program0 for r in rows) == 1
+    critiques = Store(tmp / "k.sqlite3").job_critiques("gelu", "e2e")
+    assert [r.iteration for r in critiques] == [0, 1, 2]  # the resumed run adds only its own
+    assert critiques[-1].run_id == events[0].run_id != critiques[0].run_id
 
 
 def test_bad_task_fails_with_one_message(tmp_path):

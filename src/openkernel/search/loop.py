@@ -226,6 +226,8 @@ class Search:
             yield IterationFinished(iteration, self.archive.best_speedup, self.candidates)
             text = diagnose(self.archive.best, self.probe, self.hardware)
             if text:
+                self.store.add_critique(run_id=self.run_id, task_name=self.task_name,
+                                        job_name=self.job_name, iteration=iteration, text=text)
                 yield CriticDiagnosed(iteration, text)
             if self.control.stopped:
                 return
