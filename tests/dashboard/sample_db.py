@@ -31,7 +31,7 @@ PLAN = [
 
 
 def build(path: Path) -> dict:
-    """Write the sample job; return {label: kernel id} and the best id."""
+    """Write the sample job (kernels and critic lines); return {label: kernel id} and the best id."""
     store = Store(path)
     run = store.start_run(task_name=TASK, job_name=JOB, backend="triton", gpu_arch="sm_90",
                           hardware="NVIDIA H200 (sm_90)", models=["offline"], status="completed",
@@ -71,5 +71,8 @@ def build(path: Path) -> dict:
             meta={"integrity_violation": "output_aliasing"} if label == "i0-b2" else {"flagged_for_review": label == "i2-b1"},
             eval_log=f"EVAL-LOG-MARKER-{n}: " + ("error: expected ';'" if status == "compile_error" else "ok"),
             created_at=t0 + timedelta(seconds=n))
+    for it in range(3):  # the critic's line after each iteration, as the search loop stores it
+        store.add_critique(run_id=run.id, task_name=TASK, job_name=JOB, iteration=it,
+                           text=f"CRITIC-MARKER-{it}: Best so far i{it}-b0. Memory bound (estimate).")
     store.close()
     return {"ids": ids, "best": ids["i2-b0"]}

@@ -96,6 +96,8 @@ def test_graph_colours_best_arrows_and_legend(served, page):
     legend = page.inner_text("#graph-legend")
     assert "Did not compile" in legend and "The best kernel of the job" in legend
     assert "Zoom in" not in legend  # a small job draws every arrow from the start
+    critic = page.inner_text("#job-critic")
+    assert critic.startswith("Critic") and critic.index("CRITIC-MARKER-0") < critic.index("CRITIC-MARKER-2")
     assert page.errors == []
 
 
@@ -181,6 +183,11 @@ def test_live_job_page_grows_by_itself(sample, tmp_path, page):
     store.close()
     _nodes(page, len(sample_db.PLAN) + 1)  # within a few refresh ticks, no reload
     page.wait_for_function("() => document.querySelector('#job-facts').innerText.includes('11 kernels')")
+    store = Store(path)  # the critic's line comes after the iteration's last kernel: shown too
+    store.add_critique(run_id=1, task_name=sample_db.TASK, job_name=sample_db.JOB, iteration=3,
+                       text="CRITIC-MARKER-3: live")
+    store.close()
+    page.wait_for_function("() => document.querySelector('#job-critic').innerText.includes('CRITIC-MARKER-3')")
 
 
 @pytest.fixture(scope="module")

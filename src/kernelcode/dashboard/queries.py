@@ -8,6 +8,10 @@ page of jobs on screen, each through the ``ix_kernels_task_job`` index.
 The graph of a job needs every kernel of it but not their prompts, answers or code, so
 ``job_kernels`` selects the light columns only and leaves a deep-profiling heatmap behind
 (``json_remove``: the dashboard opens SQLite only, see ``openkernel.store.open_readonly``).
+
+The critic's diagnoses live in the ``critiques`` table, which databases written before it
+existed lack until the engine opens them again: every read of it first asks SQLite whether the
+table is there and, if not, answers as for a job without critiques.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 from sqlalchemy import JSON, String, func, or_, select, type_coerce
 from sqlalchemy.engine import Engine
 
-from openkernel.store.tables import Kernel, Run
+from openkernel.store.tables import Critique, Kernel, Run
 
 # Columns of a kernel that the graph, the table and the figures read; the heavy text fields
 # (prompt, answer, code, logs) are fetched one kernel at a time by ``kernel_detail``.
@@ -86,13 +90,45 @@ def _job_figures(conn, task: str, job: str) -> dict:
             "last_kernel": newest[:19]}
 
 
-def job_signature(engine: Engine, task: str, job: str) -> tuple[int, str]:
-    """``(count, newest created_at)`` of a job: cheap, tells whether anything changed."""
+def _has_table(conn, name: str) -> bool:
+    """Whether the database holds a table (an older one may lack ``critiques``)."""
+    q = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return conn.exec_driver_sql(q, (name,)).first() is not None
+
+
+def job_signature(engine: Engine, task: str, job: str) -> tuple[int, str, int]:
+    """``(kernels, newest created_at, critiques)`` of a job: cheap, tells whether anything changed.
+
+    The critic's line for an iteration is stored after that iteration's last kernel, so the
+    critique count is part of the signature: the page shows it without waiting for a kernel.
+    """
     q = select(func.count(), func.max(type_coerce(Kernel.created_at, String))).where(
         Kernel.task_name == task, Kernel.job_name == job)
     with engine.connect() as conn:
         n, newest = conn.execute(q).one()
-    return int(n), newest or ""
+        critiques = 0
+        if _has_table(conn, Critique.__tablename__):
+            critiques = conn.execute(select(func.count()).where(
+                Critique.task_name == task, Critique.job_name == job)).scalar_one()
+    return int(n), newest or "", int(critiques)
+
+
+def job_critiques(engine: Engine, task: str, job: str, limit: int = 500) -> list[dict]:
+    """The critic's diagnoses of a job, newest last (the newest ``limit`` of them).
+
+    Each row holds iteration, text, source, run_id and created_at; a database without the
+    ``critiques`` table (written before it existed) gives an empty list.
+    """
+    cols = [Critique.iteration, Critique.text, Critique.source, Critique.run_id, Critique.created_at]
+    q = (select(*cols).where(Critique.task_name == task, Critique.job_name == job)
+         .order_by(Critique.iteration.desc(), Critique.id.desc()).limit(limit))
+    with engine.connect() as conn:
+        if not _has_table(conn, Critique.__tablename__):
+            return []
+        rows = [dict(r._mapping) for r in conn.execute(q)]
+    for row in rows:
+        row["created_at"] = str(row["created_at"] or "")[:19]
+    return rows[::-1]
 
 
 def job_runs(engine: Engine, task: str, job: str) -> list[dict]:

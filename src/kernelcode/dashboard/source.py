@@ -3,8 +3,8 @@
 The engine is opened on first use and again after a failure, so a dashboard started before
 the engine has created its database (the TUI's ``d`` early in a run) shows a clear message and
 then the data once it exists. Job data is cached by the job's signature (count and newest
-kernel): the live refresh asks only for the signature every tick and reloads the job's rows
-only when it changed.
+kernel, count of critic lines): the live refresh asks only for the signature every tick and
+reloads the job's rows only when it changed.
 """
 
 from __future__ import annotations
@@ -37,14 +37,15 @@ def open_db(path: str | Path) -> Engine:
 
 @dataclass
 class JobData:
-    """One job as the pages draw it: light kernel rows, runs, the best kernel."""
+    """One job as the pages draw it: light kernel rows, runs, the best kernel, critic lines."""
 
     task_name: str
     job_name: str
-    signature: tuple[int, str]
+    signature: tuple[int, str, int]
     rows: list[dict]
     runs: list[dict]
     best_id: str | None
+    critiques: list[dict] = field(default_factory=list)
     by_id: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -86,11 +87,11 @@ class DataSource:
             return str(err)
         return None
 
-    def signature(self, task: str, job: str) -> tuple[int, str]:
-        """``(count, newest created_at)`` of a job."""
+    def signature(self, task: str, job: str) -> tuple[int, str, int]:
+        """``(kernels, newest created_at, critiques)`` of a job."""
         return queries.job_signature(self.engine(), task, job)
 
-    def job(self, task: str, job: str, signature: tuple[int, str] | None = None) -> JobData | None:
+    def job(self, task: str, job: str, signature: tuple | None = None) -> JobData | None:
         """The job's data, reloaded only when its signature changed; None for an unknown job."""
         sig = tuple(signature) if signature is not None else self.signature(task, job)
         key = (task, job)
@@ -102,7 +103,8 @@ class DataSource:
         rows = queries.job_kernels(engine, task, job)
         if not rows and not runs:
             return None
-        data = JobData(task, job, sig, rows, runs, best_kernel_id(rows))
+        data = JobData(task, job, sig, rows, runs, best_kernel_id(rows),
+                       critiques=queries.job_critiques(engine, task, job))
         with self._lock:
             self._jobs.pop(key, None)
             self._jobs[key] = data

@@ -1,8 +1,10 @@
-"""The page of one job: header, run health, the generation graph with the kernel panel, tabs.
+"""The page of one job: header, run health, the generation graph with the kernel panel, the
+critic's lines, tabs.
 
 The graph's elements come in a callback of their own right after the page (see ``layout``).
-A ``dcc.Interval`` then asks only for the job's signature (count, newest kernel); the
-graph, the header and the open panel are redrawn only when it changed.
+A ``dcc.Interval`` then asks only for the job's signature (count, newest kernel, critic
+lines); the graph, the header, the critic section and the open panel are redrawn only when
+it changed.
 """
 
 from __future__ import annotations
@@ -60,6 +62,24 @@ def health_strip(data) -> html.Div:
         for c in warns], id="health-strip")
 
 
+CRITIC_EMPTY = ("No critic lines stored for this job yet: the critic writes one after each "
+                "iteration (a database written before they were stored has none).")
+
+
+def critic_section(data) -> list:
+    """The critic's diagnosis after each iteration, newest last (the box opens at the bottom)."""
+    head = [html.H3("Critic"), html.Div("What limits the best kernel after each iteration, and what "
+                                        "to try next.", className="muted small")]
+    if not data.critiques:
+        return head + [html.P(CRITIC_EMPTY, className="note", id="critic-empty")]
+    rows = [html.Tr([html.Td(f"i{c['iteration']}", className="critic-iter"), html.Td(c["text"])],
+                    title=f"{c['source']} critic, run {c['run_id']}, {c['created_at']}")
+            for c in data.critiques]
+    table = html.Table([html.Thead(html.Tr([html.Th("iteration"), html.Th("diagnosis")])),
+                        html.Tbody(rows)], className="critic", id="critic-table")
+    return head + [html.Div(table, className="critic-scroll")]
+
+
 def layout(source, task: str, job: str):
     """The page, or a clear message for an unknown job."""
     data = source.job(task, job)
@@ -89,6 +109,7 @@ def layout(source, task: str, job: str):
             ], className="graph-col"),
             html.Div(html.P(HINT, className="muted"), id="kernel-detail", className="detail-col"),
         ], className="graph-row"),
+        html.Div(critic_section(data), id="job-critic", className="critic-section"),
         panels.tabs(source, data),
     ], className="job-page")
 
@@ -114,18 +135,19 @@ def register(app, source, refresh_ms: int) -> None:
         return new
 
     # The first call fills the graph (assets/graph.js fits it once); live refreshes patch it in
-    # place, keeping the user's zoom and pan, and redraw the header and health strip.
+    # place, keeping the user's zoom and pan, and redraw the header, health strip and critic.
     @app.callback(Output("graph-elements", "data"), Output("job-header", "children"),
-                  Output("job-health", "children"), Input("job-sig", "data"), State("job-key", "data"))
-    @guarded(lambda msg: (no_update, no_update, html.Div(msg, className="error")))
+                  Output("job-health", "children"), Output("job-critic", "children"),
+                  Input("job-sig", "data"), State("job-key", "data"))
+    @guarded(lambda msg: (no_update, no_update, html.Div(msg, className="error"), no_update))
     def _refresh(sig, key):
         data = source.job(key["task"], key["job"], tuple(sig))
         if data is None:
             raise PreventUpdate
         elements = graph_elements(data.rows, data.best_id)
-        if ctx.triggered_id is None:  # first call: header and health are already in the layout
-            return elements, no_update, no_update
-        return elements, header(data), health_strip(data)
+        if ctx.triggered_id is None:  # first call: header, health and critic are in the layout
+            return elements, no_update, no_update, no_update
+        return elements, header(data), health_strip(data), critic_section(data)
 
     app.clientside_callback(ClientsideFunction("kernelgraph", "draw"), Output("graph-drawn", "data"),
                             Input("graph-elements", "data"), State("job-graph", "id"))
