@@ -51,9 +51,10 @@ class EvalConfig(_Strict):
                                     "(building side by side; tests and timing take turns, one "
                                     "per GPU); default: on a GPU half the CPU cores, at most 8 "
                                     "per GPU; 2 on the CPU.")
-    prestart_workers: bool | None = Field(None, description="Keep a worker with torch imported "
-                                          "waiting for the next candidate (saves ~3 s each); "
-                                          "default: on with a GPU, off on the CPU.")
+    prestart_workers: bool | None = Field(None, description="Keep workers waiting for the next "
+                                          "candidates with torch imported and (on a GPU) their "
+                                          "CUDA context made; default: on with a GPU, off on "
+                                          "the CPU.")
     cpu_time_limit_s: float = Field(900.0, gt=0, description="RLIMIT_CPU of a worker process.")
     memory_limit_gb: float = Field(16.0, gt=0, description="Address-space limit of a CPU worker "
                                    "(not applied on a GPU, where CUDA reserves large ranges).")
