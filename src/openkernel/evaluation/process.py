@@ -166,17 +166,6 @@ def read_full_log(worker: WorkerProcess) -> str:
         return ""
 
 
-def run_worker(job: dict, scratch: Path, device: str, gpu_index: int | None,
-               build_timeout_s: float, test_timeout_s: float, cpu_s: float,
-               mem_bytes: int | None, wrap=None, turn=None) -> WorkerRun:
-    """Start a worker on ``job`` and drive it to the end (no spare)."""
-    worker = WorkerProcess(scratch, device, gpu_index, cpu_s, mem_bytes, wrap=wrap)
-    out = drive(worker, job, build_timeout_s, test_timeout_s, turn=turn)
-    if wrap is not None:
-        out.full_log = read_full_log(worker)
-    return out
-
-
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
