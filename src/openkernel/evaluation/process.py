@@ -63,7 +63,6 @@ class WorkerProcess:
         self.read_fd, write_fd = os.pipe()
         self.log_path = scratch / "worker.log"
         argv = [sys.executable, "-m", "openkernel.evaluation.worker", "--fd", str(write_fd)]
-        self.started = time.monotonic()
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 wrap(argv) if wrap else argv,
@@ -86,12 +85,11 @@ class WorkerProcess:
         _kill_group(self.proc)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=30)
-        for stream in (self.proc.stdin,):
-            with contextlib.suppress(OSError, ValueError):
-                stream.close()
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.close()
+        if self.read_fd >= 0:
             os.close(self.read_fd)
-        self.read_fd = -1
+            self.read_fd = -1
 
 
 def drive(worker: WorkerProcess, job: dict, build_timeout_s: float, test_timeout_s: float,
