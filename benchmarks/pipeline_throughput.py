@@ -83,7 +83,9 @@ def run_job(task: Path, backend: str, iters: int, branches: int, extra: list[str
                          "phase_s": r.metadata.get("phase_s"), "prestarted": r.metadata.get("prestarted"),
                          "worker": r.metadata.get("worker"),
                          "duplicate_of": r.metadata.get("duplicate_of"),
-                         "profile_s": (r.profiler_data or {}).get("profile_s")})
+                         "profile_s": (r.profiler_data or {}).get("profile_s"),
+                         "profile_phase_s": (r.profiler_data or {}).get("profile_phase_s"),
+                         "profile_prestarted": (r.profiler_data or {}).get("profile_prestarted")})
             print(f"{event.label:8} {event.status.value:13} {r.runtime_improvement:6.2f}x "
                   f"gpu {r.metadata.get('gpu_slot')} {r.metadata.get('evaluation_s', 0):.1f} s", flush=True)
         elif isinstance(event, ev.LogEmitted):

@@ -106,7 +106,7 @@ def test_spare_worker_takes_the_next_candidate_and_is_stopped_at_close(tmp_path)
     assert first.get_status() in (Status.FASTER, Status.CORRECT), first.eval_log
     assert first.metadata["prestarted"] is False  # nothing was waiting yet
     assert first.metadata["worker"]["preload_s"] > 0
-    (spare,) = ev._spares[("cpu", None)]
+    (spare,) = ev._spares[("cpu", None, None)]
     time.sleep(8)  # let it finish its imports: the job should find it idle
     second = ev.evaluate(good.replace("good", "good "), "triton", "second")
     assert second.correctness, second.eval_log
@@ -114,10 +114,35 @@ def test_spare_worker_takes_the_next_candidate_and_is_stopped_at_close(tmp_path)
     assert second.metadata["worker"]["idle_s"] > 0, second.metadata["worker"]
     assert second.metadata["phase_s"]["setup"] < first.metadata["phase_s"]["setup"]
     assert spare.proc.poll() is not None  # the spare did the job and exited
-    (successor,) = ev._spares[("cpu", None)]
+    (successor,) = ev._spares[("cpu", None, None)]
     assert successor.alive()
     ev.close()
     assert successor.proc.poll() is not None and not successor.scratch.exists()
+
+
+def test_workers_under_a_profiler_are_spares_of_their_own(tmp_path):
+    """Profile jobs take spares started under the profiler, never an evaluation spare.
+
+    ncu is not on this machine: a stand-in that runs the command after ncu's own options
+    shows the wrapper in the process tree, which is what the keying is about.
+    """
+    fake = tmp_path / "ncu"
+    fake.write_text('#!/bin/sh\nwhile [ "$1" != "all" ]; do shift; done; shift\n'
+                    'echo "wrapped by fake ncu"\nexec "$@"\n')
+    fake.chmod(0o755)
+    ev = _evaluator(tmp_path, prestart_workers=True)
+    job = _job(ev)
+    good = (CANDIDATES / "good_gelu.py").read_text()
+    first = ev._run(job, "cpu", None, label="p1", code=good, ncu=str(fake))
+    assert first.payload and first.payload["correctness"], first.log_tail
+    assert first.prestarted is False and "wrapped by fake ncu" in first.full_log
+    assert set(ev._spares) == {("cpu", None, str(fake))}  # no evaluation spare was started
+    time.sleep(8)
+    second = ev._run(job, "cpu", None, label="p2", code=good, ncu=str(fake))
+    assert second.prestarted is True and "wrapped by fake ncu" in second.full_log
+    assert second.phase_seconds()["setup"] < first.phase_seconds()["setup"]
+    ev.close()
+    assert ev._spares == {}
 
 
 def test_without_prestart_no_spare_is_kept(tmp_path):
@@ -203,6 +228,9 @@ def test_gpu_pipeline_turns_spares_and_build_cache(tmp_path):
         for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
             assert b0 >= a1 - 1e-6, spans
     assert any(r.metadata["prestarted"] for r in results)
+    if find_ncu() is not None:  # later profiles find workers already started under ncu
+        assert any(r.profiler_data.get("profile_prestarted") for r in results), [
+            r.profiler_data for r in results]
     code = (CANDIDATES / "cuda_ok.py").read_text()
     cuda = ev.evaluate(code, "cuda", "cuda_ok")
     assert cuda.get_status() in (Status.CORRECT, Status.FASTER), cuda.eval_log

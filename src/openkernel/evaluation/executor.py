@@ -24,6 +24,7 @@ target (a fat binary on a GPU, the nvcc check on the CPU).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -33,7 +34,7 @@ import weakref
 from pathlib import Path
 
 from openkernel.config import Config
-from openkernel.evaluation import ceilings
+from openkernel.evaluation import ceilings, profiling
 from openkernel.evaluation.devices import DevicePool, NoDeviceLeft, is_device_fault
 from openkernel.evaluation import hardware as hwmod
 from openkernel.evaluation import sandbox
@@ -136,6 +137,8 @@ class Evaluator:
             probe = TaskProbe(ok=False, hardware=hw, error=(
                 f"{self.task.reference_path}: probing the task failed: {what}\n{run.log_tail}"))
         self._probe = probe
+        if probe.ok:
+            self._warm_spares()
         if probe.ok and hw.device == "cuda":
             # Every candidate's improve_over_compile needs it: time it now, beside the first builds.
             threading.Thread(target=self._compile_speed_ratio, args=(hw,), daemon=True,
@@ -259,12 +262,16 @@ class Evaluator:
         hw = self.hardware
         if hw.device != "cuda":
             return None
+        return self._acquire_pool().acquire(among=self._devices_of(arch or self.targets.primary))
+
+    def _acquire_pool(self) -> DevicePool:
+        """The GPUs' pool, made on first use (its size needs the hardware record)."""
         with self._slot_lock:
             if self._slots is None:
-                gpus = list(range(max(1, hw.num_gpus)))
+                gpus = list(range(max(1, self.hardware.num_gpus)))
                 per_device = max(1, -(-self.max_workers // len(gpus)))
                 self._slots = DevicePool(gpus, per_device)
-        return self._slots.acquire(among=self._devices_of(arch or self.targets.primary))
+            return self._slots
 
     def _devices_of(self, arch: str) -> list[int] | None:
         """The visible GPUs of ``arch``; None (any GPU) when the record names no GPU's arch."""
@@ -275,13 +282,17 @@ class Evaluator:
             self._slots.release(slot)
 
     def _run(self, job: dict, device: str, gpu_index: int | None, label: str = "",
-             code: str | None = None, wrap=None, build_cache: Path | None = None,
+             code: str | None = None, ncu: str | None = None, build_cache: Path | None = None,
              spare: bool = True) -> WorkerRun:
-        """One job in a worker (a spare when one waits); timed phases take the GPU's turn."""
-        worker = self._take(device, gpu_index) if spare and wrap is None else None
+        """One job in a worker (a spare when one waits); timed phases take the GPU's turn.
+
+        ``ncu``: the Nsight Compute binary to run the worker under (a profile job); such
+        workers are spares of their own kind.
+        """
+        worker = self._take(device, gpu_index, ncu) if spare else None
         prestarted = worker is not None
         if worker is None:
-            worker = self._spawn(device, gpu_index, wrap)
+            worker = self._spawn(device, gpu_index, ncu)
         scratch = worker.scratch
         try:
             if code is not None:
@@ -295,7 +306,7 @@ class Evaluator:
                 gpu_index is not None and self._slots is not None) else None
             run = drive(worker, job, self.ec.build_timeout_s, self.ec.test_timeout_s, turn=turn)
             run.prestarted = prestarted
-            if wrap is not None:
+            if ncu is not None:
                 run.full_log = read_full_log(worker)
             return run
         finally:
@@ -328,38 +339,67 @@ class Evaluator:
             self._compile_ratio = ratio if ratio else False
             return ratio
 
-    def _spawn(self, device: str, gpu_index: int | None, wrap=None) -> WorkerProcess:
+    def _spawn(self, device: str, gpu_index: int | None, ncu: str | None = None) -> WorkerProcess:
         scratch = self.scratch_root / f"w-{uuid.uuid4().hex[:12]}"
         scratch.mkdir(parents=True, exist_ok=True)
         mem = None if device == "cuda" else int(self.ec.memory_limit_gb * 2**30)
+        wrap = functools.partial(profiling.ncu_command, ncu) if ncu else None
         return WorkerProcess(scratch, device, gpu_index, self.ec.cpu_time_limit_s, mem, wrap=wrap)
 
-    def _take(self, device: str, gpu_index: int | None) -> WorkerProcess | None:
+    def _prestart(self, device: str) -> bool:
+        """Spares are the default on a GPU (16 cores, memory to spare); on the CPU they would
+        only compete with the running workers for the cores, unless asked for."""
+        wanted = self.ec.prestart_workers
+        return bool(wanted if wanted is not None else device == "cuda")
+
+    def _take(self, device: str, gpu_index: int | None, ncu: str | None = None) -> WorkerProcess | None:
         """The spare waiting on this device (then start its successor), or None.
 
-        Spares are the default on a GPU (16 cores, memory to spare); on the CPU they would
-        only compete with the running workers for the cores, unless asked for.
+        Workers under Nsight Compute are spares of their own: starting Python under ncu takes
+        ~12 s on the H200, which would otherwise sit between every verdict and the next
+        iteration.
         """
-        wanted = self.ec.prestart_workers
-        if not (wanted if wanted is not None else device == "cuda"):
+        if not self._prestart(device):
             return None
-        key = (device, gpu_index)
         with self._spare_lock:
-            pool = self._spares.setdefault(key, [])
+            pool = self._spares.setdefault((device, gpu_index, ncu), [])
             spare = None
             while pool and spare is None:
                 spare = pool.pop(0)  # the oldest: the likeliest to have finished its imports
                 if not spare.alive():  # it died importing: start anew
                     _discard(spare, self.keep_scratch)
                     spare = None
-            if self._finalizer.alive:
-                # As many waiting as can run on this device at once: an iteration's burst of
-                # candidates all find warm workers, and the next burst finds them again.
-                want = self._slots.per_device if self._slots is not None else 1
-                while len(pool) < want:
-                    pool.append(self._spawn(device, gpu_index))
+            self._fill(device, gpu_index, ncu)
         return spare
 
+    def _fill(self, device: str, gpu_index: int | None, ncu: str | None) -> None:
+        """Start spares until as many wait as can run on this device at once (under the lock).
+
+        An iteration's burst of candidates all find warm workers, and the next burst finds
+        them again; profiles follow verdicts one by one, so half as many wait under ncu.
+        """
+        if not self._finalizer.alive:
+            return
+        pool = self._spares.setdefault((device, gpu_index, ncu), [])
+        want = self._slots.per_device if self._slots is not None else 1
+        if ncu:
+            want = max(1, want // 2)
+        while len(pool) < want:
+            pool.append(self._spawn(device, gpu_index, ncu))
+
+    def _warm_spares(self) -> None:
+        """Fill every GPU's spare pools ahead of the first candidates (they start during the
+        probe's reference run and the first generation)."""
+        hw = self.hardware
+        if hw.device != "cuda" or not self._prestart(hw.device):
+            return
+        self._acquire_pool()
+        ncu = profiling.find_ncu() if self.ec.profile else None
+        with self._spare_lock:
+            for gpu in self._devices_of(self.targets.primary) or range(max(1, hw.num_gpus)):
+                self._fill(hw.device, gpu, None)
+                if ncu:
+                    self._fill(hw.device, gpu, ncu)
 
 
 def _present_archs(hw: Hardware) -> tuple[str, ...]:

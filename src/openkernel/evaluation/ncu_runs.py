@@ -34,7 +34,7 @@ def _profile(evaluator, code: str | None, backend: str = "") -> dict:
         # The candidate's build cache: a CUDA extension judged a moment ago loads, not rebuilds.
         cache = evaluator.build_cache(code, backend) if code is not None else None
         run = evaluator._run(job, hw.device, slot, label="profile", code=code, build_cache=cache,
-                             wrap=lambda argv: profiling.ncu_command(ncu, argv))
+                             ncu=ncu)
     finally:
         evaluator._release(slot)
     launches = profiling.parse_ncu_csv(run.full_log)
@@ -47,6 +47,8 @@ def _profile(evaluator, code: str | None, backend: str = "") -> dict:
         return {"source": "ncu", "error": f"profiling failed ({why})",
                 "log_tail": run.log_tail[-2000:]}
     data["profile_s"] = round(run.wall_s, 2)
+    data["profile_phase_s"] = run.phase_seconds()
+    data["profile_prestarted"] = run.prestarted
     return data
 
 
