@@ -47,6 +47,7 @@ def search(task: str, overrides: list[str]) -> dict:
                                - (r.metadata.get("phase_s") or {}).get("queued", 0), 3),
                 "prestarted": r.metadata.get("prestarted"), "worker": r.metadata.get("worker"),
                 "profile_s": (r.profiler_data or {}).get("profile_s"),
+                "profile_prestarted": (r.profiler_data or {}).get("profile_prestarted"),
                 "integrity_violation": r.metadata.get("integrity_violation"),
             })
             print(f"{task:18} {event.label:7} {event.status.value:13} {r.runtime_improvement:6.2f}x "

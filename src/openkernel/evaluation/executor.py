@@ -125,6 +125,7 @@ class Evaluator:
         if self._probe is not None:
             return self._probe
         hw = self.hardware
+        self._warm_spares()  # they import torch while the probe runs the reference
         run = self._run({"mode": "probe", **self._task_job(hw.device)}, hw.device,
                         0 if hw.device == "cuda" else None, label="probe")
         data = (run.payload or {}).get("probe")
@@ -137,8 +138,6 @@ class Evaluator:
             probe = TaskProbe(ok=False, hardware=hw, error=(
                 f"{self.task.reference_path}: probing the task failed: {what}\n{run.log_tail}"))
         self._probe = probe
-        if probe.ok:
-            self._warm_spares()
         if probe.ok and hw.device == "cuda":
             # Every candidate's improve_over_compile needs it: time it now, beside the first builds.
             threading.Thread(target=self._compile_speed_ratio, args=(hw,), daemon=True,
@@ -388,8 +387,7 @@ class Evaluator:
             pool.append(self._spawn(device, gpu_index, ncu))
 
     def _warm_spares(self) -> None:
-        """Fill every GPU's spare pools ahead of the first candidates (they start during the
-        probe's reference run and the first generation)."""
+        """Fill every GPU's spare pools ahead of the first candidates."""
         hw = self.hardware
         if hw.device != "cuda" or not self._prestart(hw.device):
             return
