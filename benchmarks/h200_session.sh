@@ -20,9 +20,9 @@ case "$1" in
     ncu_dir=$(dirname "$(readlink -f "$(command -v ncu)")")
     grep -rl --include='*.so*' -e 'nsight-compute-lock' "$ncu_dir/.." 2>/dev/null | head -3
     find /tmp -maxdepth 9 -iname '*nsight*' 2>/dev/null | head ;;
-  throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU; NOPROF=1: no ncu
+  throughput-triton)  # 32 Triton candidates on GPU 0 alone (unless ALLONLY=1), then on every GPU; NOPROF=1: no ncu
     extra=${NOPROF:+--set eval_config.profile=false}
-    CUDA_VISIBLE_DEVICES=0 timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
+    [ -n "${ALLONLY:-}" ] || CUDA_VISIBLE_DEVICES=0 timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
       --iters 2 --branches 16 --label "triton-1gpu${NOPROF:+-noprofile}" $extra --out "$OUT/throughput.json" | tail -25
     if [ "$gpus" -gt 1 ]; then
       timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \

@@ -116,6 +116,8 @@ def run_job(task: Path, backend: str, iters: int, branches: int, extra: list[str
         }
     statuses = Counter(r["status"] for r in rows)
     return {
+        "pch": (finished.extra or {}).get("pch") if finished else None,
+        "ninja_steps_s": ninja_steps(tmp / "builds"),
         "task": str(task.relative_to(ROOT) if task.is_relative_to(ROOT) else task),
         "backend": backend, "iters": iters, "branches": branches, "overrides": overrides,
         "candidates": len(rows), "judged": len(judged), "duplicates": len(rows) - len(judged),
@@ -126,6 +128,20 @@ def run_job(task: Path, backend: str, iters: int, branches: int, extra: list[str
         "nvml": "sampled" if sampler.handles else getattr(sampler, "error", "off"),
         "rows": rows,
     }
+
+
+def ninja_steps(builds: Path) -> dict:
+    """Median and range of each CUDA C++ build step (main.o: the bindings, the .cu's object,
+    the link), from the .ninja_log of every extension built in the run."""
+    steps: dict[str, list[float]] = {}
+    for log in builds.glob("*/torch-*/torch_extensions/*/.ninja_log"):
+        for line in log.read_text().splitlines()[1:]:
+            parts = line.split("\t")
+            if len(parts) >= 4:
+                kind = "link" if parts[3].endswith(".so") else parts[3].rsplit(".", 2)[-2]
+                steps.setdefault(kind, []).append((int(parts[1]) - int(parts[0])) / 1000)
+    return {k: {"n": len(v), "median": sorted(v)[len(v) // 2], "min": min(v), "max": max(v)}
+            for k, v in steps.items()}
 
 
 def main() -> None:

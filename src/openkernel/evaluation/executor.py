@@ -80,6 +80,8 @@ class Evaluator:
         self._spares: dict[tuple[str, int | None], list[WorkerProcess]] = {}
         self._spare_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _kill_spares, self._spares, self.keep_scratch)
+        # The precompiled torch header's folder, or why there is none (see pch.py)
+        self.pch: dict = {}
 
     # -- public API ---------------------------------------------------------------------
     @property
@@ -126,8 +128,14 @@ class Evaluator:
             return self._probe
         hw = self.hardware
         self._warm_spares()  # they import torch while the probe runs the reference
+        pch = None
+        if hw.device == "cuda" and self.config.backend == "cuda" and self.ec.precompile_torch_header:
+            pch = threading.Thread(target=self._precompile_header, daemon=True, name="pch")
+            pch.start()
         run = self._run({"mode": "probe", **self._task_job(hw.device)}, hw.device,
                         0 if hw.device == "cuda" else None, label="probe")
+        if pch is not None:
+            pch.join()  # once per machine and torch: the first candidates' builds then use it
         data = (run.payload or {}).get("probe")
         if data:
             data["hardware"] = hwmod.from_json(data["hardware"]) if data.get("hardware") else hw
@@ -137,6 +145,9 @@ class Evaluator:
                 (run.payload or {}).get("fatal") or "the worker died")
             probe = TaskProbe(ok=False, hardware=hw, error=(
                 f"{self.task.reference_path}: probing the task failed: {what}\n{run.log_tail}"))
+        if self.pch.get("why"):
+            probe.warnings.append(f"CUDA C++ builds parse <torch/extension.h> each time: "
+                                  f"no precompiled header ({self.pch['why']})")
         self._probe = probe
         if probe.ok and hw.device == "cuda":
             # Every candidate's improve_over_compile needs it: time it now, beside the first builds.
@@ -192,10 +203,24 @@ class Evaluator:
     def _task_job(self, device: str) -> dict:
         t = self.task
         read_only = [str(t.folder or t.reference_path.parent)]
+        pch_dir = self.pch.get("pch_dir")
+        if pch_dir:
+            read_only.append(pch_dir)
         # Every job that may load a CUDA C++ candidate builds it for the same targets.
         return {"device": device, "reference_path": str(t.reference_path),
                 "hooks_path": str(t.hooks_path) if t.hooks_path else None, "read_only": read_only,
-                "cuda_targets": list(self.targets.compile)}
+                "cuda_targets": list(self.targets.compile), "pch_dir": pch_dir}
+
+    def _precompile_header(self) -> None:
+        """The precompiled <torch/extension.h> for CUDA C++ builds (see ``pch.py``)."""
+        run = self._run({"mode": "pch", "device": "cuda", "pch_root": str(self.build_cache_root / "pch")},
+                        "cuda", None, label="pch", spare=False)
+        payload = run.payload or {}
+        if "pch_dir" in payload:
+            self.pch = payload
+        else:
+            why = payload.get("fatal") or (f"timed out in {run.phase}" if run.timed_out else "the worker died")
+            self.pch = {"pch_dir": None, "why": why}
 
     def _judge(self, job: dict, code: str, label: str, cache: Path | None,
                arch: str) -> tuple[WorkerRun, int | None, list[str]]:

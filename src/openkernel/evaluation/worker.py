@@ -15,7 +15,7 @@ own stdout and stderr go to a log file; they never mix with the protocol.
 
 Modes (``job["mode"]``): ``hardware``, ``probe``, ``evaluate``, ``reference`` (eager and
 ``torch.compile`` timings of the reference, GPU only), ``profile`` (one call inside an NVTX
-range, run under Nsight Compute).
+range, run under Nsight Compute), ``pch`` (precompile <torch/extension.h>, see ``pch.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 
@@ -92,12 +93,16 @@ def _preload() -> None:
 
 
 def _use_build_cache(job: dict) -> None:
-    """Point torch's extension and Triton's caches at the candidate's build cache.
+    """Point torch's extension and Triton's caches at the candidate's build cache (and
+    C++ builds at the precompiled torch header, ``pch.py``).
 
     The folder is keyed by the candidate's code (the executor names it), so only an identical
     candidate ever reads what this one built; the torch version keeps builds apart across
     upgrades.
     """
+    from openkernel.evaluation import pch
+
+    pch.use(job.get("pch_dir"))
     cache = job.get("build_cache")
     if not cache:
         return
@@ -151,6 +156,10 @@ def _dispatch(job: dict, ch: Channel) -> dict:
         from openkernel.evaluation.reference import run_reference_timing
 
         return run_reference_timing(job, ch)
+    if mode == "pch":  # our own code, no candidate: it writes only the folder it is given
+        from openkernel.evaluation import pch
+
+        return pch.build(Path(job["pch_root"]), with_cuda=job.get("device") == "cuda")
     raise ValueError(f"unknown worker mode {mode!r}")
 
 

@@ -158,7 +158,10 @@ class Search:
                 yield LogEmitted("info", f"GPU {slot}: busy {b['busy_s'] / wall:.0%} of the "
                                  f"{wall:.0f} s run, {b['busy_s'] / after:.0%} after its first "
                                  f"candidate built ({b['turns']} timed turns)")
-        return {"wall_s": round(wall, 3), "gpu_busy": report} if report else {"wall_s": round(wall, 3)}
+        extra = {"wall_s": round(wall, 3), "gpu_busy": report} if report else {"wall_s": round(wall, 3)}
+        if self.evaluator.pch:
+            extra["pch"] = self.evaluator.pch
+        return extra
 
     def _best_id(self) -> str | None:
         return self.archive.best.id if self.archive.best else None
