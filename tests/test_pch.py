@@ -11,7 +11,10 @@ import pytest
 
 from openkernel.evaluation import pch
 
+# load_inline's main.cpp: its own include, then the candidate's cpp_sources, which often
+# include the header again.
 MAIN_CPP = """#include <torch/extension.h>
+#include <torch/extension.h>
 torch::Tensor act_forward(torch::Tensor x);
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("act_forward", &act_forward, "act"); }
 """
@@ -42,6 +45,13 @@ def test_precompiled_header_is_built_once_and_used(tmp_path, monkeypatch):
                          cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert f"! {gch}" in run.stderr.splitlines()[0], run.stderr[:500]
+    # Flags the header was not built with: GCC sets the .gch aside and the build still works.
+    other = [f for f in flags if not f.startswith("-std=")] + ["-std=c++17"]
+    run = subprocess.run([compiler, "-H", "-Winvalid-pch", "-fsyntax-only",
+                          "-DTORCH_EXTENSION_NAME=cand_2", *other, str(tmp_path / "main.cpp")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "not used because" in run.stderr and f"! {gch}" not in run.stderr
 
 
 @pytest.mark.gpu

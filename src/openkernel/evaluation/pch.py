@@ -6,8 +6,9 @@ its Python bindings: ~18 CPU seconds of header parsing per candidate, the same f
 ``mode: pch`` worker compiles that header once per torch install, compiler and flag set, with
 the flags ``load_inline`` itself would use, into ``<root>/<key>/torch/extension.h.gch``.
 Candidate workers put that folder first on ``CPATH`` (read-only to them): GCC looks for a
-``.gch`` in each include directory before the header itself, and silently ignores one built
-with other flags, so the worst case is the old build time, never a wrong build.
+``.gch`` in each include directory before the header itself, and ignores one built with other
+flags (a one-line header beside it then forwards to torch's), so the worst case is the old
+build time, never a failed build.
 
 torch's own ``use_pch`` writes into the torch install (not ours to touch) and deletes the file
 again for every build without it, so it is not used.
@@ -76,7 +77,7 @@ def build(root: Path, with_cuda: bool = True) -> dict:
     key = hashlib.sha256("\n".join([torch.__version__, version, *flags]).encode()).hexdigest()[:20]
     folder = root / key
     target = folder / (HEADER + ".gch")
-    if target.is_file():
+    if target.is_file() and target.with_suffix("").is_file():
         return {"pch_dir": str(folder), "built": False, "seconds": round(time.monotonic() - t0, 2)}
     header = Path(torch.__file__).parent / "include" / HEADER
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -86,6 +87,10 @@ def build(root: Path, with_cuda: bool = True) -> dict:
     if run.returncode != 0:
         partial.unlink(missing_ok=True)
         return {"pch_dir": None, "why": f"compiling the header failed: {run.stderr[-500:]}"}
+    # GCC takes the header's folder to be this one: a second #include (a candidate's own, after
+    # load_inline's) or a build whose flags do not fit the .gch opens this file; it forwards
+    # to torch's header, which #pragma once then skips when the .gch already has it.
+    target.with_suffix("").write_text(f"#pragma once\n#include_next <{HEADER}>\n")
     os.replace(partial, target)  # whole or absent: a build never reads a half-written file
     return {"pch_dir": str(folder), "built": True, "seconds": round(time.monotonic() - t0, 2)}
 
