@@ -300,7 +300,8 @@ def test_cuda_template_passes_the_cpu_nvcc_check(examples_dir, tmp_path):
     probe = ev.probe()
     proposal = OfflineGenerator().propose(ProposalRequest(
         task=gelu, probe=probe, backend="cuda", iteration=0, branch=0, parent=None, best=None))
-    assert "<torch/extension.h>" not in proposal.code.split("load_inline(")[0]
+    cuda_part = proposal.code.split("_CUDA_SRC = ")[1].split("_CPP_SRC = ")[0]
+    assert "__global__" in cuda_part and "<ATen" not in cuda_part and "<torch" not in cuda_part
     result = ev.evaluate(proposal.code, "cuda", "cuda-template")
     if torch.cuda.is_available():
         assert result.correctness, result.eval_log

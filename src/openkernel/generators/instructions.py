@@ -27,12 +27,12 @@ LANGUAGE = {
 - Keep parameters and buffers named and initialised as in `Model`, so the same state dict loads.
 - Imports: torch, triton, math and the standard library only. No files, network, subprocesses, or tricks with timing or caching outputs: the evaluation checks for them.""",
     "cuda": """Write the kernel in CUDA C++, compiled with `torch.utils.cpp_extension.load_inline`.
-- At module level: a CUDA source string with your `__global__` kernels and host functions taking and returning `torch::Tensor`, a `cpp_sources` string declaring those functions, and `load_inline(name=<unique name>, cpp_sources=..., cuda_sources=..., functions=[...], extra_cuda_cflags=["-O3"])`.
+- At module level: a `cuda_sources` string, a `cpp_sources` string with the functions Python calls, and `load_inline(name=<unique name>, cpp_sources=..., cuda_sources=..., functions=[...], extra_cuda_cflags=["-O3"])`.
 - Define `class ModelNew(nn.Module)` with the same `__init__` arguments and `forward` signature as `Model`; `forward` calls your extension and returns what `Model.forward` returns (same shapes and dtypes).
-- In `cuda_sources` include only what the kernel needs (`<ATen/core/Tensor.h>`, `<ATen/Dispatch.h>`, `<ATen/ops/empty_like.h>` or the other `<ATen/ops/...>` you call, `<c10/cuda/CUDAGuard.h>`, `<c10/cuda/CUDAStream.h>`, `<c10/cuda/CUDAException.h>`), not `<torch/extension.h>`: the bindings already compile that, and it adds about 25 s to every build.
-- Launch on the current stream (`c10::cuda::getCurrentCUDAStream()`), then `C10_CUDA_KERNEL_LAUNCH_CHECK()`; guard the device with `c10::cuda::CUDAGuard`.
+- Split the build for speed: `cuda_sources` holds the `__global__` kernels and a plain launcher taking raw pointers, sizes and a `cudaStream_t`, with CUDA's own headers only (`<cuda_runtime.h>`, `<cuda_fp16.h>`, `<cuda_bf16.h>`, `<cstdint>`); ATen or torch headers there cost every build 12-30 s. The `torch::Tensor` functions go in `cpp_sources` (its `<torch/extension.h>` is precompiled), which declares the launcher and may include `<c10/cuda/CUDAStream.h>`, `<c10/cuda/CUDAGuard.h>` and `<c10/cuda/CUDAException.h>`.
+- Launch on the current stream (`c10::cuda::getCurrentCUDAStream()`, passed to the launcher), then `C10_CUDA_KERNEL_LAUNCH_CHECK()`; guard the device with `c10::cuda::CUDAGuard`.
 - Bounds-check every index so any input size works; use `int64_t` indexing; make inputs contiguous or honour their strides.
-- Dispatch over the input dtypes (`AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, ...)`) or `TORCH_CHECK` the one you support; accumulate in float.
+- Handle each input dtype (map `scalar_type()` to the launcher's typed kernels: `float`, `__half`, `__nv_bfloat16`, ...) or `TORCH_CHECK` the ones you support; accumulate in float.
 - No ATen compute (`at::matmul`, `torch::softmax`, ...) in place of your kernel and no fallback to the reference. No files, network, subprocesses, or tricks with timing or caching outputs: the evaluation checks for them.""",
 }
 
