@@ -13,7 +13,7 @@ gpus=$(nvidia-smi -L | wc -l)
 echo "stage $1 on $(nproc) cores, $gpus GPU(s): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 case "$1" in
   gputests)  # FILES: the test files (default: every file with GPU tests)
-    OPENKERNEL_KEEP_SCRATCH=1 timeout "${T:-330}" python3 -m pytest -q -m gpu -p no:cacheprovider -n "${N:-3}" --timeout 320 -rs \
+    OPENKERNEL_KEEP_SCRATCH=1 timeout "${T:-330}" python3 -m pytest -q -m gpu -p no:cacheprovider -n "${N:-1}" --timeout 320 -rs \
       ${FILES:-tests/test_pipeline.py tests/test_evaluation_integrity.py tests/test_sandbox.py \
       tests/test_profiling.py tests/test_generators_offline.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
     # Where Nsight Compute keeps its cross-process lock (it serialises profiling system-wide)
