@@ -33,12 +33,16 @@ PLAN = [
 def build(path: Path) -> dict:
     """Write the sample job (kernels and critic lines); return {label: kernel id} and the best id."""
     store = Store(path)
+    # Fixed times, before the kernels': "last activity" must not depend on the day tests run.
+    t0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
     run = store.start_run(task_name=TASK, job_name=JOB, backend="triton", gpu_arch="sm_90",
                           hardware="NVIDIA H200 (sm_90)", models=["offline"], status="completed",
+                          started_at=t0 - timedelta(minutes=1),
                           config={"branches_per_iteration": 4,
                                   "hardware": {"peak_bandwidth_gbs": 4000.0, "peak_tflops": {"fp32": 60.0}}})
-    store.start_run(task_name="softmax", job_name="other job", backend="cuda", hardware="CPU", status="failed")
-    ids, t0 = {}, datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+    store.start_run(task_name="softmax", job_name="other job", backend="cuda", hardware="CPU", status="failed",
+                    started_at=t0 - timedelta(hours=1))
+    ids = {}
     for n, (label, status, speedup, parent) in enumerate(PLAN):
         it, br = int(label[1]), int(label[-1])
         correct = status in ("faster", "correct")
