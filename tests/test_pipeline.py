@@ -145,6 +145,30 @@ def test_workers_under_a_profiler_are_spares_of_their_own(tmp_path):
     assert ev._spares == {}
 
 
+def test_a_profile_turn_ends_with_its_result_not_with_the_profiler(tmp_path):
+    """Nsight Compute writes its report after the profiled process exits: CPU work that must
+    not hold the GPU's turn. A stand-in profiler that lingers 4 s after its child shows it."""
+    fake = tmp_path / "ncu"
+    fake.write_text('#!/bin/sh\nwhile [ "$1" != "all" ]; do shift; done; shift\n'
+                    '"$@"; code=$?; sleep 4; exit $code\n')
+    fake.chmod(0o755)
+    ev = _evaluator(tmp_path)
+    pool = DevicePool([0])
+    runs = {}
+    for release in (False, True):
+        worker = ev._spawn("cpu", None, ncu=str(fake))
+        (worker.scratch / "candidate.py").write_text((CANDIDATES / "good_gelu.py").read_text())
+        job = {**_job(ev), "code_path": str(worker.scratch / "candidate.py"),
+               "scratch": str(worker.scratch)}
+        runs[release] = drive(worker, job, build_timeout_s=120, test_timeout_s=120,
+                              turn=lambda: pool.turn(0), release_on_result=release)
+        assert runs[release].payload and runs[release].payload["correctness"], runs[release].log_tail
+    held, released = pool.busy()[0]["intervals"]
+    # Both runs lasted past the lingering profiler; only the first held the turn through it.
+    assert runs[True].wall_s > 4 and runs[False].wall_s > 4
+    assert (held[1] - held[0]) - (released[1] - released[0]) > 3, (held, released)
+
+
 def test_without_prestart_no_spare_is_kept(tmp_path):
     ev = _evaluator(tmp_path)  # the CPU default: spares would only compete for the cores
     ev.evaluate((CANDIDATES / "good_gelu.py").read_text(), "triton", "one")

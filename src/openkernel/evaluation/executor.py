@@ -328,7 +328,8 @@ class Evaluator:
             job = {**job, "scratch": str(scratch)}
             turn = (lambda: self._slots.turn(gpu_index)) if (
                 gpu_index is not None and self._slots is not None) else None
-            run = drive(worker, job, self.ec.build_timeout_s, self.ec.test_timeout_s, turn=turn)
+            run = drive(worker, job, self.ec.build_timeout_s, self.ec.test_timeout_s, turn=turn,
+                        release_on_result=ncu is not None)
             run.prestarted = prestarted
             if ncu is not None:
                 run.full_log = read_full_log(worker)

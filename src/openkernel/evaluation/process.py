@@ -93,11 +93,14 @@ class WorkerProcess:
 
 
 def drive(worker: WorkerProcess, job: dict, build_timeout_s: float, test_timeout_s: float,
-          turn=None) -> WorkerRun:
+          turn=None, release_on_result: bool = False) -> WorkerRun:
     """Send ``job`` to a started worker, enforce the phase timeouts, collect its report.
 
     ``turn`` is a context manager factory; the worker's timed phase runs inside it (the
     executor passes the GPU's exclusive turn). Waiting for the turn counts against no timeout.
+    The turn ends when the worker has exited, or, with ``release_on_result``, once its result
+    is in: Nsight Compute writes its report after the profiled process is gone, on the CPU,
+    and the next candidate's tests need not wait for that.
     """
     out = WorkerRun()
     nonce = uuid.uuid4().hex
@@ -141,6 +144,8 @@ def drive(worker: WorkerProcess, job: dict, build_timeout_s: float, test_timeout
                     worker.send("go")
                 elif "result" in msg:
                     out.payload = msg["result"]
+                    if release_on_result:
+                        held.close()
     finally:
         if out.timed_out or worker.alive():
             _kill_group(worker.proc)
