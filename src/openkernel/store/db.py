@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterable
 
 from sqlalchemy import create_engine, event, func, select
+from sqlalchemy.pool import QueuePool
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import Session, sessionmaker
@@ -177,7 +178,10 @@ def open_readonly(path: str | Path) -> Engine:
     def connect() -> sqlite3.Connection:
         return sqlite3.connect(uri, uri=True, check_same_thread=False)
 
-    engine = create_engine("sqlite://", creator=connect)
+    # A pool of its own: "sqlite://" alone means SingletonThreadPool, which closes other threads'
+    # connections once five threads have one, mid-query (the dashboard serves each request on
+    # its own thread: closed-database errors, even segfaults).
+    engine = create_engine("sqlite://", creator=connect, poolclass=QueuePool)
     _sqlite_pragmas(engine, readonly=True)
     try:
         with engine.connect() as conn:
