@@ -11,10 +11,12 @@ the first (compiling) call, the test timeout covers correctness and benchmark.
 The pipeline on a GPU: up to ``max_workers`` workers run at once, placed on the least-loaded
 GPU. They build (nvcc, Triton JIT) side by side on the CPU cores; each then waits for its GPU's
 turn, and runs its tests and timed trials (or its profile) alone on that GPU, so timings never
-overlap another candidate's while builds keep every core busy. A spare worker with torch
-already imported waits for the next job on each GPU, and built CUDA extensions and Triton
-kernels are kept per candidate code (``paths.build_cache_dir``), so an identical candidate,
-or the profiling run of one just judged, never builds again.
+overlap another candidate's while builds keep every core busy. Spare workers with torch
+already imported (and, for profiles, already running under Nsight Compute) wait for the next
+jobs on each GPU, and built CUDA extensions and Triton kernels are kept per candidate code
+(``paths.build_cache_dir``), so an identical candidate, or the profiling run of one just
+judged, never builds again. With the cuda backend, <torch/extension.h> is precompiled once
+(``pch.py``).
 
 Several targets (``gpu_arch: [sm_90, sm_80]``, see ``targets.py``): a candidate is judged on a
 GPU of the primary architecture; once correct, it is timed again on one GPU of each other
@@ -76,8 +78,8 @@ class Evaluator:
         self._compile_ratio: float | None | bool = None  # False: tried and unavailable
         self._slots: DevicePool | None = None
         self.build_cache_root = Path(config.paths.build_cache_dir).expanduser().resolve()
-        # (device, gpu index) -> started workers waiting for their jobs
-        self._spares: dict[tuple[str, int | None], list[WorkerProcess]] = {}
+        # (device, gpu index, ncu binary or None) -> started workers waiting for their jobs
+        self._spares: dict[tuple[str, int | None, str | None], list[WorkerProcess]] = {}
         self._spare_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _kill_spares, self._spares, self.keep_scratch)
         # The precompiled torch header's folder, or why there is none (see pch.py)
