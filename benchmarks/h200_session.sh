@@ -13,14 +13,11 @@ gpus=$(nvidia-smi -L | wc -l)
 echo "stage $1 on $(nproc) cores, $gpus GPU(s): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 case "$1" in
   gputests)  # FILES: the test files (default: every file with GPU tests)
-    OPENKERNEL_KEEP_SCRATCH=1 timeout "${T:-330}" python3 -m pytest -q -m gpu -p no:cacheprovider -n "${N:-1}" --timeout 320 -rs \
+    # One at a time by default: two engines profiling on one GPU collide (ncu's state is per worker)
+    timeout "${T:-330}" python3 -m pytest -q -m gpu -p no:cacheprovider -n "${N:-1}" --timeout 320 -rs \
       ${FILES:-tests/test_pipeline.py tests/test_evaluation_integrity.py tests/test_sandbox.py \
-      tests/test_profiling.py tests/test_generators_offline.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40
-    # Where Nsight Compute keeps its cross-process lock (it serialises profiling system-wide)
-    ncu_dir=$(dirname "$(readlink -f "$(command -v ncu)")")
-    grep -rl --include='*.so*' -e 'nsight-compute-lock' "$ncu_dir/.." 2>/dev/null | head -3
-    find /tmp -maxdepth 9 -iname '*nsight*' 2>/dev/null | head ;;
-  throughput-triton)  # 32 Triton candidates on GPU 0 alone (unless ALLONLY=1), then on every GPU; NOPROF=1: no ncu
+      tests/test_profiling.py tests/test_generators_offline.py tests/test_pch.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
+  throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU (ALLONLY=1: only the latter); NOPROF=1: no ncu
     extra=${NOPROF:+--set eval_config.profile=false}
     [ -n "${ALLONLY:-}" ] || CUDA_VISIBLE_DEVICES=0 timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
       --iters 2 --branches 16 --label "triton-1gpu${NOPROF:+-noprofile}" $extra --out "$OUT/throughput.json" | tail -25

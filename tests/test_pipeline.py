@@ -126,10 +126,7 @@ def test_workers_under_a_profiler_are_spares_of_their_own(tmp_path):
     ncu is not on this machine: a stand-in that runs the command after ncu's own options
     shows the wrapper in the process tree, which is what the keying is about.
     """
-    fake = tmp_path / "ncu"
-    fake.write_text('#!/bin/sh\nwhile [ "$1" != "all" ]; do shift; done; shift\n'
-                    'echo "wrapped by fake ncu"\nexec "$@"\n')
-    fake.chmod(0o755)
+    fake = _stand_in_ncu(tmp_path, 'echo "wrapped by fake ncu"; exec "$@"')
     ev = _evaluator(tmp_path, prestart_workers=True)
     job = _job(ev)
     good = (CANDIDATES / "good_gelu.py").read_text()
@@ -148,10 +145,7 @@ def test_workers_under_a_profiler_are_spares_of_their_own(tmp_path):
 def test_a_profile_turn_ends_with_its_result_not_with_the_profiler(tmp_path):
     """Nsight Compute writes its report after the profiled process exits: CPU work that must
     not hold the GPU's turn. A stand-in profiler that lingers 4 s after its child shows it."""
-    fake = tmp_path / "ncu"
-    fake.write_text('#!/bin/sh\nwhile [ "$1" != "all" ]; do shift; done; shift\n'
-                    '"$@"; code=$?; sleep 4; exit $code\n')
-    fake.chmod(0o755)
+    fake = _stand_in_ncu(tmp_path, '"$@"; code=$?; sleep 4; exit $code')
     ev = _evaluator(tmp_path)
     pool = DevicePool([0])
     runs = {}
@@ -227,6 +221,15 @@ def test_a_candidate_writes_its_own_build_cache_only(tmp_path, monkeypatch):
         pytest.skip(out["confined"])
     assert out["own"] == "ok" and out["other"] == "PermissionError", out
     assert str(own) in out["confined"]
+
+
+def _stand_in_ncu(tmp_path: Path, then: str) -> Path:
+    """An executable taking ncu's arguments: skips its options (up to ``--target-processes
+    all``), then runs the shell line ``then`` with the worker command as "$@"."""
+    fake = tmp_path / "ncu"
+    fake.write_text(f'#!/bin/sh\nwhile [ "$1" != "all" ]; do shift; done; shift\n{then}\n')
+    fake.chmod(0o755)
+    return fake
 
 
 @pytest.mark.gpu

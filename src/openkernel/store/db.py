@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Iterable
 
 from sqlalchemy import create_engine, event, func, select
-from sqlalchemy.pool import QueuePool
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import QueuePool
 
 from openkernel.errors import OpenKernelError
 from openkernel.store.tables import Base, Critique, Kernel, ReferenceTiming, Run
