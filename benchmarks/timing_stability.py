@@ -59,10 +59,9 @@ def make_task(folder: Path, rows: int, cols: int) -> Path:
 
 def evaluator_for(task_dir: Path, scratch: Path, budget: float):
     from openkernel.config import build_config
-    from openkernel.evaluation.executor import Evaluator
-    from openkernel.task import load_task
-
+    from openkernel.evaluation.host.executor import Evaluator
     from openkernel.store import Store
+    from openkernel.task import load_task
 
     # No profiles: what is measured here is the verdict's timing, and ncu runs cost minutes.
     config = build_config({"paths": {"scratch_dir": str(scratch),
@@ -101,7 +100,7 @@ def do_bench(task_dir: str) -> None:
     import triton.testing
 
     sys.path.insert(0, task_dir)
-    from openkernel.evaluation.reference import load_module
+    from openkernel.evaluation.worker.task_runtime import load_module
 
     ref = load_module(Path(task_dir) / "reference.py", "ref")
     cand = load_module(CANDIDATES / "good_gelu.py", "cand")

@@ -29,13 +29,12 @@ from pathlib import Path
 import textual
 from textual import events
 
-from openkernel import events as ev
-from openkernel.schemas import EvalResult, Program, Status
-
 from kernelcode.tui.app import create_app
 from kernelcode.tui.screens.diff import DiffView
 from kernelcode.tui.screens.roofline import RooflineView
 from kernelcode.tui.widgets.header import RunHeader
+from openkernel import events as ev
+from openkernel.schemas import EvalResult, Program, Status
 
 RESULTS = Path(__file__).resolve().parent / "results" / "tui_throughput.json"
 STATUSES = [Status.FASTER, Status.CORRECT, Status.INCORRECT, Status.COMPILE_ERROR,

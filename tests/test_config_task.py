@@ -102,7 +102,7 @@ def test_engine_imports_without_ui():
     code = textwrap.dedent("""
         import sys
         import openkernel, openkernel.cli, openkernel.search.loop, openkernel.store
-        import openkernel.evaluation.executor, openkernel.generators
+        import openkernel.evaluation.host.executor, openkernel.generators
         bad = [m for m in sys.modules if m.split('.')[0] in ('kernelcode', 'textual', 'dash', 'litellm')]
         assert not bad, bad
     """)

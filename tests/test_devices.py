@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from openkernel.evaluation.devices import DevicePool, NoDeviceLeft, is_device_fault
-from openkernel.evaluation.sandbox import worker_env
+from openkernel.evaluation.host.devices import DevicePool, NoDeviceLeft, is_device_fault
+from openkernel.evaluation.host.environment import worker_env
 
 
 def test_one_worker_per_gpu_round_robin():

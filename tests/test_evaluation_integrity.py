@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from openkernel.config import build_config
-from openkernel.evaluation.executor import Evaluator
+from openkernel.evaluation.host.executor import Evaluator
 from openkernel.schemas import Status
 from openkernel.task import load_task
 

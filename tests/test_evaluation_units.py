@@ -8,13 +8,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from openkernel.evaluation import integrity as ig
-from openkernel.evaluation.build import static_cuda_sources
-from openkernel.evaluation.correctness import compare_outputs, relative_error, tolerances_for
-from openkernel.evaluation.hardware import CPU_LABEL, roofline_ms
-from openkernel.evaluation.results import from_worker
-from openkernel.evaluation.timing import Timer, summarize
-from openkernel.evaluation.types import Hardware, TaskProbe
+from openkernel.evaluation.host.results import from_worker
+from openkernel.evaluation.worker import integrity as ig
+from openkernel.evaluation.worker.build import static_cuda_sources
+from openkernel.evaluation.worker.correctness import (
+    compare_outputs,
+    relative_error,
+    tolerances_for,
+)
+from openkernel.evaluation.worker.timing import Timer, summarize
+from openkernel.records import CPU_LABEL, Hardware, TaskProbe
+from openkernel.roofline import roofline_ms
 from openkernel.schemas import Status
 
 CANDIDATES = Path(__file__).parent / "candidates"
@@ -117,7 +121,7 @@ def test_static_cuda_sources_finds_kernels():
 
 
 def test_phase_seconds_split_the_worker_wall_time():
-    from openkernel.evaluation.process import WorkerRun
+    from openkernel.evaluation.host.process import WorkerRun
 
     run = WorkerRun()
     run.phase_starts += [("build", 1.5), ("warmup", 2.0), ("test", 3.0), ("benchmark", 5.0)]

@@ -16,12 +16,12 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from openkernel.evaluation.types import Hardware, TaskProbe
+from openkernel.config import Config
 from openkernel.generators import make_generator
 from openkernel.generators.base import ProposalRequest
 from openkernel.generators.offline import OfflineGenerator, skill_matches
 from openkernel.generators.templates import TEMPLATES
-from openkernel.config import Config
+from openkernel.records import Hardware, TaskProbe
 from openkernel.schemas import EvalResult, Program
 from openkernel.task import load_task
 
@@ -292,7 +292,7 @@ def test_cuda_elementwise_template_runs(tmp_path):
 def test_cuda_template_passes_the_cpu_nvcc_check(examples_dir, tmp_path):
     """The offline CUDA C++ candidate compiles with nvcc here (CPU torch: headers shimmed)."""
     from openkernel.config import build_config
-    from openkernel.evaluation.executor import Evaluator
+    from openkernel.evaluation.host.executor import Evaluator
     from openkernel.schemas import Status
 
     gelu = load_task(examples_dir / "gelu")

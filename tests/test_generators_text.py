@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from openkernel.evaluation.types import TaskProbe
 from openkernel.generators.base import ProposalRequest
 from openkernel.generators.extract import extract_code
 from openkernel.generators.feedback import LogCondenser, condense_log
 from openkernel.generators.prompt import SECTIONS, build_prompt
+from openkernel.records import TaskProbe
 from openkernel.schemas import EvalResult, Program
 from openkernel.task import load_task
 

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from openkernel import records as hwmod
 from openkernel.config import build_config
 from openkernel.errors import ConfigError
-from openkernel.evaluation import hardware as hwmod
-from openkernel.evaluation.devices import DevicePool, NoDeviceLeft
-from openkernel.evaluation.executor import Evaluator
-from openkernel.evaluation.process import WorkerRun
-from openkernel.evaluation.targets import gencode_flags, plan_targets, torch_arch_list
-from openkernel.evaluation.types import Hardware, TaskProbe
+from openkernel.evaluation.host.devices import DevicePool, NoDeviceLeft
+from openkernel.evaluation.host.executor import Evaluator
+from openkernel.evaluation.host.process import WorkerRun
+from openkernel.records import Hardware, TaskProbe
 from openkernel.schemas import Program, Status, new_program_id
 from openkernel.search.loop import Search
 from openkernel.search.records import kernel_fields, program_from_row
 from openkernel.store import Store
+from openkernel.targets import gencode_flags, plan_targets, torch_arch_list
 from openkernel.task import load_task
 
 CANDIDATES = Path(__file__).parent / "candidates"
@@ -55,16 +55,16 @@ def test_hardware_json_round_trip_keeps_each_gpus_arch():
     hw = Hardware(label="NVIDIA H100 (sm_90)", device="cuda", gpu_arch="sm_90", num_gpus=3,
                   gpu_archs=("sm_90", "sm_80", "sm_80"), peak_bandwidth_gbs=3350.0,
                   peak_tflops={"float16": 990.0})
-    assert hwmod.from_json(json.loads(json.dumps(hwmod.to_json(hw)))) == hw
+    assert hwmod.hardware_from_json(json.loads(json.dumps(hwmod.hardware_to_json(hw)))) == hw
 
 
 def test_hardware_json_stored_before_gpu_archs_still_loads():
     old = {"label": "NVIDIA H200 (sm_90)", "device": "cuda", "gpu_arch": "sm_90", "num_gpus": 2,
            "interpreter": False, "peak_bandwidth_gbs": 4800.0, "peak_tflops": {}}
-    assert hwmod.from_json(old).gpu_archs == ("sm_90", "sm_90")
+    assert hwmod.hardware_from_json(old).gpu_archs == ("sm_90", "sm_90")
     cpu = {"label": hwmod.CPU_LABEL, "device": "cpu", "gpu_arch": "cpu", "num_gpus": 0,
            "interpreter": True, "peak_bandwidth_gbs": None, "peak_tflops": {}, "future": 1}
-    assert hwmod.from_json(cpu).gpu_archs == ()  # and a key this version lacks is ignored
+    assert hwmod.hardware_from_json(cpu).gpu_archs == ()  # and a key this version lacks is ignored
 
 
 # -- which GPU judges, which times ----------------------------------------------------------
@@ -127,9 +127,9 @@ class FakeGpuEvaluator(Evaluator):
     def _run(self, job, device, gpu_index, label="", code=None, wrap=None, build_cache=None,
              spare=True) -> WorkerRun:
         with self._calls_lock:
-            self.calls.append((job["mode"], gpu_index, label, job.get("cuda_targets")))
+            self.calls.append((job.mode, gpu_index, label, job.cuda_targets))
         run = WorkerRun()
-        if job["mode"] == "reference":
+        if job.mode == "reference":
             run.payload = {"eager": {"median": 2.0}, "compile": {"median": 1.0}}
             return run
         ms = 1.0 if self.hw.gpu_archs[gpu_index] == "sm_90" else 2.0

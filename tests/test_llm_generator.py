@@ -14,9 +14,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from llm_server import ChatServer  # noqa: E402
 
 from openkernel.config import Config  # noqa: E402
-from openkernel.evaluation.types import TaskProbe  # noqa: E402
 from openkernel.generators import make_generator  # noqa: E402
 from openkernel.generators.base import ProposalRequest  # noqa: E402
+from openkernel.records import TaskProbe  # noqa: E402
 from openkernel.schemas import EvalResult, Program  # noqa: E402
 from openkernel.task import load_task  # noqa: E402
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from openkernel.evaluation import pch
+from openkernel.evaluation.worker import pch
 
 # load_inline's main.cpp: its own include, then the candidate's cpp_sources, which often
 # include the header again.
@@ -61,7 +61,7 @@ def test_gpu_cuda_run_builds_against_the_precompiled_header(tmp_path):
     from pathlib import Path
 
     from openkernel.config import build_config
-    from openkernel.evaluation.executor import Evaluator
+    from openkernel.evaluation.host.executor import Evaluator
     from openkernel.schemas import Status
     from openkernel.task import load_task
 

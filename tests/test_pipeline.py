@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 import textwrap
 import threading
 import time
@@ -18,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from openkernel.config import build_config
-from openkernel.evaluation import sandbox
-from openkernel.evaluation.devices import DevicePool
-from openkernel.evaluation.executor import Evaluator
-from openkernel.evaluation.process import drive
+from openkernel.evaluation.host import environment
+from openkernel.evaluation.host.devices import DevicePool
+from openkernel.evaluation.host.executor import Evaluator
+from openkernel.evaluation.host.process import drive
+from openkernel.evaluation.worker import sandbox
 from openkernel.schemas import Status
 from openkernel.task import load_task
 
@@ -36,11 +38,11 @@ def _evaluator(tmp_path, **ec) -> Evaluator:
     return Evaluator(load_task(EXAMPLES / "gelu"), config, bench_budget_s=0.1)
 
 
-def _job(ev: Evaluator) -> dict:
+def _job(ev: Evaluator):
     hw = ev.hardware
-    return {"mode": "evaluate", "backend": "triton", **ev._task_job(hw.device),
-            "correctness_seeds": 1, "gpu_arch": "cpu", "build_timeout_s": 60,
-            "gpu_memory_fraction": 0.9, **ev._bench_params(hw)}
+    return ev._task_job(hw.device, "evaluate", backend="triton", correctness_seeds=1,
+                        gpu_arch="cpu", build_timeout_s=60, gpu_memory_fraction=0.9,
+                        **ev._bench_params(hw))
 
 
 def test_least_loaded_placement_and_exclusive_turns():
@@ -84,8 +86,8 @@ def test_waiting_for_the_turn_counts_against_no_timeout(tmp_path):
     holder.start()
     worker = ev._spawn("cpu", None)
     (worker.scratch / "candidate.py").write_text((CANDIDATES / "good_gelu.py").read_text())
-    job = {**_job(ev), "code_path": str(worker.scratch / "candidate.py"),
-           "scratch": str(worker.scratch)}
+    job = replace(_job(ev), code_path=str(worker.scratch / "candidate.py"),
+                  scratch=str(worker.scratch))
     threading.Timer(25, release.set).start()  # past the 20 s build timeout below
     try:
         run = drive(worker, job, build_timeout_s=20, test_timeout_s=60, turn=lambda: pool.turn(0))
@@ -130,12 +132,12 @@ def test_workers_under_a_profiler_are_spares_of_their_own(tmp_path):
     ev = _evaluator(tmp_path, prestart_workers=True)
     job = _job(ev)
     good = (CANDIDATES / "good_gelu.py").read_text()
-    first = ev._run(job, "cpu", None, label="p1", code=good, ncu=str(fake))
+    first = ev._run(job, "cpu", None, label="p1", code=good, profiler=str(fake))
     assert first.payload and first.payload["correctness"], first.log_tail
     assert first.prestarted is False and "wrapped by fake ncu" in first.full_log
     assert set(ev._spares) == {("cpu", None, str(fake))}  # no evaluation spare was started
     time.sleep(8)
-    second = ev._run(job, "cpu", None, label="p2", code=good, ncu=str(fake))
+    second = ev._run(job, "cpu", None, label="p2", code=good, profiler=str(fake))
     assert second.prestarted is True and "wrapped by fake ncu" in second.full_log
     assert second.phase_seconds()["setup"] < first.phase_seconds()["setup"]
     ev.close()
@@ -150,10 +152,10 @@ def test_a_profile_turn_ends_with_its_result_not_with_the_profiler(tmp_path):
     pool = DevicePool([0])
     runs = {}
     for release in (False, True):
-        worker = ev._spawn("cpu", None, ncu=str(fake))
+        worker = ev._spawn("cpu", None, profiler=str(fake))
         (worker.scratch / "candidate.py").write_text((CANDIDATES / "good_gelu.py").read_text())
-        job = {**_job(ev), "code_path": str(worker.scratch / "candidate.py"),
-               "scratch": str(worker.scratch)}
+        job = replace(_job(ev), code_path=str(worker.scratch / "candidate.py"),
+                      scratch=str(worker.scratch))
         runs[release] = drive(worker, job, build_timeout_s=120, test_timeout_s=120,
                               turn=lambda: pool.turn(0), release_on_result=release)
         assert runs[release].payload and runs[release].payload["correctness"], runs[release].log_tail
@@ -172,11 +174,12 @@ def test_without_prestart_no_spare_is_kept(tmp_path):
 def test_worker_points_its_caches_at_the_build_cache(tmp_path, monkeypatch):
     import torch
 
-    from openkernel.evaluation import worker
+    from openkernel.evaluation.protocol import Job
+    from openkernel.evaluation.worker import main as worker
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "elsewhere")
     monkeypatch.setenv("TRITON_CACHE_DIR", "elsewhere")
-    worker._use_build_cache({"build_cache": str(tmp_path)})
+    worker._use_build_cache(Job(mode="evaluate", build_cache=str(tmp_path)))
     root = tmp_path / f"torch-{torch.__version__}"
     assert (root / "torch_extensions").is_dir() and (root / "triton").is_dir()
     assert os.environ["TORCH_EXTENSIONS_DIR"] == str(root / "torch_extensions")
@@ -185,7 +188,7 @@ def test_worker_points_its_caches_at_the_build_cache(tmp_path, monkeypatch):
 
 CHILD = textwrap.dedent('''
     import json, os, sys
-    from openkernel.evaluation.sandbox import confine
+    from openkernel.evaluation.worker.sandbox import confine
     scratch, own, other = sys.argv[1:4]
     os.chdir(scratch)
     out = {"confined": confine(scratch, [], False, writable=[own])}
@@ -213,7 +216,7 @@ def test_a_candidate_writes_its_own_build_cache_only(tmp_path, monkeypatch):
     for d in (engine, scratch, own, other):
         d.mkdir(parents=True)
     monkeypatch.chdir(engine)
-    env = sandbox.worker_env(dict(os.environ), scratch, "cpu", None)
+    env = environment.worker_env(dict(os.environ), scratch, "cpu", None)
     proc = subprocess.run([sys.executable, "-c", CHILD, str(scratch), str(own), str(other)],
                           cwd=engine, env=env, capture_output=True, text=True, timeout=60)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -238,7 +241,7 @@ def test_gpu_pipeline_turns_spares_and_build_cache(tmp_path):
     CUDA C++ extension built for the verdict is loaded, not rebuilt, by its profiling run."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from openkernel.evaluation.profiling import find_ncu
+    from openkernel.evaluation.host.ncu import find_ncu
 
     ev = _evaluator(tmp_path, build_timeout_s=300)
     assert ev.probe().ok

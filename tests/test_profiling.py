@@ -2,10 +2,15 @@
 
 import pytest
 
-from openkernel.evaluation.profiling import (
-    METRICS, classify, format_profile, ncu_command, parse_ncu_csv, summarize,
+from openkernel.evaluation.host.ncu import (
+    METRICS,
+    classify,
+    format_profile,
+    ncu_command,
+    parse_ncu_csv,
+    summarize,
 )
-from openkernel.evaluation.types import Hardware, TaskProbe
+from openkernel.records import Hardware, TaskProbe
 from openkernel.schemas import EvalResult, Program
 from openkernel.search.critic import diagnose, roofline_estimate
 
@@ -86,8 +91,8 @@ def test_roofline_estimate_and_critic():
 def test_ncu_profile_of_a_real_candidate(tmp_path, examples_dir):
     """On the H200: a correct Triton GELU is profiled by Nsight Compute, reference included."""
     from openkernel.config import build_config
-    from openkernel.evaluation.executor import Evaluator
-    from openkernel.evaluation.profiling import find_ncu
+    from openkernel.evaluation.host.executor import Evaluator
+    from openkernel.evaluation.host.ncu import find_ncu
     from openkernel.task import load_task
 
     if find_ncu() is None:
@@ -107,7 +112,7 @@ def test_ncu_profile_of_a_real_candidate(tmp_path, examples_dir):
 
 
 def test_ceilings_cache_round_trip(tmp_path):
-    from openkernel.evaluation import ceilings
+    from openkernel.evaluation.host import ceilings
 
     path = tmp_path / "ceilings.json"
     assert ceilings.load_all(path) == {}

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from openkernel.evaluation import sandbox
+from openkernel.evaluation.host import environment
+from openkernel.evaluation.worker import sandbox
 
 
 def _landlock_abi() -> int:
@@ -61,7 +62,7 @@ def add(x, y):
 CHILD = '''
 import json, os, socket, sqlite3, sys
 import torch, triton
-from openkernel.evaluation.sandbox import confine
+from openkernel.evaluation.worker.sandbox import confine
 scratch, task, engine, port, gpu, device = json.loads(sys.argv[1])
 os.chdir(scratch)
 out = {"confined": confine(scratch, [task], gpu)}
@@ -121,14 +122,14 @@ def engine(tmp_path, monkeypatch):
     scratch.mkdir()
     (scratch / "candidate.py").write_text(ADD_KERNEL)
     monkeypatch.chdir(root)  # worker_env reads the engine's cwd
-    env = sandbox.worker_env({**os.environ, **SECRETS}, scratch, "cpu", None)
+    env = environment.worker_env({**os.environ, **SECRETS}, scratch, "cpu", None)
     return root, db, task, scratch, env
 
 
 def _run_child(engine, gpu: bool, device: str = "cpu") -> dict:
     root, db, task, scratch, env = engine
     if device == "cuda":
-        env = sandbox.worker_env({**os.environ, **SECRETS}, scratch, "cuda", 0)
+        env = environment.worker_env({**os.environ, **SECRETS}, scratch, "cuda", 0)
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
@@ -190,7 +191,7 @@ def test_cuda_and_triton_work_under_confinement(engine):
 def test_threads_started_before_confine_are_reported(tmp_path):
     code = textwrap.dedent(f"""
         import threading, time
-        from openkernel.evaluation.sandbox import confine
+        from openkernel.evaluation.worker.sandbox import confine
         threading.Thread(target=time.sleep, args=(5,), daemon=True).start()
         print(confine({str(tmp_path)!r}, [], False))
     """)
@@ -206,7 +207,7 @@ def test_worker_env_drops_secrets_and_moves_caches(tmp_path, monkeypatch):
             "PYTHONPATH": f"relative:{tmp_path}:/nonexistent", "TRITON_INTERPRET": "1",
             "TRITON_CACHE_DIR": "/home/me/.triton", "DISPLAY": ":0", **SECRETS}
     scratch = tmp_path / "scratch"
-    env = sandbox.worker_env(base, scratch, "cuda", 1)
+    env = environment.worker_env(base, scratch, "cuda", 1)
     for name in SECRETS:
         assert name not in env
     assert "DISPLAY" not in env  # not on the allow-list
@@ -218,27 +219,27 @@ def test_worker_env_drops_secrets_and_moves_caches(tmp_path, monkeypatch):
     assert "TRITON_INTERPRET" not in env
     assert env["PYTHONDONTWRITEBYTECODE"] == env["PYTHONUNBUFFERED"] == "1"
     paths = env["PYTHONPATH"].split(os.pathsep)
-    assert str(sandbox._PKG_DIR.parent) in paths
+    assert str(environment.PKG_DIR.parent) in paths
     assert str(tmp_path) not in paths and "relative" not in paths  # the engine's cwd
-    assert str(tmp_path) in env[sandbox.PROTECT_VAR]
+    assert str(tmp_path) in env[environment.PROTECT_VAR]
 
-    cpu = sandbox.worker_env(base, scratch, "cpu", None)
+    cpu = environment.worker_env(base, scratch, "cpu", None)
     assert cpu["TRITON_INTERPRET"] == "1" and cpu["CUDA_VISIBLE_DEVICES"] == ""
-    assert sandbox.worker_env({}, scratch, "cuda", 0)["CUDA_VISIBLE_DEVICES"] == "0"
+    assert environment.worker_env({}, scratch, "cuda", 0)["CUDA_VISIBLE_DEVICES"] == "0"
 
 
 def test_redact_hides_secrets_echoed_by_a_candidate():
-    secrets = sandbox.secret_values({**SECRETS, "PATH": "/usr/bin", "LANG": "C.UTF-8"})
+    secrets = environment.secret_values({**SECRETS, "PATH": "/usr/bin", "LANG": "C.UTF-8"})
     assert set(secrets) == set(SECRETS.values())
     output = "key=sk-test-openai-0123456789 url=https://user:pa55word@db.example.com/x ok"
-    clean = sandbox.redact(output, secrets)
+    clean = environment.redact(output, secrets)
     assert "sk-test" not in clean and "pa55word" not in clean and clean.endswith(" ok")
-    assert sandbox.redact("abc abcde", ["abc"]) == "abc abcde"  # too short to redact safely
+    assert environment.redact("abc abcde", ["abc"]) == "abc abcde"  # too short to redact safely
 
 
 def _limited(code: str, cpu_s: float, mem_bytes: int | None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", code], preexec_fn=sandbox.limits_preexec(cpu_s, mem_bytes),
+        [sys.executable, "-c", code], preexec_fn=environment.limits_preexec(cpu_s, mem_bytes),
         capture_output=True, text=True, timeout=60,
     )
 

@@ -10,7 +10,15 @@ from sqlalchemy.orm import Session
 from kernelcode.dashboard import queries
 from kernelcode.dashboard.app import route
 from kernelcode.dashboard.source import DataSource
-from openkernel.store import Base, Critique, Kernel, ReferenceTiming, Run, Store, open_readonly
+from openkernel.store import (
+    Base,
+    Critique,
+    Kernel,
+    ReferenceTiming,
+    Run,
+    Store,
+    open_readonly,
+)
 
 TASK, JOB = "gelu", "old job"
 

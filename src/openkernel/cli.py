@@ -53,7 +53,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_run(args) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     import openkernel
     from openkernel import events as ev
@@ -98,7 +104,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from openkernel.evaluation.executor import Evaluator
+    from openkernel.evaluation.host.executor import Evaluator
     from openkernel.runner import resolve_run
 
     candidate = Path(args.candidate)

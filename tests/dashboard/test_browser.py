@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import sample_db
+
 from kernelcode.dashboard import job_url, serve_in_background
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -6,6 +6,7 @@ import json
 import shutil
 
 import sample_db
+
 from kernelcode.dashboard.app import create_app, job_path
 from openkernel.store import Store
 

@@ -10,10 +10,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 import sample_db
-from kernelcode.dashboard import job_url, serve_in_background
-from kernelcode.dashboard import queries
+
+from kernelcode.dashboard import job_url, queries, serve_in_background
 from kernelcode.dashboard.app import route
 from kernelcode.dashboard.cli import main
 from kernelcode.dashboard.source import DataSource

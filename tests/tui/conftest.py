@@ -8,10 +8,9 @@ import time
 
 import pytest
 
-from openkernel import events as ev
-
 from kernelcode.tui.app import KernelCodeApp, create_app
 from kernelcode.tui.demo import CPU, demo_events
+from openkernel import events as ev
 
 SIZE = (140, 44)
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from openkernel.events import RunFinished
-
 from kernelcode.tui.app import create_app
 from kernelcode.tui.widgets.experiment_log import ExperimentLog
 from kernelcode.tui.widgets.header import RunHeader
+from openkernel.events import RunFinished
 
 from .conftest import SIZE, chat_text, wait_until
 

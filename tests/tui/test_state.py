@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import threading
 
-from openkernel import events as ev
-from openkernel.errors import TaskError
-from openkernel.schemas import Status
-
 from kernelcode.tui.bridge import EventBuffer, EventsReady, pump
 from kernelcode.tui.demo import demo_events
 from kernelcode.tui.narrate import narrate
 from kernelcode.tui.state import RunCouldNotStart, RunCrashed, RunState
+from openkernel import events as ev
+from openkernel.errors import TaskError
+from openkernel.schemas import Status
 
 
 def test_state_folds_the_demo_run():

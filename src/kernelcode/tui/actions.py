@@ -16,7 +16,7 @@ from textual.widgets import Input
 from kernelcode.tui import dashboard_link, skills
 from kernelcode.tui.formatting import label_of, pretty_backend
 from kernelcode.tui.messages import DashboardStarted, DashboardUnavailable, SkillsLoaded
-from kernelcode.tui.narrate import ACCENT, DIM, ERROR, WARN
+from kernelcode.tui.narrate import ACCENT, DIM, WARN
 from kernelcode.tui.screens.candidate import CandidateView
 from kernelcode.tui.screens.diff import DiffView
 from kernelcode.tui.screens.overlay import Overlay, OverlayBody, OverlayFrame

@@ -19,9 +19,6 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
 
-from openkernel import events as ev
-from openkernel.search.control import RunControl
-
 from kernelcode.tui.actions import KeyActions
 from kernelcode.tui.bridge import EventBuffer, EventsReady, pump
 from kernelcode.tui.engine import EventSource, engine_events, source_events
@@ -34,6 +31,8 @@ from kernelcode.tui.widgets.footer import KeysFooter
 from kernelcode.tui.widgets.header import RunHeader
 from kernelcode.tui.widgets.profiling import ProfilingPanel
 from kernelcode.tui.widgets.trajectory import TrajectoryPanel
+from openkernel import events as ev
+from openkernel.search.control import RunControl
 
 # Events taken per drain, and drains at most every DRAIN_INTERVAL_S: a fast stream is applied
 # in batches a few frames apart, so between them the loop is free for keys and redraws.

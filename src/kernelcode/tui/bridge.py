@@ -14,9 +14,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 from textual.message import Message
 
-from openkernel.errors import OpenKernelError
-
 from kernelcode.tui.state import RunCouldNotStart, RunCrashed
+from openkernel.errors import OpenKernelError
 
 
 class EventsReady(Message):

@@ -25,9 +25,8 @@ def engine_events(task_or_config: str | Path | None, overrides: Sequence[str],
         OpenKernelError: the task or config is bad (shown in the app as a message).
     """
     import openkernel
-    from openkernel.runner import resolve_run
-
     from kernelcode.tui.state import RunResolved
+    from openkernel.runner import resolve_run
 
     task, config = resolve_run(task_or_config, list(overrides))
     yield RunResolved(config.task_name or task.name, task.reference_code)

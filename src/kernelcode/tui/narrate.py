@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from openkernel import events as ev
-
 from kernelcode.tui.formatting import (
-    STATUS_COLOURS, STATUS_GLYPHS, STATUS_WORDS, label_of, pretty_backend, pretty_hardware,
+    STATUS_COLOURS,
+    STATUS_GLYPHS,
+    STATUS_WORDS,
+    label_of,
+    pretty_backend,
+    pretty_hardware,
     speedup_str,
 )
 from kernelcode.tui.state import RunCouldNotStart, RunCrashed
+from openkernel import events as ev
 
 DIM = "#8b949e"
 ERROR = "bold #f85149"

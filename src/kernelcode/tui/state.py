@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kernelcode.tui.formatting import is_error
 from openkernel import events as ev
 from openkernel.schemas import Program, Status
-
-from kernelcode.tui.formatting import is_error
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from openkernel.evaluation.types import TaskProbe
+from openkernel.records import TaskProbe
 from openkernel.schemas import Program
 from openkernel.task import Task
 

@@ -7,7 +7,7 @@ strategies are short on purpose: the model knows the techniques; it needs to kno
 
 from __future__ import annotations
 
-from openkernel.evaluation.types import TaskProbe
+from openkernel.records import TaskProbe
 
 MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution",
               "_convolution", "conv1d", "conv2d", "conv3d", "einsum", "_scaled_mm"}

@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 
 from openkernel.config import ModelConfig
-from openkernel.evaluation.types import TaskProbe
 from openkernel.generators.base import Proposal, ProposalRequest
 from openkernel.generators.extract import extract_code
 from openkernel.generators.feedback import LogCondenser
 from openkernel.generators.prompt import build_prompt
+from openkernel.records import TaskProbe
 from openkernel.task import Task
 
 _TRANSIENT_STATUS = {408, 409, 425, 429}

@@ -12,11 +12,10 @@ reads its parent's (and inspirations') params from.
 
 from __future__ import annotations
 
-
-from openkernel.evaluation.types import TaskProbe
 from openkernel.generators.base import Proposal, ProposalRequest
 from openkernel.generators.templates import TEMPLATES, Match, Template
 from openkernel.generators.templates.common import op_bases
+from openkernel.records import TaskProbe
 from openkernel.schemas import Program
 from openkernel.task import Task
 

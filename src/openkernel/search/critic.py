@@ -7,8 +7,8 @@ an estimate. Interpreter timings on the CPU say nothing about a GPU, and the cri
 
 from __future__ import annotations
 
-from openkernel.evaluation.hardware import floor_seconds, peak_tflops_for
-from openkernel.evaluation.types import Hardware, TaskProbe
+from openkernel.records import Hardware, TaskProbe
+from openkernel.roofline import floor_seconds, peak_tflops_for
 from openkernel.schemas import Program, Status
 
 

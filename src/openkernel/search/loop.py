@@ -19,13 +19,24 @@ from pathlib import Path
 from typing import Iterator
 
 from openkernel.config import Config
-from openkernel.evaluation.devices import NoDeviceLeft
-from openkernel.evaluation.executor import Evaluator
-from openkernel.evaluation.targets import TargetPlan
+from openkernel.evaluation.host.devices import NoDeviceLeft
+from openkernel.evaluation.host.executor import Evaluator
 from openkernel.events import (
-    BackendSwitched, BestImproved, CandidateEvaluated, CandidateGenerated, CandidateStarted,
-    CriticDiagnosed, Event, InstructionAdded, IterationFinished, IterationStarted, LogEmitted,
-    RunFinished, RunPaused, RunResumed, RunStarted,
+    BackendSwitched,
+    BestImproved,
+    CandidateEvaluated,
+    CandidateGenerated,
+    CandidateStarted,
+    CriticDiagnosed,
+    Event,
+    InstructionAdded,
+    IterationFinished,
+    IterationStarted,
+    LogEmitted,
+    RunFinished,
+    RunPaused,
+    RunResumed,
+    RunStarted,
 )
 from openkernel.generators import make_generator
 from openkernel.generators.base import Generator, ProposalRequest
@@ -36,6 +47,7 @@ from openkernel.search.control import RunControl
 from openkernel.search.critic import diagnose, roofline_estimate
 from openkernel.search.records import kernel_fields, program_from_row
 from openkernel.store import Store
+from openkernel.targets import TargetPlan
 from openkernel.task import Task
 
 _DONE = object()

@@ -14,8 +14,14 @@ from dash import ClientsideFunction, Input, Output, State, ctx, dcc, html, no_up
 from dash.exceptions import PreventUpdate
 
 from kernelcode.dashboard.components import kernel_panel, message_page
-from kernelcode.dashboard.graph import (BEST_MEANING, EDGE_BUDGET, STATUS_COLORS, STATUS_MEANINGS,
-                                        graph_elements, stylesheet)
+from kernelcode.dashboard.graph import (
+    BEST_MEANING,
+    EDGE_BUDGET,
+    STATUS_COLORS,
+    STATUS_MEANINGS,
+    graph_elements,
+    stylesheet,
+)
 from kernelcode.dashboard.health import branches_from_config, job_health
 from kernelcode.dashboard.pages import panels
 

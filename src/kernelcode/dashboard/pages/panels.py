@@ -12,8 +12,13 @@ from dash import Input, Output, Patch, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from kernelcode.dashboard.components import diff_table
-from kernelcode.dashboard.figures import gauges_figure, heatmap_figure, landscape_figure, roofline_figure, \
-    trajectory_figure
+from kernelcode.dashboard.figures import (
+    gauges_figure,
+    heatmap_figure,
+    landscape_figure,
+    roofline_figure,
+    trajectory_figure,
+)
 from kernelcode.dashboard.graph import STATUS_COLORS
 from kernelcode.dashboard.health import branches_from_config, job_health
 from kernelcode.dashboard.profile import best_profiled, hardware_peaks

@@ -6,10 +6,9 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from openkernel.schemas import Program
-
 from kernelcode.tui.formatting import label_of, speedup_str, status_text
 from kernelcode.tui.screens.overlay import Block, Overlay, section
+from openkernel.schemas import Program
 
 DIM = "#8b949e"
 

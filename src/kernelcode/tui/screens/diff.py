@@ -6,6 +6,7 @@ import difflib
 
 from rich.syntax import Syntax
 from rich.text import Text
+
 from kernelcode.tui.screens.overlay import Block, Overlay, message
 
 THEME = "monokai"

@@ -27,6 +27,7 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+
 @dataclass(frozen=True)
 class Block:
     """Part of a view: ``lines`` is unwrapped Text drawn line by line as it scrolls into view;

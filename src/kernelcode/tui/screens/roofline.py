@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from rich.table import Table
 from rich.text import Text
 
-from openkernel.schemas import Program, Status
-
 from kernelcode.tui import profile
 from kernelcode.tui.formatting import STATUS_COLOURS, label_of
 from kernelcode.tui.screens.overlay import Block, Overlay, message, note
+from openkernel.schemas import Program, Status
 
 DIM = "#6e7681"
 NO_DATA = ("No roofline yet: it needs each kernel's FLOPs, bytes and runtime "

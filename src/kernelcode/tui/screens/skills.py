@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 from rich.text import Text
+
 from kernelcode.tui.screens.overlay import Block, Overlay, message, note
 
 

@@ -12,7 +12,7 @@ import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from openkernel.evaluation.types import TaskProbe
+from openkernel.records import TaskProbe
 from openkernel.task import Task
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from openkernel.evaluation.types import TaskProbe
 from openkernel.generators.templates.activations import BoundActivation, aten_base
 from openkernel.generators.templates.refparse import Reference
+from openkernel.records import TaskProbe
 
 TRITON_HEADER = '''import torch
 import torch.nn as nn

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import ast
 
-from openkernel.evaluation.types import TaskProbe
 from openkernel.generators.templates.activations import ATEN_NAMES, bind
 from openkernel.generators.templates.base import Match, Template, Tunable
 from openkernel.generators.templates.common import (
-    FLOAT_DTYPES, TRITON_HEADER, act_args, dtype_name, init_method, module_preamble, op_bases)
+    FLOAT_DTYPES,
+    TRITON_HEADER,
+    act_args,
+    dtype_name,
+    init_method,
+    module_preamble,
+    op_bases,
+)
 from openkernel.generators.templates.refparse import Reference, parse_reference
+from openkernel.records import TaskProbe
 from openkernel.task import Task
 
 _KERNEL = '''

@@ -8,11 +8,17 @@ registers. The choice is made at call time from the actual row length.
 
 from __future__ import annotations
 
-from openkernel.evaluation.types import TaskProbe
 from openkernel.generators.templates.base import Match, Template, Tunable
 from openkernel.generators.templates.common import (
-    FLOAT_DTYPES, TRITON_HEADER, dtype_name, init_method, module_preamble, op_bases)
+    FLOAT_DTYPES,
+    TRITON_HEADER,
+    dtype_name,
+    init_method,
+    module_preamble,
+    op_bases,
+)
 from openkernel.generators.templates.refparse import parse_reference
+from openkernel.records import TaskProbe
 from openkernel.task import Task
 
 _OPS = {"_softmax": ("softmax", {"softmax", "Softmax"}),

@@ -35,8 +35,12 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from openkernel.evaluation.correctness import flatten_outputs, relative_error, tolerances_for
-from openkernel.evaluation.reference import clone
+from openkernel.evaluation.worker.correctness import (
+    flatten_outputs,
+    relative_error,
+    tolerances_for,
+)
+from openkernel.evaluation.worker.task_runtime import clone
 
 
 class IntegrityViolation(Exception):

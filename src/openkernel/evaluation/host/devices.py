@@ -1,6 +1,6 @@
 """Which GPU a worker runs on: one slot per visible GPU, and failed GPUs taken out of rotation.
 
-Slots are indices into the engine's visible devices (``sandbox.worker_env`` maps index i to
+Slots are indices into the engine's visible devices (``environment.worker_env`` maps index i to
 the i-th entry of CUDA_VISIBLE_DEVICES), so a run restricted with CUDA_VISIBLE_DEVICES=3,5
 uses physical GPUs 3 and 5 as slots 0 and 1. A GPU that fails *as a device* (the driver cannot
 initialise it, ECC errors, fallen off the bus) is quarantined and the candidate is re-queued

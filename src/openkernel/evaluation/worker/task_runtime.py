@@ -1,4 +1,4 @@
-"""The task side of an evaluation, inside a worker: reference model, inputs, held-out shapes.
+"""The task inside a worker: the reference model, its inputs, held-out shapes.
 
 Inputs come from the task's ``get_inputs(device)`` hook when the folder has one, else from the
 KernelBench ``get_inputs()`` (moved to the device, since those are usually built on the CPU).
@@ -17,8 +17,6 @@ from types import ModuleType
 from typing import Any
 
 import torch
-
-from openkernel.evaluation.timing import Timer, summarize
 
 INIT_SEED = 42  # reference and candidate are built after the same seed
 
@@ -143,23 +141,3 @@ def load_state(ref_model: torch.nn.Module, cand_model: torch.nn.Module) -> bool:
         cand_model.load_state_dict(ref_sd)
         return True
     return False
-
-
-def run_reference_timing(job: dict, ch) -> dict:
-    """Worker mode ``reference``: eager vs ``torch.compile`` of the reference, interleaved."""
-    device = job["device"]
-    rt = TaskRuntime(job["reference_path"], job.get("hooks_path"), device)
-    model = rt.make_model(rt.ref.Model)
-    ch.phase("build")
-    compiled = torch.compile(model)
-    inputs = rt.inputs(1)
-    with torch.no_grad():
-        compiled(*inputs)
-        ch.wait_turn()  # compiled side by side with other work; timed alone on its GPU
-        ch.phase("benchmark")
-        timer = Timer(device)
-        samples = timer.interleaved({"eager": lambda: model(*inputs), "compile": lambda: compiled(*inputs)},
-                                    budget_s=job["bench_budget_s"], min_trials=job["min_trials"],
-                                    max_trials=job["max_trials"])
-    return {"eager": summarize(samples["eager"]), "compile": summarize(samples["compile"]),
-            "timing_method": timer.method}

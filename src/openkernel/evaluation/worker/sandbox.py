@@ -1,192 +1,27 @@
-"""Confinement of candidate workers: environment, resource limits, Landlock.
+"""Landlock confinement of a worker, applied by the worker itself before it imports a candidate.
 
-Candidate code is untrusted. A worker process gets an environment without secrets
-(:func:`worker_env`), resource limits and its own process group (:func:`limits_preexec`), and
-confines itself with Landlock before it imports the candidate (:func:`confine`). Output that
-leaves the worker goes through :func:`redact` with :func:`secret_values` as defence in depth.
-
-Landlock is driven through raw syscalls (ctypes) rather than the PyPI ``landlock`` package:
-that package knows file-system rights only (no TCP rules, no signal / abstract-socket scoping)
-and is not installed on the H200 machine. Landlock restricts the calling thread only (until
-ABI 8's TSYNC): threads that exist before :func:`confine` stay unconfined, so worker_env pins
-OpenBLAS to one thread (numpy starts its pool at import) and confine reports any leftover.
+The engine starts the worker with a clean environment and limits (``host/environment.py``);
+here the worker locks itself in. Landlock is driven through raw syscalls (ctypes) rather than
+the PyPI ``landlock`` package: that package knows file-system rights only (no TCP rules, no
+signal / abstract-socket scoping) and is not installed on the H200 machine. Landlock restricts
+the calling thread only (until ABI 8's TSYNC): threads that exist before :func:`confine` stay
+unconfined, so the worker's environment pins OpenBLAS to one thread (numpy starts its pool at
+import) and confine reports any leftover.
 """
 
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 import pwd
-import re
-import resource
 import site
 import sys
 import sysconfig
-from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-PROTECT_VAR = "OPENKERNEL_SANDBOX_PROTECT"  # os.pathsep list of paths confine must never expose
-_PKG_DIR = Path(__file__).resolve().parents[1]  # the openkernel package
-
-# --- environment ---------------------------------------------------------------------------
-_ALLOWED = {
-    "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "LD_LIBRARY_PATH",
-    "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "CC", "CXX",
-    "CUDAHOSTCXX", "MAX_JOBS", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONHOME", "PYTHONHASHSEED",
-}
-_ALLOWED_PREFIXES = (
-    "LC_", "CUDA_", "NVIDIA_", "NVCC_", "CUBLAS_", "CUDNN_", "TORCH_", "TORCHINDUCTOR_",
-    "PYTORCH_", "TRITON_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "OPENKERNEL_",
-)
-# Applied on top of the allow-list, so TORCH_HUB_TOKEN or OPENKERNEL_API_KEY go too.
-_SECRET_NAME = re.compile(
-    r"KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE"
-    r"|DSN|CONNECTION_STRING|DATABASE_URL|(^|_)PAT($|_)",
-    re.IGNORECASE,
-)
-_SECRET_PREFIXES = (
-    "AWS_", "GCP_", "GOOGLE_", "GCLOUD_", "CLOUDSDK_", "AZURE_", "OPENAI_", "ANTHROPIC_",
-    "LITELLM_", "HF_", "HUGGING", "COHERE_", "MISTRAL_", "GROQ_", "TOGETHER", "DEEPSEEK_",
-    "GEMINI_", "OPENROUTER_", "FIREWORKS_", "REPLICATE_", "VERTEX", "WANDB_", "GITHUB_",
-    "GH_", "GITLAB_", "NPM_", "PYPI_", "TWINE_", "SSH_", "GPG_", "GNUPG", "VAULT_", "KUBE",
-    "DOCKER_", "SLACK_", "SENTRY_", "DATABRICKS_", "MLFLOW_", "COMET_", "NEPTUNE_",
-)
-# Credential-shaped values, whatever the variable is called.
-_SECRET_VALUE = re.compile(
-    r"^(sk-|sk_|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abp]-|hf_|AKIA|ASIA|AIza)|://[^/@\s]+:[^/@\s]+@"
-)
-
-
-def _is_secret(name: str, value: str) -> bool:
-    upper = name.upper()
-    return bool(
-        _SECRET_NAME.search(upper) or upper.startswith(_SECRET_PREFIXES)
-        or _SECRET_VALUE.search(value)
-    )
-
-
-def _under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
-def worker_env(
-    base_env: Mapping[str, str], scratch: Path, device: str, gpu_index: int | None
-) -> dict[str, str]:
-    """Builds the environment of a worker process from an allow-list.
-
-    Args:
-        base_env: The engine's environment (usually ``os.environ``).
-        scratch: The worker's scratch directory; HOME, TMPDIR and every cache go inside it,
-            so a candidate cannot poison the caches of the next one.
-        device: ``"cpu"`` (Triton interpreter, no GPU visible) or ``"cuda"``.
-        gpu_index: Index among the GPUs the engine sees, or None.
-
-    Returns:
-        The environment: allow-listed variables minus anything secret-looking, plus the
-        scratch locations, PYTHONPATH and the variables below.
-    """
-    scratch = Path(scratch).resolve()
-    env = {
-        k: v for k, v in base_env.items()
-        if (k in _ALLOWED or k.startswith(_ALLOWED_PREFIXES)) and not _is_secret(k, v)
-    }
-    dirs = {
-        "HOME": "home", "TMPDIR": "tmp", "TEMP": "tmp", "TMP": "tmp", "XDG_CACHE_HOME": "cache",
-        "TRITON_CACHE_DIR": "cache/triton", "TORCH_EXTENSIONS_DIR": "cache/torch_extensions",
-        "TORCHINDUCTOR_CACHE_DIR": "cache/inductor", "CUDA_CACHE_PATH": "cache/cuda",
-    }
-    for var, sub in dirs.items():
-        (scratch / sub).mkdir(parents=True, exist_ok=True)
-        env[var] = str(scratch / sub)
-    for var in ("TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR"):
-        env.pop(var, None)  # default under HOME, i.e. inside scratch
-    env.setdefault("PATH", os.defpath)
-    env["OPENBLAS_NUM_THREADS"] = "1"  # numpy's pool would start before confine(): unconfined
-    # A load_inline build is two translation units: ninja needs no more, and the pool of
-    # workers building side by side already fills the cores.
-    env.setdefault("MAX_JOBS", "2")
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["PYTHONUNBUFFERED"] = "1"
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
-        if gpu_index is None:
-            env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU worker has no business with the GPUs
-    else:
-        env.pop("TRITON_INTERPRET", None)
-    if gpu_index is not None:
-        # The index counts the GPUs the engine sees: map it through the engine's own list.
-        seen = [d for d in base_env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-        env["CUDA_VISIBLE_DEVICES"] = seen[gpu_index] if gpu_index < len(seen) else str(gpu_index)
-    # PYTHONPATH: where openkernel lives plus the engine's absolute entries, never its cwd
-    # (relative entries and "" mean the cwd) nor a folder above it.
-    cwd = Path.cwd().resolve()
-    entries = [str(_PKG_DIR.parent)]
-    # HOME moves into scratch, so the engine's user site-packages must be named explicitly.
-    user_site = [site.getusersitepackages()] if site.ENABLE_USER_SITE else []
-    for entry in base_env.get("PYTHONPATH", "").split(os.pathsep) + user_site:
-        path = Path(entry).resolve() if entry and os.path.isabs(entry) else None
-        if path and path.exists() and not _under(cwd, path) and str(path) not in entries:
-            entries.append(str(path))
-    env["PYTHONPATH"] = os.pathsep.join(entries)
-    protect = [str(cwd)] + [p for p in base_env.get(PROTECT_VAR, "").split(os.pathsep) if p]
-    env[PROTECT_VAR] = os.pathsep.join(dict.fromkeys(protect))
-    return env
-
-
-def secret_values(env: Mapping[str, str]) -> list[str]:
-    """Returns the values worker_env drops as secrets, longest first, for :func:`redact`."""
-    values = {v for k, v in env.items() if len(v) >= 6 and _is_secret(k, v)}
-    return sorted(values, key=len, reverse=True)
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replaces every occurrence of each secret of 6 characters or more with ``[REDACTED]``."""
-    for secret in sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True):
-        text = text.replace(secret, "[REDACTED]")
-    return text
-
-
-# --- resource limits -----------------------------------------------------------------------
-def limits_preexec(cpu_s: float, mem_bytes: int | None) -> Callable[[], None]:
-    """Returns a ``preexec_fn`` that starts a session and sets resource limits.
-
-    The limits are computed here, in the parent, so the forked child only makes syscalls.
-
-    Args:
-        cpu_s: CPU seconds (all threads together); SIGXCPU then, SIGKILL 2 s later.
-        mem_bytes: Address-space cap (RLIMIT_AS), or None: on a GPU the CUDA driver reserves
-            far more virtual memory than it uses, so memory is capped elsewhere there.
-
-    Returns:
-        A callable for ``subprocess.Popen(preexec_fn=...)``. The child leads a new session and
-        process group, so ``os.killpg(proc.pid, SIGKILL)`` ends it and all its children.
-    """
-    def capped(which: int, soft: int, hard: int | None = None) -> tuple[int, int]:
-        limit = resource.getrlimit(which)[1]  # an unprivileged child cannot raise it
-        hard = soft if hard is None else hard
-        if limit != resource.RLIM_INFINITY:
-            soft, hard = min(soft, limit), min(hard, limit)
-        return soft, hard
-
-    cpu = max(1, math.ceil(cpu_s))
-    plan = [
-        (resource.RLIMIT_CORE, (0, 0)),  # no core files full of tensors in scratch
-        (resource.RLIMIT_CPU, capped(resource.RLIMIT_CPU, cpu, cpu + 2)),
-        (resource.RLIMIT_NOFILE, capped(resource.RLIMIT_NOFILE, 4096)),
-        # Counts every thread of the user (and is not enforced for root): fork bombs only.
-        (resource.RLIMIT_NPROC, capped(resource.RLIMIT_NPROC, 8192)),
-    ]
-    if mem_bytes:
-        plan.append((resource.RLIMIT_AS, capped(resource.RLIMIT_AS, int(mem_bytes))))
-
-    def apply() -> None:
-        os.setsid()
-        for which, value in plan:
-            resource.setrlimit(which, value)
-
-    return apply
-
+from openkernel.evaluation.protocol import PKG_DIR as _PKG_DIR
+from openkernel.evaluation.protocol import PROTECT_VAR
+from openkernel.evaluation.protocol import under as _under
 
 # --- Landlock ------------------------------------------------------------------------------
 _EXEC, _WRITE, _READ, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3

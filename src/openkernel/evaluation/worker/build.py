@@ -26,8 +26,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from openkernel.evaluation.reference import load_module
-from openkernel.evaluation.targets import gencode_flags, same_arch, torch_arch_list
+from openkernel.evaluation.protocol import Job
+from openkernel.evaluation.worker.task_runtime import load_module
+from openkernel.targets import gencode_flags, same_arch, torch_arch_list
 
 CANDIDATE_MODULE = "openkernel_candidate"
 DEFAULT_TARGET = "sm_90"  # the CPU check's target when none is configured: the H200's
@@ -131,13 +132,13 @@ def _failing_target(verbose_output: str, targets: list[str]) -> str | None:
     return None
 
 
-def set_cuda_targets(job: dict) -> None:
+def set_cuda_targets(job: Job) -> None:
     """Have cpp_extension build a CUDA C++ candidate for every target (a fat binary).
 
     Set per job, inside the worker, before the candidate's ``load_inline`` runs; the profile
     run of a candidate sets the same list, so its build cache is reused, not rebuilt.
     """
-    arch_list = torch_arch_list(job.get("cuda_targets") or [])
+    arch_list = torch_arch_list(job.cuda_targets or [])
     if arch_list:
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list
 

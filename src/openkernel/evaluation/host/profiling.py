@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 
-from openkernel.evaluation import profiling
-from openkernel.evaluation.hardware import peak_tflops_for
+from openkernel.evaluation.host import ncu
+from openkernel.roofline import peak_tflops_for
 from openkernel.schemas import EvalResult
 
 _lock = threading.Lock()
@@ -23,23 +23,23 @@ def _peak_tflops(evaluator) -> float | None:
 
 
 def _profile(evaluator, code: str | None, backend: str = "") -> dict:
-    ncu = profiling.find_ncu()
-    if ncu is None:
+    binary = ncu.find_ncu()
+    if binary is None:
         return {}
     hw = evaluator.hardware
-    job = {"mode": "profile", "target": "reference" if code is None else "candidate",
-           **evaluator._task_job(hw.device)}
+    job = evaluator._task_job(hw.device, "profile",
+                              target="reference" if code is None else "candidate")
     slot = evaluator._acquire()
     try:
         # The candidate's build cache: a CUDA extension judged a moment ago loads, not rebuilds.
         cache = evaluator.build_cache(code, backend) if code is not None else None
         run = evaluator._run(job, hw.device, slot, label="profile", code=code, build_cache=cache,
-                             ncu=ncu)
+                             profiler=binary)
     finally:
         evaluator._release(slot)
-    launches = profiling.parse_ncu_csv(run.full_log)
+    launches = ncu.parse_ncu_csv(run.full_log)
     probe = evaluator._probe
-    data = profiling.summarize(launches, probe.flops if probe else 0.0,
+    data = ncu.summarize(launches, probe.flops if probe else 0.0,
                                probe.bytes_moved if probe else 0.0, hw.peak_bandwidth_gbs,
                                _peak_tflops(evaluator))
     if not data:
@@ -75,7 +75,7 @@ def profile_candidate(evaluator, code: str, result: EvalResult) -> None:
     if not data:
         return
     result.profiler_data = data
-    text = profiling.format_profile(data) if "error" not in data else f"Profile: {data['error']}"
+    text = ncu.format_profile(data) if "error" not in data else f"Profile: {data['error']}"
     if data.get("reference"):
-        text += "\nReference " + profiling.format_profile({**data["reference"], "estimate": False})
+        text += "\nReference " + ncu.format_profile({**data["reference"], "estimate": False})
     result.eval_log = (result.eval_log.rstrip() + "\n" + text).strip()

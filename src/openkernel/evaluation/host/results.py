@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import signal
 
-from openkernel.evaluation.hardware import roofline_ms
-from openkernel.evaluation.types import Hardware, TaskProbe
-from openkernel.schemas import (PERF_COMPILED, PERF_CORRECT, PERF_FASTER, PERF_FASTER_THAN_COMPILE,
-                                PERF_NONE, PERF_RAN, EvalResult)
+from openkernel.records import Hardware, TaskProbe
+from openkernel.roofline import roofline_ms
+from openkernel.schemas import (
+    PERF_COMPILED,
+    PERF_CORRECT,
+    PERF_FASTER,
+    PERF_FASTER_THAN_COMPILE,
+    PERF_NONE,
+    PERF_RAN,
+    EvalResult,
+)
 
 CPU_TIMING = "wall clock, Triton interpreter (CPU)"
 ROOFLINE_MARGIN = 0.8  # a kernel faster than 80% of the roofline minimum is flagged for review

@@ -12,7 +12,7 @@ import csv
 import io
 import shutil
 
-NVTX_RANGE = "openkernel_candidate"
+from openkernel.evaluation.protocol import NVTX_RANGE
 
 # ncu metric -> profiler_data key
 METRICS = {

@@ -3,8 +3,8 @@
 :class:`Evaluator` is what the search loop calls. It never imports candidate code (nor touches
 CUDA) itself: every job - hardware detection, the task probe, a candidate, the torch.compile
 reference timing - runs in ``python -m openkernel.evaluation.worker`` with a scratch directory
-as its cwd, an environment from ``sandbox.worker_env`` (no secrets), resource limits from
-``sandbox.limits_preexec`` and its own process group, so a timeout kills it and everything it
+as its cwd, an environment from ``environment.worker_env`` (no secrets), resource limits from
+``environment.limits_preexec`` and its own process group, so a timeout kills it and everything it
 started. The worker reports phases over a pipe; the build timeout covers start-up, import and
 the first (compiling) call, the test timeout covers correctness and benchmark.
 
@@ -33,19 +33,24 @@ import shutil
 import threading
 import uuid
 import weakref
+from dataclasses import replace
 from pathlib import Path
 
 from openkernel.config import Config
-from openkernel.evaluation import ceilings, profiling
-from openkernel.evaluation.devices import DevicePool, NoDeviceLeft, is_device_fault
-from openkernel.evaluation import hardware as hwmod
-from openkernel.evaluation import sandbox
-from openkernel.evaluation.ncu_runs import profile_candidate
-from openkernel.evaluation.process import WorkerProcess, WorkerRun, drive, read_full_log
-from openkernel.evaluation.results import from_worker
-from openkernel.evaluation.targets import TargetPlan, plan_targets, same_arch
-from openkernel.evaluation.types import Hardware, TaskProbe
+from openkernel.evaluation.host import ceilings, environment, ncu
+from openkernel.evaluation.host.devices import DevicePool, NoDeviceLeft, is_device_fault
+from openkernel.evaluation.host.process import (
+    WorkerProcess,
+    WorkerRun,
+    drive,
+    read_full_log,
+)
+from openkernel.evaluation.host.profiling import profile_candidate
+from openkernel.evaluation.host.results import from_worker
+from openkernel.evaluation.protocol import Job
+from openkernel.records import CPU_LABEL, Hardware, TaskProbe, hardware_from_json
 from openkernel.schemas import STATUS_LABELS, EvalResult
+from openkernel.targets import TargetPlan, plan_targets, same_arch
 from openkernel.task import Task
 
 _HW_CACHE: dict[str, Hardware] = {}  # per engine process: the hardware does not change
@@ -78,7 +83,7 @@ class Evaluator:
         self._compile_ratio: float | None | bool = None  # False: tried and unavailable
         self._slots: DevicePool | None = None
         self.build_cache_root = Path(config.paths.build_cache_dir).expanduser().resolve()
-        # (device, gpu index, ncu binary or None) -> started workers waiting for their jobs
+        # (device, gpu index, profiler binary or None) -> started workers waiting for their jobs
         self._spares: dict[tuple[str, int | None, str | None], list[WorkerProcess]] = {}
         self._spare_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _kill_spares, self._spares, self.keep_scratch)
@@ -92,13 +97,13 @@ class Evaluator:
         key = os.environ.get("CUDA_VISIBLE_DEVICES", "*")
         with _HW_LOCK:
             if key not in _HW_CACHE:
-                run = self._run({"mode": "hardware", "known_ceilings": ceilings.load_all()},
+                run = self._run(Job(mode="hardware", known_ceilings=ceilings.load_all()),
                                 "cuda", None, label="hardware", spare=False)
                 if (run.payload or {}).get("ceilings_measured"):
                     ceilings.save(run.payload["ceilings"])  # measured once per device model
                 data = (run.payload or {}).get("hardware")
-                _HW_CACHE[key] = hwmod.from_json(data) if data else Hardware(
-                    label=hwmod.CPU_LABEL, device="cpu", gpu_arch="cpu", interpreter=True)
+                _HW_CACHE[key] = hardware_from_json(data) if data else Hardware(
+                    label=CPU_LABEL, device="cpu", gpu_arch="cpu", interpreter=True)
             return _HW_CACHE[key]
 
     @property
@@ -134,13 +139,13 @@ class Evaluator:
         if hw.device == "cuda" and self.config.backend == "cuda" and self.ec.precompile_torch_header:
             pch = threading.Thread(target=self._precompile_header, daemon=True, name="pch")
             pch.start()
-        run = self._run({"mode": "probe", **self._task_job(hw.device)}, hw.device,
+        run = self._run(self._task_job(hw.device, "probe"), hw.device,
                         0 if hw.device == "cuda" else None, label="probe")
         if pch is not None:
             pch.join()  # once per machine and torch: the first candidates' builds then use it
         data = (run.payload or {}).get("probe")
         if data:
-            data["hardware"] = hwmod.from_json(data["hardware"]) if data.get("hardware") else hw
+            data["hardware"] = hardware_from_json(data["hardware"]) if data.get("hardware") else hw
             probe = TaskProbe(**data)
         else:
             what = f"timed out after {self.ec.build_timeout_s:g} s" if run.timed_out else (
@@ -160,10 +165,11 @@ class Evaluator:
     def evaluate(self, code: str, backend: str, label: str = "") -> EvalResult:
         """Build, check and time one candidate; never raises for candidate faults."""
         hw, primary = self.hardware, self.targets.primary
-        job = {"mode": "evaluate", "backend": backend, **self._task_job(hw.device),
-               "correctness_seeds": self.ec.correctness_seeds, "gpu_arch": primary,
-               "build_timeout_s": self.ec.build_timeout_s,
-               "gpu_memory_fraction": self.ec.gpu_memory_fraction, **self._bench_params(hw)}
+        job = self._task_job(hw.device, "evaluate", backend=backend,
+                             correctness_seeds=self.ec.correctness_seeds, gpu_arch=primary,
+                             build_timeout_s=self.ec.build_timeout_s,
+                             gpu_memory_fraction=self.ec.gpu_memory_fraction,
+                             **self._bench_params(hw))
         cache = self.build_cache(code, backend)
         run, slot, requeued = self._judge(job, code, label, cache, primary)
         ratio = None
@@ -182,7 +188,7 @@ class Evaluator:
         if hw.device == "cuda" and result.correctness and self.ec.profile:
             profile_candidate(self, code, result)
         # Defence in depth: workers never see secrets, but nothing printed may carry one out.
-        result.eval_log = sandbox.redact(result.eval_log, sandbox.secret_values(os.environ))
+        result.eval_log = environment.redact(result.eval_log, environment.secret_values(os.environ))
         return result
 
     def close(self) -> None:
@@ -202,20 +208,21 @@ class Evaluator:
         return path
 
     # -- helpers --------------------------------------------------------------------------
-    def _task_job(self, device: str) -> dict:
+    def _task_job(self, device: str, mode: str, **fields) -> Job:
+        """A job of ``mode`` about this task (every job that may load a CUDA C++ candidate
+        builds it for the same targets)."""
         t = self.task
         read_only = [str(t.folder or t.reference_path.parent)]
         pch_dir = self.pch.get("pch_dir")
         if pch_dir:
             read_only.append(pch_dir)
-        # Every job that may load a CUDA C++ candidate builds it for the same targets.
-        return {"device": device, "reference_path": str(t.reference_path),
-                "hooks_path": str(t.hooks_path) if t.hooks_path else None, "read_only": read_only,
-                "cuda_targets": list(self.targets.compile), "pch_dir": pch_dir}
+        return Job(mode=mode, device=device, reference_path=str(t.reference_path),
+                   hooks_path=str(t.hooks_path) if t.hooks_path else None, read_only=read_only,
+                   cuda_targets=list(self.targets.compile), pch_dir=pch_dir, **fields)
 
     def _precompile_header(self) -> None:
         """The precompiled <torch/extension.h> for CUDA C++ builds (see ``pch.py``)."""
-        run = self._run({"mode": "pch", "device": "cuda", "pch_root": str(self.build_cache_root / "pch")},
+        run = self._run(Job(mode="pch", device="cuda", pch_root=str(self.build_cache_root / "pch")),
                         "cuda", None, label="pch", spare=False)
         payload = run.payload or {}
         if "pch_dir" in payload:
@@ -224,7 +231,7 @@ class Evaluator:
             why = payload.get("fatal") or (f"timed out in {run.phase}" if run.timed_out else "the worker died")
             self.pch = {"pch_dir": None, "why": why}
 
-    def _judge(self, job: dict, code: str, label: str, cache: Path | None,
+    def _judge(self, job: Job, code: str, label: str, cache: Path | None,
                arch: str) -> tuple[WorkerRun, int | None, list[str]]:
         """Run an evaluate job on a GPU of ``arch`` (or the CPU); returns (run, slot, requeued)."""
         hw, requeued = self.hardware, []
@@ -249,7 +256,7 @@ class Evaluator:
                            limits={"build_timeout_s": self.ec.build_timeout_s,
                                    "test_timeout_s": self.ec.test_timeout_s})
 
-    def _judge_other_archs(self, job: dict, code: str, label: str, cache: Path | None,
+    def _judge_other_archs(self, job: Job, code: str, label: str, cache: Path | None,
                           result: EvalResult) -> None:
         """Judge a correct candidate again on one GPU of each other configured architecture.
 
@@ -307,33 +314,33 @@ class Evaluator:
         if slot is not None and self._slots is not None:
             self._slots.release(slot)
 
-    def _run(self, job: dict, device: str, gpu_index: int | None, label: str = "",
-             code: str | None = None, ncu: str | None = None, build_cache: Path | None = None,
+    def _run(self, job: Job, device: str, gpu_index: int | None, label: str = "",
+             code: str | None = None, profiler: str | None = None, build_cache: Path | None = None,
              spare: bool = True) -> WorkerRun:
         """One job in a worker (a spare when one waits); timed phases take the GPU's turn.
 
-        ``ncu``: the Nsight Compute binary to run the worker under (a profile job); such
+        ``profiler``: the Nsight Compute binary to run the worker under (a profile job); such
         workers are spares of their own kind.
         """
-        worker = self._take(device, gpu_index, ncu) if spare else None
+        worker = self._take(device, gpu_index, profiler) if spare else None
         prestarted = worker is not None
         if worker is None:
-            worker = self._spawn(device, gpu_index, ncu)
+            worker = self._spawn(device, gpu_index, profiler)
         scratch = worker.scratch
         try:
             if code is not None:
                 (scratch / "candidate.py").write_text(code, encoding="utf-8")
-                job = {**job, "code_path": str(scratch / "candidate.py")}
+                job = replace(job, code_path=str(scratch / "candidate.py"))
             if build_cache is not None:
-                job = {**job, "build_cache": str(build_cache)}
+                job = replace(job, build_cache=str(build_cache))
             (scratch / "label").write_text(label, encoding="utf-8")
-            job = {**job, "scratch": str(scratch)}
+            job = replace(job, scratch=str(scratch))
             turn = (lambda: self._slots.turn(gpu_index)) if (
                 gpu_index is not None and self._slots is not None) else None
             run = drive(worker, job, self.ec.build_timeout_s, self.ec.test_timeout_s, turn=turn,
-                        release_on_result=ncu is not None)
+                        release_on_result=profiler is not None)
             run.prestarted = prestarted
-            if ncu is not None:
+            if profiler is not None:
                 run.full_log = read_full_log(worker)
             return run
         finally:
@@ -349,7 +356,7 @@ class Evaluator:
             if cached is not None:
                 stats = cached.runtime_stats
             else:
-                job = {"mode": "reference", **self._task_job(hw.device), **self._bench_params(hw)}
+                job = self._task_job(hw.device, "reference", **self._bench_params(hw))
                 slot = self._acquire()  # a GPU of the primary target, timed in its own turn
                 try:
                     run = self._run(job, hw.device, slot, label="reference-compile")
@@ -366,11 +373,11 @@ class Evaluator:
             self._compile_ratio = ratio if ratio else False
             return ratio
 
-    def _spawn(self, device: str, gpu_index: int | None, ncu: str | None = None) -> WorkerProcess:
+    def _spawn(self, device: str, gpu_index: int | None, profiler: str | None = None) -> WorkerProcess:
         scratch = self.scratch_root / f"w-{uuid.uuid4().hex[:12]}"
         scratch.mkdir(parents=True, exist_ok=True)
         mem = None if device == "cuda" else int(self.ec.memory_limit_gb * 2**30)
-        wrap = functools.partial(profiling.ncu_command, ncu) if ncu else None
+        wrap = functools.partial(ncu.ncu_command, profiler) if profiler else None
         return WorkerProcess(scratch, device, gpu_index, self.ec.cpu_time_limit_s, mem, wrap=wrap)
 
     def _prestart(self, device: str) -> bool:
@@ -379,7 +386,7 @@ class Evaluator:
         wanted = self.ec.prestart_workers
         return bool(wanted if wanted is not None else device == "cuda")
 
-    def _take(self, device: str, gpu_index: int | None, ncu: str | None = None) -> WorkerProcess | None:
+    def _take(self, device: str, gpu_index: int | None, profiler: str | None = None) -> WorkerProcess | None:
         """The spare waiting on this device (then start its successor), or None.
 
         Workers under Nsight Compute are spares of their own: starting Python under ncu takes
@@ -389,17 +396,17 @@ class Evaluator:
         if not self._prestart(device):
             return None
         with self._spare_lock:
-            pool = self._spares.setdefault((device, gpu_index, ncu), [])
+            pool = self._spares.setdefault((device, gpu_index, profiler), [])
             spare = None
             while pool and spare is None:
                 spare = pool.pop(0)  # the oldest: the likeliest to have finished its imports
                 if not spare.alive():  # it died importing: start anew
                     _discard(spare, self.keep_scratch)
                     spare = None
-            self._fill(device, gpu_index, ncu)
+            self._fill(device, gpu_index, profiler)
         return spare
 
-    def _fill(self, device: str, gpu_index: int | None, ncu: str | None) -> None:
+    def _fill(self, device: str, gpu_index: int | None, profiler: str | None) -> None:
         """Start spares until as many wait as can run on this device at once (under the lock).
 
         An iteration's burst of candidates all find warm workers, and the next burst finds
@@ -407,12 +414,12 @@ class Evaluator:
         """
         if not self._finalizer.alive:
             return
-        pool = self._spares.setdefault((device, gpu_index, ncu), [])
+        pool = self._spares.setdefault((device, gpu_index, profiler), [])
         want = self._slots.per_device if self._slots is not None else 1
-        if ncu:
+        if profiler:
             want = max(1, want // 2)
         while len(pool) < want:
-            pool.append(self._spawn(device, gpu_index, ncu))
+            pool.append(self._spawn(device, gpu_index, profiler))
 
     def _warm_spares(self) -> None:
         """Fill every GPU's spare pools ahead of the first candidates."""
@@ -420,12 +427,12 @@ class Evaluator:
         if hw.device != "cuda" or not self._prestart(hw.device):
             return
         self._acquire_pool()
-        ncu = profiling.find_ncu() if self.ec.profile else None
+        binary = ncu.find_ncu() if self.ec.profile else None
         with self._spare_lock:
             for gpu in self._devices_of(self.targets.primary) or range(max(1, hw.num_gpus)):
                 self._fill(hw.device, gpu, None)
-                if ncu:
-                    self._fill(hw.device, gpu, ncu)
+                if binary:
+                    self._fill(hw.device, gpu, binary)
 
 
 def _present_archs(hw: Hardware) -> tuple[str, ...]:

@@ -1,19 +1,14 @@
-"""Worker process entry: ``python -m openkernel.evaluation.worker --fd N`` (job JSON on stdin).
+"""Worker process entry: ``python -m openkernel.evaluation.worker --fd N`` (the job on stdin).
 
 One worker evaluates one candidate (or probes the task, or times the reference) and exits; the
 executor starts a fresh one for the next job, so whatever a candidate breaks dies with it. It
 imports torch and the evaluator *before* reading its job, so the executor can start it ahead
 of time (a spare) and save those seconds on the critical path.
 
-Protocol: the job arrives as one JSON line on stdin (including a random ``nonce``). The worker
-reports on the inherited file descriptor ``N``, one JSON line per message, each carrying the
-nonce: ``{"nonce": ..., "phase": "build" | "warmup" | "test" | "benchmark"}`` when a phase
-starts (the executor applies the build or the test timeout accordingly), ``{"nonce": ...,
-"wait": true}`` before its timed phase, after which it blocks until the executor writes ``go``
-on stdin (its turn on the GPU), and finally ``{"nonce": ..., "result": {...}}``. The candidate's
-own stdout and stderr go to a log file; they never mix with the protocol.
+The messages it sends and the job it reads are defined in ``openkernel.evaluation.protocol``.
+The candidate's own stdout and stderr go to a log file; they never mix with the protocol.
 
-Modes (``job["mode"]``): ``hardware``, ``probe``, ``evaluate``, ``reference`` (eager and
+Modes (``Job.mode``): ``hardware``, ``probe``, ``evaluate``, ``reference`` (eager and
 ``torch.compile`` timings of the reference, GPU only), ``profile`` (one call inside an NVTX
 range, run under Nsight Compute), ``pch`` (precompile <torch/extension.h>, see ``pch.py``).
 """
@@ -29,6 +24,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from openkernel.evaluation import protocol
+from openkernel.evaluation.protocol import Job
+
 
 class Channel:
     """The worker's side of the protocol (a pipe the executor reads)."""
@@ -40,8 +38,7 @@ class Channel:
         self._read = os.read
 
     def send(self, **message: Any) -> None:
-        data = (json.dumps({"nonce": self._nonce, **message}, default=str) + "\n").encode()
-        view = memoryview(data)
+        view = memoryview(protocol.encode(self._nonce, **message))
         while view:
             n = self._write(self._fd, view)
             view = view[n:]
@@ -55,7 +52,7 @@ class Channel:
     def wait_turn(self) -> None:
         """Ask for the timed phase and block until the executor grants it (``go`` on stdin)."""
         self.send(wait=True)
-        if not _read_line(0, self._read).strip():
+        if _read_line(0, self._read).strip() != protocol.GO:
             os._exit(3)  # the executor is gone: nothing left to report to
 
 
@@ -82,7 +79,7 @@ def _preload() -> None:
         import triton  # noqa: F401
     except ImportError:
         pass
-    import openkernel.evaluation.runner  # noqa: F401
+    import openkernel.evaluation.worker.evaluate  # noqa: F401
 
     if os.environ.get("CUDA_VISIBLE_DEVICES") and not os.environ.get("TRITON_INTERPRET"):
         try:
@@ -92,7 +89,7 @@ def _preload() -> None:
             pass
 
 
-def _use_build_cache(job: dict) -> None:
+def _use_build_cache(job: Job) -> None:
     """Point torch's extension and Triton's caches at the candidate's build cache (and
     C++ builds at the precompiled torch header, ``pch.py``).
 
@@ -100,10 +97,10 @@ def _use_build_cache(job: dict) -> None:
     candidate ever reads what this one built; the torch version keeps builds apart across
     upgrades.
     """
-    from openkernel.evaluation import pch
+    from openkernel.evaluation.worker import pch
 
-    pch.use(job.get("pch_dir"))
-    cache = job.get("build_cache")
+    pch.use(job.pch_dir)
+    cache = job.build_cache
     if not cache:
         return
     import torch
@@ -114,52 +111,32 @@ def _use_build_cache(job: dict) -> None:
         os.environ[var] = os.path.join(root, sub)
 
 
-def _hardware(job: dict, ch: Channel) -> dict:
-    from dataclasses import replace
-
-    from openkernel.evaluation.hardware import detect, to_json
-
-    hw = detect()
-    if hw.device != "cuda":
-        return {"hardware": to_json(hw)}
-    import torch
-
-    from openkernel.evaluation import ceilings
-
-    name = torch.cuda.get_device_name(0)
-    entry = (job.get("known_ceilings") or {}).get(name)
-    measured = entry is None
-    if measured:
-        entry = ceilings.measure(0)
-    hw = replace(hw, peak_bandwidth_gbs=entry["peak_bandwidth_gbs"],
-                 peak_tflops=dict(entry["peak_tflops"]))
-    return {"hardware": to_json(hw), "ceilings": entry, "ceilings_measured": measured}
-
-
-def _dispatch(job: dict, ch: Channel) -> dict:
-    mode = job.get("mode")
+def _dispatch(job: Job, ch: Channel) -> dict:
+    mode = job.mode
     if mode == "hardware":
-        return _hardware(job, ch)
+        from openkernel.evaluation.worker.hardware import run_hardware
+
+        return run_hardware(job, ch)
     if mode == "probe":
-        from openkernel.evaluation.probe import run_probe
+        from openkernel.evaluation.worker.probe import run_probe
 
         return run_probe(job, ch)
     if mode == "evaluate":
-        from openkernel.evaluation.runner import run_evaluate
+        from openkernel.evaluation.worker.evaluate import run_evaluate
 
         return run_evaluate(job, ch)
     if mode == "profile":
-        from openkernel.evaluation.profile_run import run_profile
+        from openkernel.evaluation.worker.profile import run_profile
 
         return run_profile(job, ch)
     if mode == "reference":
-        from openkernel.evaluation.reference import run_reference_timing
+        from openkernel.evaluation.worker.reference_timing import run_reference_timing
 
         return run_reference_timing(job, ch)
     if mode == "pch":  # our own code, no candidate: it writes only the folder it is given
-        from openkernel.evaluation import pch
+        from openkernel.evaluation.worker import pch
 
-        return pch.build(Path(job["pch_root"]), with_cuda=job.get("device") == "cuda")
+        return pch.build(Path(job.pch_root), with_cuda=job.device == "cuda")
     raise ValueError(f"unknown worker mode {mode!r}")
 
 
@@ -176,9 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(0)  # a spare the executor no longer needs
     # idle_s > 0: the job found the worker ready (a warm spare); preload_s: its imports.
     timing = {"preload_s": round(t1 - t0, 3), "idle_s": round(time.monotonic() - t1, 3)}
-    job = json.loads(line)
-    ch = Channel(args.fd, job.pop("nonce"))
+    data = json.loads(line)
+    ch = Channel(args.fd, data.pop("nonce"))
     try:
+        job = Job.from_dict(data)
         _use_build_cache(job)
         payload = _dispatch(job, ch)
     except BaseException as err:  # report, then exit non-zero: the executor turns it into a result

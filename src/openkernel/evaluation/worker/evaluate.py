@@ -15,13 +15,22 @@ from pathlib import Path
 
 import torch
 
-from openkernel.evaluation import integrity as ig
-from openkernel.evaluation.build import (
-    check_cuda_sources, import_candidate, is_compile_error, set_cuda_targets,
+from openkernel.evaluation.protocol import Job
+from openkernel.evaluation.worker import integrity as ig
+from openkernel.evaluation.worker.build import (
+    check_cuda_sources,
+    import_candidate,
+    is_compile_error,
+    set_cuda_targets,
 )
-from openkernel.evaluation.correctness import compare_outputs, flatten_outputs
-from openkernel.evaluation.reference import TaskRuntime, clone, load_state, tensors_in
-from openkernel.evaluation.timing import Timer, summarize
+from openkernel.evaluation.worker.correctness import compare_outputs, flatten_outputs
+from openkernel.evaluation.worker.task_runtime import (
+    TaskRuntime,
+    clone,
+    load_state,
+    tensors_in,
+)
+from openkernel.evaluation.worker.timing import Timer, summarize
 
 _active_count = threading.active_count
 _equal = torch.equal
@@ -42,9 +51,9 @@ def _poison(device: str, nbytes: int) -> None:
 class Evaluation:
     """State of one evaluation; ``payload`` is what goes back to the executor."""
 
-    def __init__(self, job: dict, ch):
+    def __init__(self, job: Job, ch):
         self.job, self.ch = job, ch
-        self.device = job["device"]
+        self.device = job.device
         self.gpu = self.device.startswith("cuda")
         self.timer = Timer(self.device)  # captures synchronize / Event before the candidate
         self.counter = ig.LaunchCounter()
@@ -56,7 +65,7 @@ class Evaluation:
         self.ref_ptrs: set[int] = set()
         self.history: list[torch.Tensor] = []  # earlier first outputs, to recognise replays
         if self.gpu:
-            torch.cuda.set_per_process_memory_fraction(job["gpu_memory_fraction"])
+            torch.cuda.set_per_process_memory_fraction(job.gpu_memory_fraction)
             self.stream = torch.cuda.current_stream().cuda_stream  # the stream events time
 
     def violation(self, check: str, message: str) -> dict:
@@ -72,11 +81,11 @@ class Evaluation:
 
     # -- build ----------------------------------------------------------------------------
     def build(self) -> bool:
-        job, path = self.job, Path(self.job["code_path"])
+        job, path = self.job, Path(self.job.code_path)
         self.ch.phase("build")
-        if job["backend"] == "cuda" and not self.gpu:
-            targets = job.get("cuda_targets") or [job.get("gpu_arch") or ""]
-            ok, log = check_cuda_sources(path, Path(job["scratch"]), targets, job["build_timeout_s"])
+        if job.backend == "cuda" and not self.gpu:
+            targets = job.cuda_targets or [job.gpu_arch or ""]
+            ok, log = check_cuda_sources(path, Path(job.scratch), targets, job.build_timeout_s)
             self.payload.update(compiled=ok, runnable=False)
             self.log.append(log)
             self.log.append("CUDA C++ cannot run on this machine (no GPU): compiled with nvcc "
@@ -113,7 +122,7 @@ class Evaluation:
                 raise ig.IntegrityViolation("hidden_work", "a Triton kernel was launched on "
                                             "another CUDA stream than the caller's (unseen by "
                                             "the timer's events)")
-        if self.job["backend"] == "triton" and self.counter.count == launches:
+        if self.job.backend == "triton" and self.counter.count == launches:
             raise ig.IntegrityViolation("kernel_launches", "forward launched no Triton kernel: "
                                         "the answer was computed some other way")
         outs = flatten_outputs(out)
@@ -167,7 +176,7 @@ class Evaluation:
         self.ran_checks("static_scan", "patched_functions", "kernel_launches", "background_thread",
                         "lazy_output", "inputs_modified", "reference_memory_reuse", "memoization",
                         "precision", "torch_compute", "held_out_shapes")
-        seeds = list(range(1, self.job["correctness_seeds"] + 1))
+        seeds = list(range(1, self.job.correctness_seeds + 1))
         inputs = []
         for k, seed in enumerate(seeds):
             inputs = rt.inputs(seed)
@@ -234,8 +243,8 @@ class Evaluation:
         with torch.no_grad():
             samples = self.timer.interleaved(
                 {"reference": lambda: self.ref_model(*ref_in), "candidate": lambda: self.model(*inputs)},
-                budget_s=self.job["bench_budget_s"], min_trials=self.job["min_trials"],
-                max_trials=self.job["max_trials"])
+                budget_s=self.job.bench_budget_s, min_trials=self.job.min_trials,
+                max_trials=self.job.max_trials)
         ref, cand = summarize(samples["reference"]), summarize(samples["candidate"])
         self.payload.update(ref_stats=ref, cand_stats=cand)
         if self.gpu:
@@ -246,7 +255,7 @@ class Evaluation:
             names, kernel_ms = ig.kernel_profile(lambda: self.model(*inputs), self.timer._sync)
         self.payload["kernels"] = sorted(set(names))[:20]
         self.ran_checks("hidden_work")
-        if self.job["backend"] == "cuda" and not ig.custom_kernels(names):
+        if self.job.backend == "cuda" and not ig.custom_kernels(names):
             self.violation("kernel_launches", "forward launched only PyTorch library kernels")
         elif kernel_ms > 1.5 * cand["median"] + 0.005:
             self.violation("hidden_work", f"the profiler saw {kernel_ms:.4f} ms of kernels per "
@@ -254,22 +263,22 @@ class Evaluation:
                            "stream or outside the timed region")
 
 
-def run_evaluate(job: dict, ch) -> dict:
+def run_evaluate(job: Job, ch) -> dict:
     """Worker mode ``evaluate``."""
-    from openkernel.evaluation import sandbox
+    from openkernel.evaluation.worker import sandbox
 
     ev = Evaluation(job, ch)
-    ev.rt = TaskRuntime(job["reference_path"], job.get("hooks_path"), ev.device)
+    ev.rt = TaskRuntime(job.reference_path, job.hooks_path, ev.device)
     ev.ref_model = ev.rt.make_model(ev.rt.ref.Model)
     ev.payload["confinement"] = sandbox.confine(
-        Path(job["scratch"]), [Path(p) for p in job.get("read_only", [])], gpu=ev.gpu,
-        writable=[job["build_cache"]] if job.get("build_cache") else [])
+        Path(job.scratch), [Path(p) for p in job.read_only], gpu=ev.gpu,
+        writable=[job.build_cache] if job.build_cache else [])
     if not ev.build():
         return ev.payload
     changed = ev.guard.changed()
     if changed:
         return ev.violation("patched_functions", f"the candidate replaced {', '.join(changed)}")
-    for check, message in ig.static_scan(Path(job["code_path"]).read_text(encoding="utf-8")):
+    for check, message in ig.static_scan(Path(job.code_path).read_text(encoding="utf-8")):
         ev.ran_checks("static_scan")
         return ev.violation(check, message)
     try:

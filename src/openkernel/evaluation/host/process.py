@@ -15,7 +15,6 @@ whole process group, so nothing the candidate started outlives it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import select
 import signal
@@ -25,7 +24,9 @@ import time
 import uuid
 from pathlib import Path
 
-from openkernel.evaluation import sandbox
+from openkernel.evaluation import protocol
+from openkernel.evaluation.host import environment
+from openkernel.evaluation.protocol import Job
 
 LOG_TAIL_LINES = 40
 
@@ -59,7 +60,7 @@ class WorkerProcess:
     def __init__(self, scratch: Path, device: str, gpu_index: int | None, cpu_s: float,
                  mem_bytes: int | None, wrap=None):
         self.scratch, self.device, self.gpu_index = scratch, device, gpu_index
-        env = sandbox.worker_env(os.environ, scratch, device, gpu_index)
+        env = environment.worker_env(os.environ, scratch, device, gpu_index)
         self.read_fd, write_fd = os.pipe()
         self.log_path = scratch / "worker.log"
         argv = [sys.executable, "-m", "openkernel.evaluation.worker", "--fd", str(write_fd)]
@@ -67,7 +68,7 @@ class WorkerProcess:
             self.proc = subprocess.Popen(
                 wrap(argv) if wrap else argv,
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=scratch, env=env,
-                pass_fds=(write_fd,), preexec_fn=sandbox.limits_preexec(cpu_s, mem_bytes))
+                pass_fds=(write_fd,), preexec_fn=environment.limits_preexec(cpu_s, mem_bytes))
         os.close(write_fd)
 
     def alive(self) -> bool:
@@ -92,7 +93,7 @@ class WorkerProcess:
             self.read_fd = -1
 
 
-def drive(worker: WorkerProcess, job: dict, build_timeout_s: float, test_timeout_s: float,
+def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_s: float,
           turn=None, release_on_result: bool = False) -> WorkerRun:
     """Send ``job`` to a started worker, enforce the phase timeouts, collect its report.
 
@@ -105,7 +106,7 @@ def drive(worker: WorkerProcess, job: dict, build_timeout_s: float, test_timeout
     out = WorkerRun()
     nonce = uuid.uuid4().hex
     t0 = time.monotonic()
-    worker.send(json.dumps({**job, "nonce": nonce}))
+    worker.send(job.to_line(nonce))
     deadline = t0 + build_timeout_s
     buf = b""
     held = contextlib.ExitStack()
@@ -124,11 +125,8 @@ def drive(worker: WorkerProcess, job: dict, build_timeout_s: float, test_timeout
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(msg, dict) or msg.get("nonce") != nonce:
+                msg = protocol.decode(line, nonce)
+                if msg is None:
                     continue  # not from the worker itself
                 if "phase" in msg:
                     if msg["phase"] == "test" or (msg["phase"] == "benchmark" and out.phase in ("setup", "build", "warmup")):
@@ -141,7 +139,7 @@ def drive(worker: WorkerProcess, job: dict, build_timeout_s: float, test_timeout
                     if turn is not None:
                         held.enter_context(turn())
                     deadline = time.monotonic() + test_timeout_s
-                    worker.send("go")
+                    worker.send(protocol.GO)
                 elif "result" in msg:
                     out.payload = msg["result"]
                     if release_on_result:
@@ -185,4 +183,4 @@ def _tail(path: Path) -> str:
     except OSError:
         return ""
     lines = text.splitlines()[-LOG_TAIL_LINES:]
-    return sandbox.redact("\n".join(lines), sandbox.secret_values(os.environ))
+    return environment.redact("\n".join(lines), environment.secret_values(os.environ))

@@ -13,11 +13,16 @@ from dataclasses import asdict
 
 import torch
 
-from openkernel.evaluation.correctness import dtype_name, flatten_outputs, tolerances_for
-from openkernel.evaluation.hardware import detect
-from openkernel.evaluation.integrity import OpRecorder
-from openkernel.evaluation.reference import TaskRuntime, clone, tensors_in
-from openkernel.evaluation.types import TaskProbe
+from openkernel.evaluation.protocol import Job
+from openkernel.evaluation.worker.correctness import (
+    dtype_name,
+    flatten_outputs,
+    tolerances_for,
+)
+from openkernel.evaluation.worker.hardware import detect
+from openkernel.evaluation.worker.integrity import OpRecorder
+from openkernel.evaluation.worker.task_runtime import TaskRuntime, clone, tensors_in
+from openkernel.records import TaskProbe
 
 
 def _where(err: BaseException, files: list[str]) -> str:
@@ -51,13 +56,13 @@ def output_warnings(outs: list[torch.Tensor], tol_hook=None) -> list[str]:
     return warnings
 
 
-def run_probe(job: dict, ch) -> dict:
+def run_probe(job: Job, ch) -> dict:
     """Worker mode ``probe``: returns {"probe": TaskProbe as a dict}."""
-    device = job["device"]
-    files = [p for p in (job["reference_path"], job.get("hooks_path")) if p]
+    device = job.device
+    files = [p for p in (job.reference_path, job.hooks_path) if p]
     hw = detect()
     try:
-        rt = TaskRuntime(job["reference_path"], job.get("hooks_path"), device)
+        rt = TaskRuntime(job.reference_path, job.hooks_path, device)
         model = rt.make_model(rt.ref.Model)
         inputs = rt.inputs(0)
     except Exception as err:

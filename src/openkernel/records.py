@@ -1,8 +1,15 @@
-"""Plain records passed between the engine and its evaluation workers."""
+"""Records that several layers share: what candidates run on, and what the task probe learned.
+
+The generators, the search, the evaluator's two sides and the UIs all read these; they live
+beside ``schemas.py`` so none of those has to import another's internals.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+CPU_LABEL = "CPU (Triton interpreter)"
 
 
 @dataclass(frozen=True)
@@ -39,3 +46,21 @@ class TaskProbe:
     warnings: list[str] = field(default_factory=list)
     hardware: Hardware | None = None
     log: str = ""
+
+
+def hardware_to_json(hw: Hardware) -> dict[str, Any]:
+    return asdict(hw)
+
+
+def hardware_from_json(data: dict[str, Any]) -> Hardware:
+    """The record back from JSON, including one stored before ``gpu_archs`` existed (its GPUs
+    were all taken to be the first one's kind) and ignoring keys this version does not know."""
+    known = {f.name for f in fields(Hardware)}
+    data = {k: v for k, v in data.items() if k in known}
+    archs = data.get("gpu_archs")
+    if archs is None:
+        gpus = int(data.get("num_gpus") or 0) if data.get("device") == "cuda" else 0
+        archs = [data.get("gpu_arch", "")] * gpus
+    return Hardware(**{**data, "gpu_archs": tuple(archs)})
+
+

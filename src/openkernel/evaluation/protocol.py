@@ -1,0 +1,102 @@
+"""What the engine and a worker process say to each other: the one place both sides share.
+
+The engine side (``host/``) starts a worker (``python -m openkernel.evaluation.worker --fd N``),
+writes one :class:`Job` as a JSON line on its stdin and reads the worker's messages from the
+inherited pipe ``N``. The worker side (``worker/``) is the confined process that imports
+candidate code; nothing under ``host/`` imports it, and it imports nothing from ``host/``
+(import-linter checks both, see pyproject.toml).
+
+Messages from the worker, one JSON line each, all tagged with the job's random ``nonce``
+(lines without it are not the worker's and are ignored):
+
+* ``{"phase": NAME}`` when a phase starts (``PHASES``);
+* ``{"compiling": true | false}`` around a kernel compilation (Triton JIT, nvcc) that happens
+  after the build phase, e.g. at a first call or for a new shape: that time counts as build;
+* ``{"wait": true}`` before the timed phase; the worker then blocks until the engine writes
+  ``go`` on its stdin (its turn on the GPU);
+* ``{"result": {...}}`` last: the mode's report (:class:`Report` for ``evaluate``).
+
+Timeouts follow the phases: ``setup``, ``build`` and compilations count against
+``build_timeout_s``; ``warmup`` (the first call, once compiled), ``test`` and ``benchmark``
+against ``test_timeout_s``; ``queued`` (waiting for the turn) against neither.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+MODES = ("hardware", "probe", "evaluate", "reference", "profile", "pch")
+PHASES = ("setup", "build", "warmup", "queued", "test", "benchmark")
+BUILD_PHASES = ("setup", "build")  # plus compilations inside later phases
+GO = "go"
+
+NVTX_RANGE = "openkernel_candidate"  # the profiled region of a profile run
+PROTECT_VAR = "OPENKERNEL_SANDBOX_PROTECT"  # os.pathsep list of paths confine must never expose
+CEILINGS_VERSION = 1  # the format of a measured ceilings entry (worker/hardware.py, host/ceilings.py)
+PKG_DIR = Path(__file__).resolve().parents[1]  # the openkernel package
+
+
+def under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+@dataclass
+class Job:
+    """One job for one worker. Fields a mode does not use keep their defaults."""
+
+    mode: str
+    device: str = "cpu"
+    scratch: str = ""
+    # the task
+    reference_path: str = ""
+    hooks_path: str | None = None
+    read_only: list[str] = field(default_factory=list)
+    # building
+    backend: str = "triton"
+    code_path: str | None = None
+    build_cache: str | None = None
+    cuda_targets: list[str] = field(default_factory=list)
+    gpu_arch: str = ""
+    pch_dir: str | None = None
+    build_timeout_s: float = 180.0
+    # checking and timing
+    correctness_seeds: int = 3
+    gpu_memory_fraction: float = 0.9
+    bench_budget_s: float = 1.0
+    min_trials: int = 3
+    max_trials: int = 50
+    plan: dict = field(default_factory=dict)  # a MemoryPlan as JSON (records.MemoryPlan)
+    # other modes
+    target: str = "candidate"  # profile: "candidate" or "reference"
+    known_ceilings: dict = field(default_factory=dict)  # hardware
+    pch_root: str = ""  # pch
+
+    def to_line(self, nonce: str) -> str:
+        return json.dumps({**asdict(self), "nonce": nonce})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Job":
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:  # both sides ship together: a stray key is a bug, not a version skew
+            raise ValueError(f"unknown job keys: {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+
+def encode(nonce: str, **message: Any) -> bytes:
+    """One message line from the worker."""
+    return (json.dumps({"nonce": nonce, **message}, default=str) + "\n").encode()
+
+
+def decode(line: bytes, nonce: str) -> dict | None:
+    """The message in ``line``, or None when it is not one of the worker's."""
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(msg, dict) or msg.get("nonce") != nonce:
+        return None
+    return msg

@@ -1,0 +1,48 @@
+"""Hardware ceilings and the roofline floor: datasheet peaks, and the bound they put on a kernel.
+
+Peak figures start as datasheet values (dense, no sparsity); on a GPU the hardware worker
+replaces them with ceilings measured on the device (a large device copy and large matmuls,
+cached per device model), which the roofline, the critic and the too-good-to-be-true flag then
+use. Pure functions: no torch, no CUDA.
+"""
+
+from __future__ import annotations
+
+from openkernel.records import Hardware
+
+# name fragment -> (HBM GB/s, {dtype: TFLOP/s}); dense tensor-core peaks for 16-bit types.
+_PEAKS: dict[str, tuple[float, dict[str, float]]] = {
+    "H200": (4800.0, {"float32": 67.0, "tf32": 495.0, "float16": 990.0, "bfloat16": 990.0}),
+    "H100": (3350.0, {"float32": 67.0, "tf32": 495.0, "float16": 990.0, "bfloat16": 990.0}),
+    "A100": (2039.0, {"float32": 19.5, "tf32": 156.0, "float16": 312.0, "bfloat16": 312.0}),
+    "L40S": (864.0, {"float32": 91.6, "tf32": 183.0, "float16": 366.0, "bfloat16": 366.0}),
+}
+
+
+def peaks_for(name: str) -> tuple[float | None, dict[str, float]]:
+    for fragment, (bw, tflops) in _PEAKS.items():
+        if fragment in name:
+            return bw, dict(tflops)
+    return None, {}
+
+
+def peak_tflops_for(hw: Hardware, dtype: str) -> float | None:
+    """The matmul rate a legal kernel of this dtype can reach (float32 may use TF32 tensor
+    cores, as Triton's tl.dot does by default); the best known rate for an unlisted dtype."""
+    peaks = hw.peak_tflops or {}
+    dtype = dtype.replace("torch.", "")
+    return peaks.get("tf32" if dtype == "float32" else dtype) or max(peaks.values(), default=0.0) or None
+
+
+def floor_seconds(flops: float, bytes_moved: float, hw: Hardware, dtype: str) -> tuple[float, float] | None:
+    """(memory time, math time) at the hardware's ceilings; their max is the roofline floor."""
+    if not hw.peak_bandwidth_gbs:
+        return None
+    peak = peak_tflops_for(hw, dtype)
+    return bytes_moved / (hw.peak_bandwidth_gbs * 1e9), (flops / (peak * 1e12) if peak else 0.0)
+
+
+def roofline_ms(flops: float, bytes_moved: float, hw: Hardware, dtype: str) -> float | None:
+    """Lower bound on a kernel's runtime in ms from peak bandwidth and compute, or None."""
+    floors = floor_seconds(flops, bytes_moved, hw, dtype) if hw.device == "cuda" else None
+    return max(floors) * 1e3 if floors else None
