@@ -25,6 +25,10 @@ class Status(str, Enum):
     COMPILE_ERROR = "compile_error"  # red: did not compile (or import)
     BUILD_TIMEOUT = "build_timeout"  # pink: the build itself timed out
     NOT_RUN = "not_run"  # grey: compiled, but this machine cannot run it (CUDA without a GPU)
+    # dark grey, outside the seed's candidate colours: the evaluator's own code failed (out of
+    # memory in a check, the reference failing, a CUDA error before the candidate ran); it
+    # says nothing about the candidate, which was retried once with a smaller plan.
+    EVALUATOR_FAULT = "evaluator_fault"
 
     @property
     def label(self) -> str:
@@ -39,7 +43,11 @@ STATUS_LABELS = {
     Status.COMPILE_ERROR: "Did not compile",
     Status.BUILD_TIMEOUT: "The build itself timed out",
     Status.NOT_RUN: "Compiled, but not runnable on this machine",
+    Status.EVALUATOR_FAULT: "The evaluator failed, not the candidate",
 }
+
+# Statuses that say nothing about the candidate's code: never counted as its errors.
+NOT_JUDGED = frozenset({Status.NOT_RUN, Status.EVALUATOR_FAULT})
 
 # perf_score: the discrete quality ladder that compute_performance_score starts from.
 PERF_NONE = 0  # nothing usable (build failed or timed out)
@@ -104,6 +112,8 @@ class EvalResult(BaseModel):
 
     def get_status(self) -> Status:
         """The colour class of this result (timeouts and speed included)."""
+        if self.metadata.get("evaluator_fault"):
+            return Status.EVALUATOR_FAULT
         timeout = self.metadata.get("timeout")
         if timeout == "build":
             return Status.BUILD_TIMEOUT

@@ -19,6 +19,7 @@ STATUS_COLORS = {
     "compile_error": "#d62728",  # red: did not compile
     "build_timeout": "#ff69b4",  # pink: the build itself timed out
     "not_run": "#9e9e9e",  # grey: compiled, this machine cannot run it
+    "evaluator_fault": "#5f6368",  # dark grey, not a candidate colour: the evaluator failed
 }
 STATUS_MEANINGS = {
     "faster": "Correct and faster than the reference",
@@ -28,6 +29,7 @@ STATUS_MEANINGS = {
     "compile_error": "Did not compile",
     "build_timeout": "The build itself timed out",
     "not_run": "Compiled, but not runnable on this machine",
+    "evaluator_fault": "The evaluator failed, not the candidate",
 }
 BEST_MEANING = "The best kernel of the job"
 UNKNOWN_COLOR = "#9e9e9e"

@@ -45,14 +45,16 @@ def _measured_profile(row: dict) -> bool:
 
 
 def job_health(rows: list[dict], branches_per_iteration: int | None = None) -> list[HealthCheck]:
-    """The five checks of the seed's table for one job.
+    """The five checks of the seed's table for one job, then the evaluator's own faults.
 
     Args:
         rows: light kernel rows of the job (``queries.job_kernels``).
         branches_per_iteration: from the run's config, when it was stored.
 
     Returns:
-        One ``HealthCheck`` per symptom, in the seed's order.
+        One ``HealthCheck`` per symptom, in the seed's order, and last "Evaluator faults":
+        candidates the evaluator could not judge because its own code failed (grey, never
+        the candidate's failure).
     """
     cands = _candidates(rows)
     n = len(cands)
@@ -120,6 +122,19 @@ def job_health(rows: list[dict], branches_per_iteration: int | None = None) -> l
             f"; branches_per_iteration = {branches_per_iteration}" if branches_per_iteration else "")
     checks.append(HealthCheck("One lineage, no branches", state, ev,
                               "branches_per_iteration is 1", "Config parameters"))
+
+    faults = status["evaluator_fault"]
+    if n == 0:
+        state, ev = "n/a", "no candidates yet"
+    else:
+        state = "warn" if faults else "ok"
+        ev = f"{faults} of {n} candidates could not be judged because the evaluator failed" + (
+            " (each was retried once with a smaller memory plan)" if faults else "")
+    checks.append(HealthCheck(
+        "Evaluator faults", state, ev,
+        "The evaluator's own checks ran out of device memory, the reference failed, or the "
+        "GPU failed before the candidate ran: a fault of openkernel or the machine, not of "
+        "the candidate", "Evaluation log (its 'Evaluator fault' line), metadata.evaluator_fault"))
     return checks
 
 

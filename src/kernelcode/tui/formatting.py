@@ -20,6 +20,7 @@ STATUS_COLOURS: dict[Status, str] = {
     Status.COMPILE_ERROR: "#f85149",  # red
     Status.BUILD_TIMEOUT: "#ff7eb6",  # pink
     Status.NOT_RUN: "#8b949e",  # grey
+    Status.EVALUATOR_FAULT: "#6e7681",  # dark grey: the evaluator's fault, not the candidate's
 }
 
 STATUS_WORDS: dict[Status, str] = {
@@ -30,6 +31,7 @@ STATUS_WORDS: dict[Status, str] = {
     Status.COMPILE_ERROR: "build error",
     Status.BUILD_TIMEOUT: "build timeout",
     Status.NOT_RUN: "not run",
+    Status.EVALUATOR_FAULT: "evaluator fault",
 }
 
 # One glyph per outcome for the chat panel: the eye finds failures by shape, not only colour.
@@ -41,6 +43,7 @@ STATUS_GLYPHS: dict[Status, str] = {
     Status.COMPILE_ERROR: "✗",
     Status.BUILD_TIMEOUT: "✗",
     Status.NOT_RUN: "∅",
+    Status.EVALUATOR_FAULT: "⚠",
 }
 
 RUNNING_STYLE = "#8b949e italic"
