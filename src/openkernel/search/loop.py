@@ -21,6 +21,7 @@ from typing import Iterator
 from openkernel.config import Config
 from openkernel.evaluation.host.devices import NoDeviceLeft
 from openkernel.evaluation.host.executor import Evaluator
+from openkernel.evaluation.host.memplan import describe as describe_plan
 from openkernel.events import (
     BackendSwitched,
     BestImproved,
@@ -86,6 +87,7 @@ class Search:
         # code digest -> (program id, result): an identical candidate is never built twice.
         self._judged: dict[str, tuple[str, EvalResult]] = {}
         self._judged_lock = threading.Lock()
+        self._notes_seen = 0
 
     # ------------------------------------------------------------------------------------
     def run(self) -> Iterator[Event]:
@@ -112,6 +114,8 @@ class Search:
             return
         for warning in probe.warnings:
             yield LogEmitted("warning", warning)
+        if probe.memory is not None:
+            yield LogEmitted("info", describe_plan(self.evaluator.plan))
         self.probe, self.hardware = probe, hw
         targets = self.evaluator.targets
         self.gpu_arch = targets.primary  # results are filed (and start_from_best looks) here
@@ -383,6 +387,9 @@ class Search:
         ))
         if program.is_program0:
             return
+        while self._notes_seen < len(self.evaluator.notes):
+            yield LogEmitted("warning", self.evaluator.notes[self._notes_seen])
+            self._notes_seen += 1
         self.candidates += 1
         result = program.kernel_exec_result
         yield CandidateEvaluated(program, program.status, program.metadata["label"],
