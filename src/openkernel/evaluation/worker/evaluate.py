@@ -469,9 +469,13 @@ class Evaluation:
             # The candidate left its inputs alone (checked): both share them, unless the
             # reference writes into its own.
             ref_in = clone(inputs) if self.plan.keep_pristine else inputs
+        def reference():
+            with self.ours("timing the reference"):
+                return self.ref_model(*ref_in)
+
         with torch.no_grad():
             samples = self.timer.interleaved(
-                {"reference": lambda: self.ref_model(*ref_in), "candidate": lambda: self.model(*inputs)},
+                {"reference": reference, "candidate": lambda: self.model(*inputs)},
                 budget_s=self.job.bench_budget_s, min_trials=self.job.min_trials,
                 max_trials=self.job.max_trials)
         ref, cand = summarize(samples["reference"]), summarize(samples["candidate"])
