@@ -97,6 +97,8 @@ class Evaluator:
         # The precompiled torch header's folder, or why there is none (see pch.py)
         self.pch: dict = {}
         self.plan = MemoryPlan()  # made from the probe (memplan.py)
+        self._baselines: dict | None = None
+        self.baseline_error = ""
         self.notes: list[str] = []  # what the evaluator changed on its own during the run
 
     # -- public API ---------------------------------------------------------------------
@@ -412,6 +414,10 @@ class Evaluator:
                 finally:
                     self._release(slot)
                 stats = run.payload if run.payload and "compile" in run.payload else None
+                if stats is None:
+                    what = ("timed out" if run.timed_out else (run.payload or {}).get("fatal")
+                            or f"the worker died ({run.returncode})")
+                    self.baseline_error = f"timing torch.compile of the reference failed: {what}"
                 if stats and self.store is not None:
                     self.store.put_reference_timing(self.task.digest, hw.label, "compile",
                                                     stats["compile"]["median"], stats)
@@ -419,8 +425,20 @@ class Evaluator:
                 ratio = stats["compile"]["median"] / stats["eager"]["median"]
             except (TypeError, KeyError, ZeroDivisionError):
                 ratio = None
+            self._baselines = stats
             self._compile_ratio = ratio if ratio else False
             return ratio
+
+    def baselines(self) -> dict | None:
+        """The reference's eager and torch.compile timings on this hardware ({"eager": stats,
+        "compile": stats}), measured once per task and hardware and kept in the store; None on
+        the CPU (torch.compile makes no Triton there) or when the timing failed
+        (``baseline_error`` says why). Works after :meth:`close` too (with a worker of its own)."""
+        hw = self.hardware
+        if hw.device != "cuda":
+            return None
+        self._compile_speed_ratio(hw)
+        return self._baselines
 
     def _spawn(self, device: str, gpu_index: int | None, profiler: str | None = None) -> WorkerProcess:
         scratch = self.scratch_root / f"w-{uuid.uuid4().hex[:12]}"
