@@ -172,3 +172,13 @@ def test_drive_charges_compilation_to_the_build_and_a_first_call_to_the_test(tmp
     assert run.timed_out == expected and run.phase == "warmup"
     took = time.monotonic() - t0
     assert (2.5 if expected == "build" else 1.5) < took < 10
+
+
+@pytest.mark.gpu
+def test_gpu_a_kernel_that_faults_is_its_own_failure_and_the_next_one_is_judged(tmp_path):
+    folder = _task(tmp_path / "relu", "return torch.relu(x)")
+    bad = _evaluate(tmp_path, folder, (CANDIDATES / "illegal_address.py").read_text())
+    assert bad.get_status() in (Status.INCORRECT, Status.COMPILE_ERROR), bad.eval_log
+    assert "evaluator_fault" not in bad.metadata and "retried" not in bad.metadata
+    good = _evaluate(tmp_path, folder, RELU)
+    assert good.correctness, good.eval_log

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -216,3 +217,42 @@ def test_probe_sees_a_reference_that_writes_its_inputs(tmp_path):
     """)
     probe, plan = _probe(tmp_path, task)
     assert probe.ok and probe.memory.mutates_inputs and plan.keep_pristine
+
+
+@pytest.mark.gpu
+def test_gpu_a_large_problem_stays_within_three_footprints(tmp_path):
+    """2 GiB in, 2 GiB out: the worker's peak (without the fixed L2 flush buffer) is at most 3x
+    the reference's own footprint, and the plan ran the float64 check."""
+    task = _task(tmp_path, """
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.sigmoid(x)
+
+        batch_size = 4096
+        dim = 131072
+
+        def get_inputs():
+            return [torch.rand(batch_size, dim)]
+
+        def get_init_inputs():
+            return []
+    """)
+    code = (Path(__file__).parent / "candidates" / "good_relu.py").read_text().replace(
+        "tl.maximum(x, 0.0)", "1.0 / (1.0 + tl.exp(-x))")
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
+                           "eval_config": {"profile": False}})
+    ev = Evaluator(task, config, bench_budget_s=0.2)
+    try:
+        probe = ev.probe()
+        assert probe.ok and probe.memory.measured, probe.error
+        assert probe.memory.input_bytes == 2 * GIB
+        result = ev.evaluate(code, "triton", "sigmoid")
+    finally:
+        ev.close()
+    assert result.correctness, result.eval_log
+    memory = result.metadata["memory"]
+    assert memory["peak_over_footprint"] <= 3.0, memory
+    assert "precision check against float64" in result.eval_log

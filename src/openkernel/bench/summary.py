@@ -14,6 +14,7 @@ the dashboard's read-only connection.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import func, inspect, select
@@ -38,6 +39,9 @@ class ProblemResult:
     eager_ms: float | None = None
     compile_ms: float | None = None
     best_kernel: str | None = None
+    footprint_bytes: int = 0  # the reference's own footprint (the probe's)
+    peak_over_footprint: float | None = None  # the worst candidate's worker peak over it
+    candidate_s: float | None = None  # median of a candidate's own time (not waiting for a turn)
     hardware: str = ""
     error: str = ""
     path: str = ""
@@ -110,6 +114,11 @@ def suite_summary(engine: Engine, suite: str) -> SuiteSummary | None:
         return summarize(suite, [_problem(conn, e) for e in entries])
 
 
+def _own_seconds(meta: dict) -> float:
+    """A candidate's own time: its evaluation, less the wait for another candidate's GPU turn."""
+    return float(meta["evaluation_s"]) - float((meta.get("phase_s") or {}).get("queued", 0.0))
+
+
 def _problem(conn, entry) -> ProblemResult:
     row = ProblemResult(name=entry.task_name, path=entry.path, status=entry.outcome or "not started",
                         error=entry.error or "")
@@ -131,6 +140,13 @@ def _problem(conn, entry) -> ProblemResult:
     row.evaluator_faults = sum(1 for k in candidates if k.status == "evaluator_fault")
     row.retried = sum(1 for k in candidates if k.status != "evaluator_fault"
                       and isinstance(k.meta, dict) and k.meta.get("retried"))
+    memory = [k.meta.get("memory") or {} for k in candidates if isinstance(k.meta, dict)]
+    ratios = [m["peak_over_footprint"] for m in memory if m.get("peak_over_footprint") is not None]
+    row.footprint_bytes = max((m.get("footprint_bytes") or 0 for m in memory), default=0)
+    row.peak_over_footprint = max(ratios) if ratios else None
+    own = [_own_seconds(k.meta) for k in candidates if isinstance(k.meta, dict)
+           and k.meta.get("evaluation_s") and not k.meta.get("duplicate_of")]
+    row.candidate_s = round(statistics.median(own), 2) if own else None
     correct = [k for k in candidates if k.correctness]
     if correct:
         best = max(correct, key=lambda k: k.runtime_improvement)

@@ -114,8 +114,6 @@ class Search:
             return
         for warning in probe.warnings:
             yield LogEmitted("warning", warning)
-        if probe.memory is not None:
-            yield LogEmitted("info", describe_plan(self.evaluator.plan))
         self.probe, self.hardware = probe, hw
         targets = self.evaluator.targets
         self.gpu_arch = targets.primary  # results are filed (and start_from_best looks) here
@@ -143,6 +141,8 @@ class Search:
         if stored:
             yield LogEmitted("info", f"Resuming job {self.job_name}: {len(stored)} kernels stored; "
                              "only the missing i<N>-b<M> run.")
+        if probe.memory is not None:
+            yield LogEmitted("info", describe_plan(self.evaluator.plan))
         started = time.monotonic()
         try:
             done = self._restore(stored)
