@@ -134,3 +134,32 @@ def test_a_bad_template_is_stored_with_its_reason(evaluator):
                                                "triton", "bad")
     assert code is None and result.get_status() is Status.COMPILE_ERROR
     assert "Bad template" in result.eval_log and "empty option list" in result.eval_log
+
+
+WORKED = Path(__file__).resolve().parents[1] / "src" / "openkernel" / "generators"
+
+
+def test_the_worked_triton_example_runs_as_documented(evaluator):
+    code = (WORKED / "templated_triton.py.tmpl").read_text()
+    space = parse(code)
+    assert space.size == 16
+    small = code.replace('"BLOCK": [256, 512, 1024, 2048]', '"BLOCK": [512, 2048]').replace(
+        '"NUM_STAGES": [1, 2]', '"NUM_STAGES": [1]')
+    result, winner = evaluator.evaluate_template(small, "triton", "worked")
+    assert result.correctness and len(result.template_results["combinations"]) == 4, result.eval_log
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="needs nvcc")
+def test_the_worked_cuda_example_compiles_at_every_combination(tmp_path):
+    config = build_config({"paths": {"scratch_dir": str(tmp_path)}, "backend": "cuda"})
+    ev = Evaluator(load_task(EXAMPLES / "gelu"), config)
+    try:
+        if ev.hardware.device != "cpu":
+            pytest.skip("a GPU is present: the GPU test runs these for real")
+        code = (WORKED / "templated_cuda.py.tmpl").read_text()
+        result, winner = ev.evaluate_template(code, "cuda", "worked-cuda")
+    finally:
+        ev.close()
+    rows = result.template_results["combinations"]
+    assert len(rows) == 6 and all(r["status"] == "not_run" for r in rows), result.eval_log
+    assert winner is None and "6 compiled" in result.eval_log

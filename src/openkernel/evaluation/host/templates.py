@@ -59,6 +59,8 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
     """(the result, the winner's concrete code or None when no combination is correct)."""
     hw = evaluator.hardware
     n = len(variants)
+    if hw.device != "cuda" and backend == "cuda":
+        return _nvcc_only(evaluator, space, variants, sampled, bound, label_)
     key = hashlib.sha256("\0".join(v.code for v in variants).encode()).hexdigest()
     job = evaluator._task_job(hw.device, "sweep", backend=backend,
                               correctness_seeds=1, gpu_arch=evaluator.targets.primary,
@@ -114,3 +116,24 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
                                 + [f"The winner ({label(best.params)}) had the full checks:",
                                    result.eval_log])
     return result, best.code
+
+
+def _nvcc_only(evaluator, space: Space, variants: list[Variant], sampled: bool, bound: int,
+               label_: str) -> tuple[EvalResult, None]:
+    """Without a GPU, CUDA C++ combinations can only be compiled (nvcc): each one is."""
+    rows, first = [], None
+    for v in variants:
+        r = evaluator.evaluate(v.code, "cuda", label=f"{label_} [{label(v.params)}]")
+        first = first or r
+        rows.append({"params": v.params, "status": r.get_status().value, "runtime_stats": {},
+                     "runtime": -1.0, "speedup": -1.0,
+                     "error": "" if r.compiled else r.eval_log[-1500:]})
+    results = {"space": space.options, "defaults": space.defaults, "space_size": space.size,
+               "bound": bound, "sampled": sampled, "combinations": rows, "winner": None}
+    built = sum(1 for r in rows if r["status"] == Status.NOT_RUN.value)
+    result = first.model_copy(deep=True)
+    result.template_results = results
+    result.eval_log = "\n".join([f"Template: no GPU here, so each of the {len(rows)} CUDA C++ "
+                                 f"combination(s) was compiled with nvcc only: {built} compiled."]
+                                + summary_lines(results))
+    return result, None
