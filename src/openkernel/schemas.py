@@ -203,9 +203,20 @@ class Program:
         return EvalResult.compute_performance_score(self.kernel_exec_result)
 
     @property
+    def can_be_best(self) -> bool:
+        """The one rule for a job's best kernel (``openkernel.store.summary`` says it in SQL):
+        a correct candidate, never the reference; the highest ``score`` is the best. (Failing
+        the held-out shapes is an integrity violation, so such a kernel is not correct; the
+        flag is checked too, in case a result says otherwise.)"""
+        result = self.kernel_exec_result
+        return bool(result is not None and result.correctness and not self.is_program0
+                    and result.metadata.get("heldout_ok", True) is not False)
+
+    @property
     def label(self) -> str:
-        """``i<N>-b<M>``: iteration N, branch M."""
-        return f"i{self.iteration_found}-b{self.metadata.get('branch', 0)}"
+        """``i<N>-b<M>``: iteration N, branch M; or the stored label (``ref``, ``start``)."""
+        return str(self.metadata.get("label") or
+                   f"i{self.iteration_found}-b{self.metadata.get('branch', 0)}")
 
     def to_dict(self) -> dict[str, Any]:
         """Convert to dictionary representation."""
