@@ -29,6 +29,9 @@ class Status(str, Enum):
     # memory in a check, the reference failing, a CUDA error before the candidate ran); it
     # says nothing about the candidate, which was retried once with a smaller plan.
     EVALUATOR_FAULT = "evaluator_fault"
+    # purple, outside the seed's colours too: no kernel to judge, because generating failed
+    # (the model's service answered with an error, or its answer held no kernel).
+    GENERATION_FAILED = "generation_failed"
 
     @property
     def label(self) -> str:
@@ -44,10 +47,12 @@ STATUS_LABELS = {
     Status.BUILD_TIMEOUT: "The build itself timed out",
     Status.NOT_RUN: "Compiled, but not runnable on this machine",
     Status.EVALUATOR_FAULT: "The evaluator failed, not the candidate",
+    Status.GENERATION_FAILED: "Generation failed: no kernel to judge",
 }
 
-# Statuses that say nothing about the candidate's code: never counted as its errors.
-NOT_JUDGED = frozenset({Status.NOT_RUN, Status.EVALUATOR_FAULT})
+# Statuses that say nothing about a candidate's code (none was run, or none came back): never
+# counted as its errors.
+NOT_JUDGED = frozenset({Status.NOT_RUN, Status.EVALUATOR_FAULT, Status.GENERATION_FAILED})
 
 # perf_score: the discrete quality ladder that compute_performance_score starts from.
 PERF_NONE = 0  # nothing usable (build failed or timed out)
@@ -66,7 +71,8 @@ class EvalResult(BaseModel):
     ``improve_over_compile`` is the same against ``torch.compile`` of the reference.
     ``metadata`` carries what the seed leaves open: ``timeout`` ("build" | "test"),
     ``runnable`` (False when the hardware cannot run the candidate), ``integrity_violation``
-    (the name of the check that caught it), ``hardware``, ``timing_method``.
+    (the name of the check that caught it), ``hardware``, ``timing_method``,
+    ``generation_failed`` ("service" | "no_code": no kernel came back to be judged).
     """
 
     compiled: bool = False
@@ -112,6 +118,8 @@ class EvalResult(BaseModel):
 
     def get_status(self) -> Status:
         """The colour class of this result (timeouts and speed included)."""
+        if self.metadata.get("generation_failed"):
+            return Status.GENERATION_FAILED
         if self.metadata.get("evaluator_fault"):
             return Status.EVALUATOR_FAULT
         timeout = self.metadata.get("timeout")

@@ -8,7 +8,7 @@ an estimate. Interpreter timings on the CPU say nothing about a GPU, and the cri
 from __future__ import annotations
 
 from openkernel.records import Hardware, TaskProbe
-from openkernel.roofline import floor_seconds, peak_tflops_for
+from openkernel.roofline import arithmetic_intensity, floor_seconds, peak_tflops_for
 from openkernel.schemas import Program, Status
 
 
@@ -18,15 +18,19 @@ def roofline_estimate(runtime_ms: float, probe: TaskProbe, hw: Hardware) -> dict
         return {}
     est = {
         "estimate": True,
-        "source": "analytic (FLOPs from torch.utils.flop_counter, minimum bytes)",
-        "flops": probe.flops,
+        "source": "analytic (FLOPs counted from the reference's ops, minimum bytes)",
         "bytes": probe.bytes_moved,
-        "arithmetic_intensity": probe.flops / probe.bytes_moved if probe.bytes_moved else 0.0,
     }
+    intensity = arithmetic_intensity(probe.flops, probe.bytes_moved)
+    if probe.flops > 0:  # 0 means not counted: no FLOP figure rather than a wrong zero
+        est["flops"] = probe.flops
+    if intensity is not None:
+        est["arithmetic_intensity"] = intensity
     if hw.interpreter:  # interpreter timings say nothing about achieved GPU rates
         return est
     seconds = runtime_ms / 1e3
-    est["gflops"] = probe.flops / seconds / 1e9
+    if probe.flops > 0:
+        est["gflops"] = probe.flops / seconds / 1e9
     est["achieved_gbs"] = probe.bytes_moved / seconds / 1e9
     dtype = probe.output_dtypes[0] if probe.output_dtypes else "float32"
     peak_tflops = peak_tflops_for(hw, dtype)

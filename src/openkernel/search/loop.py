@@ -26,6 +26,7 @@ from openkernel.events import (
     BestImproved,
     CandidateEvaluated,
     CandidateGenerated,
+    CandidatePhaseChanged,
     CandidateStarted,
     CriticDiagnosed,
     Event,
@@ -41,7 +42,7 @@ from openkernel.events import (
 from openkernel.generators import make_generator
 from openkernel.generators.base import Generator, ProposalRequest
 from openkernel.generators.offline import skill_matches
-from openkernel.schemas import EvalResult, Program, new_program_id
+from openkernel.schemas import EvalResult, Program, Status, new_program_id
 from openkernel.search.archive import Archive
 from openkernel.search.control import RunControl
 from openkernel.search.critic import diagnose, roofline_estimate
@@ -51,6 +52,10 @@ from openkernel.targets import TargetPlan
 from openkernel.task import Task
 
 _DONE = object()
+# The worker's phases (evaluation.protocol.PHASES, and "profile") as a candidate's phase.
+_WORKER_PHASES = {"setup": "building", "build": "building", "warmup": "building",
+                  "queued": "waiting_for_gpu", "test": "testing", "benchmark": "timing",
+                  "profile": "profiling"}
 
 
 def _digest(code: str, backend: str) -> str:
@@ -82,7 +87,9 @@ class Search:
         self.rng = random.Random(seed)
         self.backend = config.backend
         self.instructions: list[str] = []
-        self.candidates = 0
+        self.candidates = 0  # judged in this run
+        self.stored_candidates = 0  # already stored for the job when it started (a resume)
+        self._retried: dict[str, str] = {}  # label -> id of a stored generation failure
         # code digest -> (program id, result): an identical candidate is never built twice.
         self._judged: dict[str, tuple[str, EvalResult]] = {}
         self._judged_lock = threading.Lock()
@@ -92,23 +99,40 @@ class Search:
         try:
             yield from self._run()
         except GeneratorExit:  # the consumer stopped listening (a UI quit): record it
-            if getattr(self, "run_id", None) is not None:
-                self.store.finish_run(self.run_id, "stopped")
+            self._finish("stopped")
+            raise
+        except BaseException:  # Ctrl+C and the like: what is stored stays, the run says so
+            self._finish("interrupted")
             raise
         finally:
+            if getattr(self, "_heartbeat", None) is not None:
+                self._heartbeat.stop()
             self.evaluator.close()
 
+    def _finish(self, status: str, error: str = "") -> None:
+        if getattr(self, "run_id", None) is not None and not getattr(self, "_finished", False):
+            self._finished = True
+            self.store.finish_run(self.run_id, status, error)
+
+    def _failed_before_start(self, message: str) -> RunFinished:
+        """The one event of a run that could not start (the front ends print its error once)."""
+        return RunFinished("failed", None, -1.0, 0, str(self.store.path or self.store.url),
+                           error=message)
+
     def _run(self) -> Iterator[Event]:
+        # The model first: a missing key is said at once, not after the task's probe.
+        problem = self.generator.preflight()
+        if problem:
+            yield self._failed_before_start(problem)
+            return
         probe = self.evaluator.probe()
         hw = probe.hardware or self.evaluator.hardware
         if not probe.ok:
-            yield LogEmitted("error", probe.error)
-            yield RunFinished("failed", None, -1.0, 0, str(self.store.url), error=probe.error)
+            yield self._failed_before_start(probe.error)
             return
         reason = self.generator.supports(self.task, probe, self.backend)
         if reason:
-            yield LogEmitted("error", reason)
-            yield RunFinished("failed", None, -1.0, 0, str(self.store.url), error=reason)
+            yield self._failed_before_start(reason)
             return
         for warning in probe.warnings:
             yield LogEmitted("warning", warning)
@@ -119,6 +143,12 @@ class Search:
             yield LogEmitted("warning", _missing_archs_warning(targets))
 
         stored = self.store.job_kernels(self.task_name, self.job_name)
+        # A branch whose generation failed (no kernel came back) is tried again on resume; its
+        # new row replaces the failed one.
+        failed = Status.GENERATION_FAILED.value
+        self._retried = {r.label: r.id for r in stored if r.status == failed}
+        stored = [r for r in stored if r.status != failed]
+        self.stored_candidates = sum(not r.is_program0 for r in stored)
         run = self.store.start_run(
             task_name=self.task_name, job_name=self.job_name, backend=self.backend,
             gpu_arch=self.gpu_arch, hardware=hw.label, generator=self.generator.name,
@@ -127,18 +157,20 @@ class Search:
             task_path=str(self.task.folder or self.task.reference_path),
         )
         self.run_id = run.id
+        self._heartbeat = self.store.heartbeat(run.id)
         yield RunStarted(
             run_id=run.id, task_name=self.task_name, job_name=self.job_name, backend=self.backend,
             hardware=hw.label, models=tuple(self.generator.models), generator=self.generator.name,
             db_path=str(self.store.path or self.store.url), max_iters=self.config.max_iters,
             branches_per_iteration=self.config.branches_per_iteration,
-            resumed_candidates=len(stored), reference_code=self.task.reference_code,
+            resumed_candidates=self.stored_candidates, reference_code=self.task.reference_code,
             skills=tuple(skill_matches(probe, self.backend, self.task)),
             peak_bandwidth_gbs=hw.peak_bandwidth_gbs, peak_tflops=dict(hw.peak_tflops or {}),
         )
         if stored:
-            yield LogEmitted("info", f"Resuming job {self.job_name}: {len(stored)} kernels stored; "
-                             "only the missing i<N>-b<M> run.")
+            n = self.stored_candidates
+            yield LogEmitted("info", f"Resuming job {self.job_name}: {n} candidate"
+                             f"{'' if n == 1 else 's'} stored; only the missing i<N>-b<M> run.")
         started = time.monotonic()
         try:
             done = self._restore(stored)
@@ -146,15 +178,19 @@ class Search:
                 yield from self._seed_archive()
             yield from self._iterations(done)
         except Exception as err:  # a bug: keep what is stored, say why, re-raise for the trace
-            self.store.finish_run(self.run_id, "failed", repr(err))
-            yield RunFinished("failed", self._best_id(), self.archive.best_speedup, self.candidates,
-                              str(self.store.path or self.store.url), error=repr(err))
+            self._finish("failed", repr(err))
+            yield RunFinished("failed", self._best_id(), self.archive.best_speedup,
+                              self.stored_candidates + self.candidates,
+                              str(self.store.path or self.store.url), error=repr(err),
+                              new_candidates=self.candidates)
             raise
         reason = "stopped" if self.control.stopped else "completed"
-        self.store.finish_run(self.run_id, reason)
+        self._finish(reason)
         extra = yield from self._device_report(started)
-        yield RunFinished(reason, self._best_id(), self.archive.best_speedup, self.candidates,
-                          str(self.store.path or self.store.url), extra=extra)
+        yield RunFinished(reason, self._best_id(), self.archive.best_speedup,
+                          self.stored_candidates + self.candidates,
+                          str(self.store.path or self.store.url), extra=extra,
+                          new_candidates=self.candidates)
 
     def _device_report(self, started: float) -> Iterator[Event]:
         """How busy each GPU was: its timed turns (tests, trials, profiles) over the run."""
@@ -310,11 +346,22 @@ class Search:
             model_hint = self.generator.models[0] if self.generator.models else self.generator.name
             out.put(CandidateStarted(label, request.iteration, request.branch,
                                      request.parent.id if request.parent else None, model_hint))
+            out.put(CandidatePhaseChanged(label, "generating"))
             program_id = new_program_id()
             t0 = time.perf_counter()
             proposal = self.generator.propose(request)
             gen_s = time.perf_counter() - t0
             out.put(CandidateGenerated(label, proposal.model, proposal.description, proposal.reasoning))
+            if proposal.code.strip():
+                out.put(CandidatePhaseChanged(label, "queued"))  # for a worker, or a resume
+            phase = [""]
+
+            def on_phase(worker_phase: str) -> None:
+                mapped = _WORKER_PHASES.get(worker_phase)
+                if mapped and mapped != phase[0]:
+                    phase[0] = mapped
+                    out.put(CandidatePhaseChanged(label, mapped))
+
             with slots:
                 if not self.control.wait_while_paused():
                     return
@@ -329,13 +376,17 @@ class Search:
                                        f"its evaluation is reused, nothing was rebuilt.\n"
                                        + result.eval_log)
                 elif proposal.code.strip():
-                    result = self.evaluator.evaluate(proposal.code, request.backend, label=label)
+                    result = self.evaluator.evaluate(proposal.code, request.backend, label=label,
+                                                     on_phase=on_phase, source_name=f"<{label}>")
                     with self._judged_lock:  # before the slot is freed: a twin waiting sees it
                         self._judged.setdefault(key, (program_id, result))
-                else:
-                    result = EvalResult(compiled=False, perf_score=0, eval_log=(
-                        "No kernel was extracted from the answer, so nothing was built.\n"
-                        + (proposal.log or "")).strip())
+                else:  # nothing to build: a generation failure, not a build status
+                    why = ("The model's service gave no answer, so there was no kernel to build."
+                           if proposal.failed == "service" else
+                           "No kernel was extracted from the answer, so nothing was built.")
+                    result = EvalResult(compiled=False, perf_score=0,
+                                        metadata={"generation_failed": proposal.failed or "no_code"},
+                                        eval_log=(why + "\n" + (proposal.log or "")).strip())
                 eval_s = time.perf_counter() - t1
             parent = request.parent
             program = Program(
@@ -358,9 +409,11 @@ class Search:
             out.put(program)
         except NoDeviceLeft as err:  # no GPU can judge anything any more: end the run
             out.put(LogEmitted("error", f"{label}: {err}"))
+            out.put(CandidatePhaseChanged(label, "abandoned"))
             self.control.stop()
         except Exception as err:  # a generator or evaluator bug: say so, keep the run going
             out.put(LogEmitted("error", f"{label}: internal error: {err!r}"))
+            out.put(CandidatePhaseChanged(label, "abandoned"))
         finally:
             out.put(_DONE)
 
@@ -376,6 +429,9 @@ class Search:
             result.profiler_data = roofline_estimate(result.runtime, self.probe, self.hardware)
         previous = self.archive.best_speedup
         is_best = self.archive.add(program)
+        replaced = self._retried.pop(program.metadata.get("label"), None)
+        if replaced is not None:
+            self.store.delete_kernel(replaced)
         self.store.add_kernel(**kernel_fields(
             program, run_id=self.run_id, task_name=self.task_name, job_name=self.job_name,
             hardware=self.hardware.label, gpu_arch=self.gpu_arch,

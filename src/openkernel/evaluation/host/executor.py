@@ -29,10 +29,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import shutil
 import threading
 import uuid
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -162,8 +164,13 @@ class Evaluator:
                              name="reference-compile").start()
         return probe
 
-    def evaluate(self, code: str, backend: str, label: str = "") -> EvalResult:
-        """Build, check and time one candidate; never raises for candidate faults."""
+    def evaluate(self, code: str, backend: str, label: str = "", *,
+                 on_phase: Callable[[str], None] | None = None,
+                 source_name: str | None = None) -> EvalResult:
+        """Build, check and time one candidate; never raises for candidate faults.
+
+        ``on_phase`` hears each phase the worker enters (``protocol.PHASES``, then "profile");
+        ``source_name`` replaces the scratch copy's path in the log (the user's file, say)."""
         hw, primary = self.hardware, self.targets.primary
         job = self._task_job(hw.device, "evaluate", backend=backend,
                              correctness_seeds=self.ec.correctness_seeds, gpu_arch=primary,
@@ -171,7 +178,7 @@ class Evaluator:
                              gpu_memory_fraction=self.ec.gpu_memory_fraction,
                              **self._bench_params(hw))
         cache = self.build_cache(code, backend)
-        run, slot, requeued = self._judge(job, code, label, cache, primary)
+        run, slot, requeued = self._judge(job, code, label, cache, primary, on_phase)
         ratio = None
         payload = run.payload or {}
         if hw.device == "cuda" and payload.get("correctness") and not payload.get("integrity_violation"):
@@ -186,9 +193,14 @@ class Evaluator:
         if hw.device == "cuda" and len(self.config.gpu_archs) > 1:
             self._judge_other_archs(job, code, label, cache, result)
         if hw.device == "cuda" and result.correctness and self.ec.profile:
+            if on_phase is not None:
+                on_phase("profile")
             profile_candidate(self, code, result)
         # Defence in depth: workers never see secrets, but nothing printed may carry one out.
         result.eval_log = environment.redact(result.eval_log, environment.secret_values(os.environ))
+        if source_name:  # tracebacks name the file the user knows, not its scratch copy
+            scratch_copy = re.escape(str(self.scratch_root)) + r"/w-[0-9a-f]+/candidate\.py"
+            result.eval_log = re.sub(scratch_copy, lambda _: source_name, result.eval_log)
         return result
 
     def close(self) -> None:
@@ -231,14 +243,16 @@ class Evaluator:
             why = payload.get("fatal") or (f"timed out in {run.phase}" if run.timed_out else "the worker died")
             self.pch = {"pch_dir": None, "why": why}
 
-    def _judge(self, job: Job, code: str, label: str, cache: Path | None,
-               arch: str) -> tuple[WorkerRun, int | None, list[str]]:
+    def _judge(self, job: Job, code: str, label: str, cache: Path | None, arch: str,
+               on_phase: Callable[[str], None] | None = None,
+               ) -> tuple[WorkerRun, int | None, list[str]]:
         """Run an evaluate job on a GPU of ``arch`` (or the CPU); returns (run, slot, requeued)."""
         hw, requeued = self.hardware, []
         while True:
             slot = self._acquire(arch)
             try:
-                run = self._run(job, hw.device, slot, label=label, code=code, build_cache=cache)
+                run = self._run(job, hw.device, slot, label=label, code=code, build_cache=cache,
+                                on_phase=on_phase)
             finally:
                 self._release(slot)
             if slot is None or not is_device_fault(run.log_tail):
@@ -316,7 +330,7 @@ class Evaluator:
 
     def _run(self, job: Job, device: str, gpu_index: int | None, label: str = "",
              code: str | None = None, profiler: str | None = None, build_cache: Path | None = None,
-             spare: bool = True) -> WorkerRun:
+             spare: bool = True, on_phase: Callable[[str], None] | None = None) -> WorkerRun:
         """One job in a worker (a spare when one waits); timed phases take the GPU's turn.
 
         ``profiler``: the Nsight Compute binary to run the worker under (a profile job); such
@@ -338,7 +352,7 @@ class Evaluator:
             turn = (lambda: self._slots.turn(gpu_index)) if (
                 gpu_index is not None and self._slots is not None) else None
             run = drive(worker, job, self.ec.build_timeout_s, self.ec.test_timeout_s, turn=turn,
-                        release_on_result=profiler is not None)
+                        release_on_result=profiler is not None, on_phase=on_phase)
             run.prestarted = prestarted
             if profiler is not None:
                 run.full_log = read_full_log(worker)
