@@ -35,6 +35,7 @@ class RunStarted(Event):
     skills: tuple = ()  # offline templates matching the task (generators.offline.skill_matches)
     peak_bandwidth_gbs: float | None = None  # hardware ceilings for roofline views
     peak_tflops: dict = field(default_factory=dict)
+    peak_gflops: float | None = None  # the compute ceiling for this task's dtype
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import queue
 import random
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import datetime
@@ -42,6 +43,7 @@ from openkernel.events import (
 from openkernel.generators import make_generator
 from openkernel.generators.base import Generator, ProposalRequest
 from openkernel.generators.offline import skill_matches
+from openkernel.roofline import peak_tflops_for
 from openkernel.schemas import EvalResult, Program, Status, new_program_id
 from openkernel.search.archive import Archive
 from openkernel.search.control import RunControl
@@ -60,6 +62,12 @@ _WORKER_PHASES = {"setup": "building", "build": "building", "warmup": "building"
 
 def _digest(code: str, backend: str) -> str:
     return hashlib.sha256(f"{backend}\0{code}".encode()).hexdigest()
+
+
+def _peak_gflops(hw, probe) -> float | None:
+    dtype = probe.output_dtypes[0] if probe.output_dtypes else "float32"
+    peak = peak_tflops_for(hw, dtype)
+    return peak * 1e3 if peak else None
 
 
 def _missing_archs_warning(targets: TargetPlan) -> str:
@@ -88,6 +96,7 @@ class Search:
         self.backend = config.backend
         self.instructions: list[str] = []
         self.candidates = 0  # judged in this run
+        self.outcomes: Counter = Counter()  # the job's candidates by status (for the critic)
         self.stored_candidates = 0  # already stored for the job when it started (a resume)
         self._retried: dict[str, str] = {}  # label -> id of a stored generation failure
         # code digest -> (program id, result): an identical candidate is never built twice.
@@ -166,6 +175,7 @@ class Search:
             resumed_candidates=self.stored_candidates, reference_code=self.task.reference_code,
             skills=tuple(skill_matches(probe, self.backend, self.task)),
             peak_bandwidth_gbs=hw.peak_bandwidth_gbs, peak_tflops=dict(hw.peak_tflops or {}),
+            peak_gflops=_peak_gflops(hw, probe),
         )
         if stored:
             n = self.stored_candidates
@@ -221,6 +231,8 @@ class Search:
         for row in rows:
             program = program_from_row(row)
             self.archive.add(program)
+            if not row.is_program0:
+                self.outcomes[program.status] += 1
             if not row.is_program0 and row.code.strip():
                 self._remember(program)
             done.setdefault(row.iteration, set()).add(row.branch)
@@ -275,7 +287,7 @@ class Search:
             yield IterationStarted(iteration)
             yield from self._run_branches(iteration, missing)
             yield IterationFinished(iteration, self.archive.best_speedup, self.candidates)
-            text = diagnose(self.archive.best, self.probe, self.hardware)
+            text = diagnose(self.archive.best, self.probe, self.hardware, self.outcomes)
             if text:
                 self.store.add_critique(run_id=self.run_id, task_name=self.task_name,
                                         job_name=self.job_name, iteration=iteration, text=text)
@@ -440,6 +452,7 @@ class Search:
         if program.is_program0:
             return
         self.candidates += 1
+        self.outcomes[program.status] += 1
         result = program.kernel_exec_result
         yield CandidateEvaluated(program, program.status, program.metadata["label"],
                                  result.runtime_improvement, self.archive.best_speedup)
