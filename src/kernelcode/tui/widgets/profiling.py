@@ -52,8 +52,10 @@ class ProfilingPanel(Widget):
                 table.add_row("Moves", f"{data['bytes'] / 1e6:.1f} MB per call (minimum)")
             if data.get("flops"):
                 table.add_row("FLOPs", f"{data['flops'] / 1e6:.1f} M per call")
-            if data.get("bytes") and data.get("flops") is not None:
-                table.add_row("Intensity", f"{data.get('arithmetic_intensity', 0.0):.2f} FLOP/byte")
+            intensity = data.get("arithmetic_intensity")
+            if data.get("bytes"):
+                table.add_row("Intensity", f"{intensity:.2f} FLOP/byte" if intensity else
+                              Text("unknown (no FLOPs counted for these ops)", DIM))
             reason = ("no GPU profiler on the CPU: timings are interpreter timings"
                       if state.on_cpu else "no bottleneck metrics (no ncu, no ceilings)")
             table.add_row("", Text(reason, DIM))
