@@ -87,6 +87,7 @@ class Search:
         self.control = control or RunControl()
         self.task_name = config.task_name or task.name
         self.job_name = config.job_name or datetime.now().strftime("run-%Y%m%d-%H%M%S")
+        self._own_store = store is None  # closed at the end (SQLite checkpoints its WAL then)
         self.store = store or Store(config.paths.kernels_db_path)
         self.evaluator = Evaluator(task, config, self.store)
         self.generator = generator or make_generator(config)
@@ -117,6 +118,8 @@ class Search:
             if getattr(self, "_heartbeat", None) is not None:
                 self._heartbeat.stop()
             self.evaluator.close()
+            if self._own_store:
+                self.store.close()
 
     def _finish(self, status: str, error: str = "") -> None:
         if getattr(self, "run_id", None) is not None and not getattr(self, "_finished", False):
@@ -162,7 +165,9 @@ class Search:
             task_name=self.task_name, job_name=self.job_name, backend=self.backend,
             gpu_arch=self.gpu_arch, hardware=hw.label, generator=self.generator.name,
             models=self.generator.models,
-            config={**self.config.model_dump(mode="json"), "hardware": asdict(hw)},
+            # the compute ceiling for this task's dtype, the same the roofline estimates use
+            config={**self.config.model_dump(mode="json"), "hardware": asdict(hw),
+                    "peak_gflops": _peak_gflops(hw, probe)},
             task_path=str(self.task.folder or self.task.reference_path),
         )
         self.run_id = run.id
