@@ -344,3 +344,43 @@ def test_start_from_best_and_from_a_file(gelu_run, examples_dir):
         f"kernels_iter_0_path={kernel}")))
     rows = Store(tmp / "k.sqlite3").job_kernels("gelu", "from-file")
     assert [r.origin for r in rows if r.label == "start"] == ["file"]
+
+
+def test_flops_are_counted_or_said_unknown(tmp_path, examples_dir):
+    """The probe counts pointwise and reduction work (torch's FLOP counter sees only matmuls),
+    and a task with no arithmetic gets no intensity rather than a wrong 0.00 FLOP/byte."""
+    from openkernel.config import build_config
+    from openkernel.evaluation.host.executor import Evaluator
+    from types import SimpleNamespace
+
+    from openkernel.generators.prompt import _probe_summary
+    from openkernel.search.critic import roofline_estimate
+    from openkernel.task import load_task
+
+    copy = tmp_path / "copy.py"
+    copy.write_text("import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return x.t().contiguous()\n\ndef get_inputs():\n    return [torch.randn(64, 32)]\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")}})
+    probes = {}
+    for name, path in (("gelu", examples_dir / "gelu"), ("softmax", examples_dir / "softmax"),
+                       ("copy", copy)):
+        evaluator = Evaluator(load_task(path), config)
+        try:
+            probes[name] = evaluator.probe()
+        finally:
+            evaluator.close()
+        assert probes[name].ok, probes[name].error
+    gelu, softmax, copied = probes["gelu"], probes["softmax"], probes["copy"]
+    assert gelu.flops == 64 * 1024  # one per element of the pointwise GELU
+    numel = 1
+    for n in softmax.input_shapes[0]:
+        numel *= n
+    assert softmax.flops == 5 * numel  # max, subtract, exp, sum, divide
+    assert copied.flops == 0.0
+    hw = gelu.hardware
+    assert roofline_estimate(1.0, gelu, hw)["arithmetic_intensity"] == pytest.approx(0.125)
+    unknown = roofline_estimate(1.0, copied, hw)
+    assert "arithmetic_intensity" not in unknown and "flops" not in unknown and unknown["bytes"] > 0
+    facts = _probe_summary(SimpleNamespace(probe=copied))
+    assert "FLOPs not counted" in facts and "intensity 0.00" not in facts
