@@ -99,7 +99,7 @@ class BestImproved(Event):
 class IterationFinished(Event):
     iteration: int
     best_speedup: float
-    evaluated: int
+    evaluated: int  # the job's candidates judged so far (a resumed job: its earlier runs' too)
 
 
 @dataclass(frozen=True)

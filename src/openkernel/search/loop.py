@@ -132,8 +132,10 @@ class Search:
                            error=message)
 
     def _run(self) -> Iterator[Event]:
-        # The model first: a missing key is said at once, not after the task's probe.
-        problem = self.generator.preflight()
+        # The model first: a missing key is said at once, not after the task's probe. (A
+        # generator without a preflight has nothing to reach.)
+        preflight = getattr(self.generator, "preflight", None)
+        problem = preflight() if preflight else None
         if problem:
             yield self._failed_before_start(problem)
             return
@@ -291,7 +293,8 @@ class Search:
             yield from self._apply_controls(iteration)
             yield IterationStarted(iteration)
             yield from self._run_branches(iteration, missing)
-            yield IterationFinished(iteration, self.archive.best_speedup, self.candidates)
+            yield IterationFinished(iteration, self.archive.best_speedup,
+                                    self.stored_candidates + self.candidates)
             text = diagnose(self.archive.best, self.probe, self.hardware, self.outcomes)
             if text:
                 self.store.add_critique(run_id=self.run_id, task_name=self.task_name,
