@@ -19,7 +19,9 @@ from sqlalchemy.engine import Connection
 from openkernel.store.liveness import run_state, stale_before
 from openkernel.store.tables import Kernel, Run
 
-BEST_WHERE = (Kernel.is_program0.is_(False), Kernel.correctness.is_(True))
+# "= 0", not "IS false": SQLite walks the index only for equalities.
+CANDIDATE = Kernel.is_program0 == False  # noqa: E712
+BEST_WHERE = (CANDIDATE, Kernel.correctness == True)  # noqa: E712
 BEST_ORDER = (Kernel.score.desc(), Kernel.created_at, Kernel.id)
 # Columns the runs table gained later; a database no engine has opened since lacks them.
 LATER_RUN_COLUMNS = ("engine_host", "engine_pid", "heartbeat_at")
@@ -41,7 +43,7 @@ def state_of(run: dict) -> str:
 def job_figures(conn: Connection, task: str, job: str) -> dict:
     """Candidates, status mix, best kernel and newest kernel of one job (two index ranges)."""
     mix = (select(Kernel.status, func.count(), func.max(type_coerce(Kernel.created_at, String)))
-           .where(Kernel.task_name == task, Kernel.job_name == job, Kernel.is_program0.is_(False))
+           .where(Kernel.task_name == task, Kernel.job_name == job, CANDIDATE)
            .group_by(Kernel.status))
     status, newest = {}, ""
     for name, n, created in conn.execute(mix):
