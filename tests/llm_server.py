@@ -3,6 +3,10 @@
 POST /v1/chat/completions answers from a script: each entry of ``script`` is consumed by one
 request, either ``(status, error_message)`` for a failure or the answer text; when the script
 runs out, ``default`` answers. Every request body is recorded in ``requests``.
+
+The generator's preflight (a one-token request, ``max_tokens == 1``) is answered by ``ping``
+instead ("OK", or ``(status, error_message)``) and recorded in ``pings``, so scripts stay about
+the run's own requests.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ class ChatServer:
         self.default = default
         self.script: list = []
         self.requests: list[dict] = []
+        self.ping: str | tuple = "OK"
+        self.pings: list[dict] = []
         self._lock = threading.Lock()
         server = self
 
@@ -30,8 +36,12 @@ class ChatServer:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 body["_auth"] = self.headers.get("Authorization", "")
                 with server._lock:
-                    server.requests.append(body)
-                    step = server.script.pop(0) if server.script else server.default
+                    if body.get("max_tokens") == 1:
+                        server.pings.append(body)
+                        step = server.ping
+                    else:
+                        server.requests.append(body)
+                        step = server.script.pop(0) if server.script else server.default
                 if not self.path.endswith("/chat/completions"):
                     return self._send(404, {"error": {"message": "not found"}})
                 if isinstance(step, tuple):

@@ -6,6 +6,7 @@ Update after an intended change with: pytest tests/tui/test_snapshots.py --snaps
 from __future__ import annotations
 
 from kernelcode.tui.app import create_app
+from kernelcode.tui.demo import in_flight
 
 from .conftest import SIZE, held_run, settle, wait_until
 
@@ -56,3 +57,9 @@ def test_candidate_detail(snap_compare, demo):
 
 def test_paused(snap_compare, demo):
     assert snap_compare(_app(demo), terminal_size=SIZE, run_before=_after(demo, "p", "b"))
+
+
+def test_candidates_in_flight(snap_compare, demo):
+    """Mid-iteration: one candidate timed, one building, one queued for a worker."""
+    events = in_flight(demo)
+    assert snap_compare(_app(events), terminal_size=SIZE, run_before=_after(events))

@@ -170,8 +170,7 @@ class KernelCodeApp(KeyActions, App[int]):
         touched = self._touched  # label -> row: a row changed many times is drawn once
         lines = []
         for event in batch:
-            row = self.state.apply(event)
-            if row is not None:
+            for row in self.state.apply(event):
                 touched[row.label] = row
             if isinstance(event, ev.IterationStarted):
                 self.pending_backend = ""  # the engine took (or refused) the switch by now

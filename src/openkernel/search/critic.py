@@ -7,9 +7,11 @@ an estimate. Interpreter timings on the CPU say nothing about a GPU, and the cri
 
 from __future__ import annotations
 
+from collections import Counter
+
 from openkernel.records import Hardware, TaskProbe
-from openkernel.roofline import floor_seconds, peak_tflops_for
-from openkernel.schemas import Program, Status
+from openkernel.roofline import arithmetic_intensity, floor_seconds, peak_tflops_for
+from openkernel.schemas import NOT_JUDGED, Program, Status
 
 
 def roofline_estimate(runtime_ms: float, probe: TaskProbe, hw: Hardware) -> dict:
@@ -18,15 +20,19 @@ def roofline_estimate(runtime_ms: float, probe: TaskProbe, hw: Hardware) -> dict
         return {}
     est = {
         "estimate": True,
-        "source": "analytic (FLOPs from torch.utils.flop_counter, minimum bytes)",
-        "flops": probe.flops,
+        "source": "analytic (FLOPs counted from the reference's ops, minimum bytes)",
         "bytes": probe.bytes_moved,
-        "arithmetic_intensity": probe.flops / probe.bytes_moved if probe.bytes_moved else 0.0,
     }
+    intensity = arithmetic_intensity(probe.flops, probe.bytes_moved)
+    if probe.flops > 0:  # 0 means not counted: no FLOP figure rather than a wrong zero
+        est["flops"] = probe.flops
+    if intensity is not None:
+        est["arithmetic_intensity"] = intensity
     if hw.interpreter:  # interpreter timings say nothing about achieved GPU rates
         return est
     seconds = runtime_ms / 1e3
-    est["gflops"] = probe.flops / seconds / 1e9
+    if probe.flops > 0:
+        est["gflops"] = probe.flops / seconds / 1e9
     est["achieved_gbs"] = probe.bytes_moved / seconds / 1e9
     dtype = probe.output_dtypes[0] if probe.output_dtypes else "float32"
     peak_tflops = peak_tflops_for(hw, dtype)
@@ -43,11 +49,30 @@ def roofline_estimate(runtime_ms: float, probe: TaskProbe, hw: Hardware) -> dict
     return est
 
 
-def diagnose(best: Program | None, probe: TaskProbe, hw: Hardware) -> str:
-    """One or two sentences for the chat panel and the dashboard."""
+# Why candidates were not judged (schemas.NOT_JUDGED), in the critic's words.
+_UNJUDGED = {
+    Status.NOT_RUN: "compiled but not run here (CUDA C++ needs a GPU: press b for Triton, or "
+                    "run on a GPU)",
+    Status.GENERATION_FAILED: "no kernel came back from the generator (see their generation "
+                              "logs)",
+    Status.EVALUATOR_FAULT: "the evaluator itself failed (see their evaluation logs)",
+}
+
+
+def diagnose(best: Program | None, probe: TaskProbe, hw: Hardware,
+             outcomes: Counter | None = None) -> str:
+    """One or two sentences for the chat panel and the dashboard; ``outcomes`` counts the
+    job's candidates by status, so candidates never judged are not read as failures."""
     if best is None or best.kernel_exec_result is None:
+        outcomes = outcomes or Counter()
+        unjudged = [f"{outcomes[s]} {why}" for s, why in _UNJUDGED.items() if outcomes[s]]
+        failed = sum(n for s, n in outcomes.items() if s not in NOT_JUDGED
+                     and s not in (Status.FASTER, Status.CORRECT))
+        if unjudged and not failed:
+            return "No candidate judged yet: " + "; ".join(unjudged) + "."
         return ("No correct kernel yet. Read the evaluation logs of the failures: build errors "
-                "first, then correctness (shapes, dtypes, masks on ragged tails).")
+                "first, then correctness (shapes, dtypes, masks on ragged tails)."
+                + (" Not judged: " + "; ".join(unjudged) + "." if unjudged else ""))
     result = best.kernel_exec_result
     label = best.metadata.get("label", best.label)
     speed = result.runtime_improvement
