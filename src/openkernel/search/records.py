@@ -47,6 +47,7 @@ def kernel_fields(program: Program, *, run_id: int, task_name: str, job_name: st
         score=program.score,
         features=meta.get("features", {}),
         profiler_data=result.profiler_data,
+        template_results=result.template_results,
         meta={k: v for k, v in {**result.metadata, "params": meta.get("params", {})}.items()},
         eval_log=result.eval_log,
         generation_log=meta.get("generation_log", ""),
@@ -71,6 +72,7 @@ def program_from_row(row: Kernel) -> Program:
         improve_over_compile=row.improve_over_compile,
         perf_score=row.perf_score,
         profiler_data=row.profiler_data or {},
+        template_results=row.template_results or {},
         eval_log=row.eval_log,
     )
     program = Program(
@@ -94,4 +96,8 @@ def program_from_row(row: Kernel) -> Program:
         },
     )
     program.add_eval_results(result)
+    if result.template_results:
+        program.is_templated = True
+        program.template_parameter_combinations = [
+            c.get("params") for c in result.template_results.get("combinations", [])]
     return program
