@@ -313,7 +313,8 @@ def test_skill_matches(examples_dir):
     gelu = TaskProbe(ok=True, aten_ops=["aten.gelu.default"])
     assert [r["template"] for r in skill_matches(gelu, "triton")] == ["elementwise"]
     assert skill_matches(TaskProbe(ok=True, aten_ops=["aten.convolution.default"]), "triton") == []
-    assert {t.name for t in TEMPLATES} == {"elementwise", "row_softmax", "matmul_epilogue"}
+    assert {t.name for t in TEMPLATES} == {"elementwise", "row_softmax", "matmul_epilogue",
+                                           "fused_pointwise", "fused_reduction", "fused_matmul"}
 
 
 @pytest.mark.gpu

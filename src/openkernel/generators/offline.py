@@ -32,7 +32,11 @@ def _interpreter(request: ProposalRequest) -> bool:
 
 
 def find_match(task: Task, probe: TaskProbe, backend: str) -> Match | str:
-    """The first template that fits, or the plainest reason none does."""
+    """The first template that fits, or the plainest reason none does.
+
+    With the probe's traced graph the reason names exactly the ops no template covers and
+    where they are ("no template covers aten.avg_pool2d.default (op 1 of 1)").
+    """
     near = []
     for template in TEMPLATES:
         result = template.match(task, probe, backend)
@@ -40,6 +44,10 @@ def find_match(task: Task, probe: TaskProbe, backend: str) -> Match | str:
             return result
         if isinstance(result, str):
             near.append(result)
+    exact = [r for r in near if r.startswith("no template covers")]
+    if exact:
+        return (f"The offline generator has no template for this task: {exact[0]}. "
+                "Configure a model under `inference` to search it.")
     ops = ", ".join(probe.aten_ops) or "none recorded"
     reason = (f"The offline generator has no template for this task (ops: {ops})"
               + (f": {near[0]}" if near else "") + ". Configure a model under `inference` "
@@ -80,7 +88,11 @@ def skill_matches(probe: TaskProbe, backend: str, task: Task | None = None) -> l
 
 def _claims(template: Template, probe: TaskProbe) -> bool:
     from openkernel.generators.templates.activations import ATEN_NAMES
+    from openkernel.generators.templates.traced import TracedTemplate, plan_for
 
+    if isinstance(template, TracedTemplate):
+        plan = plan_for(None, probe.trace) if probe.trace is not None else None
+        return plan is not None and not isinstance(plan, str) and plan.family == template.family
     ops = op_bases(probe)
     if template.name == "elementwise":
         return len(ops) == 1 and ops[0] in ATEN_NAMES
