@@ -230,3 +230,15 @@ def test_skill_matches_name_the_family_from_the_trace():
     rows = skill_matches(probe, "triton")
     assert [r["template"] for r in rows] == ["fused_matmul"]
     assert "BLOCK_M" in rows[0]["tunables"]
+
+
+@pytest.mark.gpu
+def test_traced_templates_are_correct_on_the_gpu(config, tmp_path):
+    """The same kernels compiled for a GPU (no interpreter): each judged correct."""
+    wrong = []
+    for name in list(CASES) + [f"llm_{n}" for n in LLM]:
+        family, source, branch = CASES[name] if name in CASES else LLM[name[4:]]
+        result, proposal = _judge(tmp_path, config, name, source, branch)
+        if not result.correctness:
+            wrong.append(f"{name}: {result.get_status().value}: {result.eval_log[-600:]}")
+    assert not wrong, "\n\n".join(wrong)
