@@ -47,17 +47,17 @@ case "$1" in
     kill $smi
     python3 -c "import json,sys; r=json.load(open('$OUT/kb23_eval.json')); m=r['metadata']; print(r['status'], 'eval_s', m.get('evaluation_s'), 'memory', m.get('memory')); print(r['eval_log'][-1500:])"
     sort -n "$OUT/kb23_smi.csv" | tail -1 | sed 's/^/nvidia-smi peak MiB: /' ;;
-  kb-bench)  # openkernel bench over ${KB:-.kbsel}, resumable: the database lives in .kbstate/ (carry it back)
+  kb-bench)  # openkernel bench over ${KB:-.kbsel}, resumable: the database starts from .kbstate/
+    # and lives under $OUT (what is there comes back even when the call is cut off; the bench
+    # checkpoints it and rewrites its JSON after each problem). Keep T under the call's limit.
     mkdir -p .kbstate
+    [ -f .kbstate/kernels.sqlite3 ] && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d); d.close()" \
+      .kbstate/kernels.sqlite3 "$OUT/kernels.sqlite3"
     # SIGINT at the limit: the bench stops between candidates and still writes its table and JSON
-    CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 60 "${T:-540}" python3 -m openkernel.cli bench "${KB:-.kbsel}" --name "${SUITE:-kb-h200}" \
+    CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 30 "${T:-500}" python3 -m openkernel.cli bench "${KB:-.kbsel}" --name "${SUITE:-kb-h200}" \
       --set max_iters="${ITERS:-1}" --set branches_per_iteration="${BRANCHES:-2}" --set eval_config.profile=false \
-      --set paths.kernels_db_path=.kbstate/kernels.sqlite3 --set search.seed=0 ${RETRY:+--retry-failed} ${EXTRA:-} \
-      --json "$OUT/kb_bench.json" 2>&1 \
-      | grep -v "^\s*$" | tail -70
-    # a consistent copy (the main file alone may lack what is still in its -wal)
-    python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d); d.close()" \
-      .kbstate/kernels.sqlite3 "$OUT/kernels.sqlite3" ;;
+      --set paths.kernels_db_path="$OUT/kernels.sqlite3" --set search.seed=0 ${RETRY:+--retry-failed} ${EXTRA:-} \
+      --json "$OUT/kb_bench.json" 2>&1 | grep -v "^\s*$" | tail -70 ;;
   templated)  # issue 13: a templated Triton matmul (48 combinations) and CUDA C++ GELU (16), judged
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-420}" python3 benchmarks/templated_sweep.py \
       ${ONLY:+--only $ONLY} --out "$OUT/templated.json" 2>&1 | tail -20 ;;

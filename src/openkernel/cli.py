@@ -262,6 +262,13 @@ def cmd_show(args) -> int:
     return 0
 
 
+def _write_json(path: Path, data: dict) -> None:
+    """Whole or not at all: a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
 def cmd_bench(args) -> int:
     from datetime import datetime
 
@@ -304,13 +311,15 @@ def cmd_bench(args) -> int:
                 if out.baseline_error:
                     line += f"  [yellow]{out.baseline_error[:80]}[/]"
                 progress.console.print(line, highlight=False)
+                if args.json_path:  # after each problem: a killed suite still leaves its table
+                    _write_json(Path(args.json_path), suite_summary(store.engine, suite).to_json())
         except KeyboardInterrupt:
             control.stop()
             interrupted = True
     summary = suite_summary(store.engine, suite)
     _print_suite(summary)
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps(summary.to_json(), indent=2, default=str))
+        _write_json(Path(args.json_path), summary.to_json())
         console.print(f"wrote {args.json_path}", highlight=False)
     if interrupted:
         err_console.print(f"interrupted: every candidate judged so far is stored; resume with "
