@@ -30,6 +30,7 @@ class ProposalRequest:
     # (``param_key``): the offline generator proposes none of them while others remain.
     judged: frozenset = frozenset()
     max_variants: int = 16  # prompt.max_template_combinations: the most a sweep may hold
+    allow_templated: bool = False  # prompt.allow_templated: the model may answer with a template
 
 
 @dataclass

@@ -10,11 +10,13 @@ always reads the same way.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from openkernel.generators.base import ProposalRequest
 from openkernel.generators.instructions import LANGUAGE, op_classes, strategies_for
 from openkernel.roofline import arithmetic_intensity
 from openkernel.schemas import Program
+from openkernel.templating import label as params_label
 
 SECTIONS = ("Task", "User instructions", "Reference implementation", "Best kernel so far",
             "Parent kernel", "Inspirations", "Language-specific instructions",
@@ -27,6 +29,74 @@ ANSWER_FORMAT = """Answer in this order:
 1. A line `Idea: <one line: what this version tries>`.
 2. Your reasoning: what the parent's result says (the error, the failed check, or the bottleneck), and your plan.
 3. The complete module in exactly one fenced ```python code block, defining `ModelNew`. Nothing after the block."""
+
+
+_WORKED = Path(__file__).with_name("templated_{}.py.tmpl")
+TEMPLATE_FORMAT = """You may answer with a templated kernel instead of one fixed version: declare the options of
+each tunable and every combination is built, checked on one input set and timed in one GPU turn;
+the fastest correct one then gets the full checks and is kept as this kernel. The form:
+- a module-level literal `TEMPLATE_PARAMS = {{"NAME": [option, ...], ...}}` (ints, floats, strings
+  or bools; at most {bound} combinations are judged, past that a seeded sample of them);
+- for each NAME, a module-level assignment `NAME = <one of its options>` that the code reads.
+  openkernel rewrites only those lines for each combination and never runs your module to do it.
+{how}
+A worked example for {backend}:
+
+{example}"""
+_TEMPLATE_HOW = {
+    "triton": "In Triton, pass them as `tl.constexpr` block sizes and as `num_warps=` / `num_stages=`\n"
+              "at the launch.",
+    "cuda": "In CUDA C++, format them into the source (`#define`, template arguments, block and grid\n"
+            "shapes) before `load_inline`, and put them in the extension's name so each combination\n"
+            "is a build of its own.",
+}
+
+
+def template_format(backend: str, bound: int) -> str:
+    """The template section of the answer format, with the backend's worked example."""
+    key = backend if backend in _TEMPLATE_HOW else "triton"
+    return TEMPLATE_FORMAT.format(bound=bound, how=_TEMPLATE_HOW[key],
+                                  backend=_BACKEND_NAMES.get(key, key),
+                                  example=_fence(_WORKED.with_name(
+                                      _WORKED.name.format(key)).read_text()))
+
+
+def template_results_text(program: Program, shown: int = 6) -> str:
+    """A templated program's sweep for the prompt: which combinations won and by how much, which
+    failed and why (empty for a program that was no template)."""
+    results = program.kernel_exec_result.template_results if program.kernel_exec_result else {}
+    rows = (results or {}).get("combinations") or []
+    if not rows:
+        return ""
+    winner = results.get("winner")
+    space = results.get("space") or {}
+    head = (f"This kernel is the winner of a template over {', '.join(space) or 'its parameters'}: "
+            f"{len(rows)} of {results.get('space_size', len(rows))} combination(s) judged"
+            + (" (a sample)" if results.get("sampled") else "") + ".")
+    timed = sorted((r for r in rows if r.get("speedup", -1) > 0), key=lambda r: -r["speedup"])
+    lines = [head]
+    if timed:
+        best = timed[0]["speedup"]
+        lines.append("Fastest correct combinations (speedup over the reference, share of the best):")
+        for r in timed[:shown]:
+            mark = " (winner)" if r["params"] == winner else ""
+            lines.append(f"- {params_label(r['params'])}: {r['runtime']:.4f} ms, "
+                         f"{r['speedup']:.2f}x, {r['speedup'] / best:.0%}{mark}")
+        if len(timed) > shown:
+            lines.append(f"- ... {len(timed) - shown} more correct, the slowest "
+                         f"{params_label(timed[-1]['params'])} at {timed[-1]['speedup']:.2f}x")
+    failed = [r for r in rows if r.get("speedup", -1) <= 0 and r.get("status") in
+              ("compile_error", "incorrect", "runtime_error")]
+    if failed:
+        lines.append("Combinations that failed:")
+        for r in failed[:shown]:
+            why = next((ln.strip() for ln in (r.get("error") or "").splitlines() if ln.strip()),
+                       "")
+            lines.append(f"- {params_label(r['params'])}: {r['status']}"
+                         + (f": {why[:160]}" if why else ""))
+        if len(failed) > shown:
+            lines.append(f"- ... {len(failed) - shown} more failed")
+    return "\n".join(lines)
 
 
 def _fence(code: str) -> str:
@@ -112,6 +182,9 @@ def build_prompt(request: ProposalRequest,
         note = parent.metadata.get("description")
         parent_text = (f"{parent.label} ({parent.id})" + (f": {note}" if note else "") + "\n\n"
                        + _fence(parent.code) + "\n\n" + format_result(parent, condense))
+        sweep = template_results_text(parent)
+        if sweep:
+            parent_text += "\n\n" + sweep
     parts.append(_section(SECTIONS[4], parent_text))
 
     shown = [p for p in request.inspirations
@@ -135,5 +208,8 @@ def build_prompt(request: ProposalRequest,
     parts.append(_section(SECTIONS[6], LANGUAGE.get(request.backend, LANGUAGE["triton"])))
     strategies = strategies_for(request.probe, request.backend)
     parts.append(_section(SECTIONS[7], "\n".join(f"- {s}" for s in strategies)))
-    parts.append(_section(SECTIONS[8], ANSWER_FORMAT))
+    answer = ANSWER_FORMAT
+    if request.allow_templated:
+        answer += "\n\n" + template_format(request.backend, request.max_variants)
+    parts.append(_section(SECTIONS[8], answer))
     return "\n".join(parts)

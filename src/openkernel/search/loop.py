@@ -348,6 +348,7 @@ class Search:
                 rng=random.Random(self.rng.random()),
                 judged=frozenset(self._judged_params),
                 max_variants=self.config.prompt.max_template_combinations,
+                allow_templated=self.config.prompt.allow_templated,
             ))
         out: queue.Queue = queue.Queue()
         paused_seen = False
@@ -529,7 +530,7 @@ def _mark_template(program: Program, result: EvalResult, proposal) -> None:
     winner_code = results.pop("winner_code", None)
     if winner_code:
         program.code = winner_code
-    program.metadata["template_source"] = proposal.code
+    results["template"] = proposal.code  # stored with the combinations: what was swept
     winner = results.get("winner")
     params = program.metadata.get("params") or {}
     if winner and params.get("template"):
