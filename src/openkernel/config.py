@@ -60,6 +60,10 @@ class EvalConfig(_Strict):
                                    "(not applied on a GPU, where CUDA reserves large ranges).")
     gpu_memory_fraction: float = Field(0.9, gt=0, le=1, description="Share of device memory a "
                                        "worker may allocate through torch.")
+    adaptive_trials: bool = Field(True, description="Stop timing a candidate once its "
+                                  "comparison with the reference (and the best so far) is "
+                                  "decided by a confidence interval, instead of always spending "
+                                  "the whole timing budget.")
     profile: bool = Field(True, description="On a GPU with Nsight Compute (ncu) installed, profile "
                           "each correct candidate; its summary reaches later prompts.")
     profile_original_model: bool = Field(False, description="Profile the reference too (once per "

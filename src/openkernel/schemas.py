@@ -133,8 +133,8 @@ class EvalResult(BaseModel):
             return Status.TEST_TIMEOUT
         if not self.correctness:
             return Status.INCORRECT
-        if self.runtime_improvement > 1.0:
-            return Status.FASTER
+        if self.runtime_improvement > 1.0 and not self.runtime_stats.get("tie"):
+            return Status.FASTER  # a speedup inside the measured noise is a tie: "correct"
         return Status.CORRECT
 
     def format_for_prompt(self) -> str:

@@ -70,6 +70,8 @@ class Job:
     bench_budget_s: float = 1.0
     min_trials: int = 3
     max_trials: int = 50
+    adaptive_trials: bool = True  # stop timing once the comparison is decided (worker/stopping.py)
+    incumbent_speedup: float = 0.0  # the best kernel's speedup so far (0: none), for stopping
     plan: dict = field(default_factory=dict)  # a MemoryPlan as JSON (records.MemoryPlan)
     # other modes
     target: str = "candidate"  # profile: "candidate" or "reference"

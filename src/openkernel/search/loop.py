@@ -497,6 +497,9 @@ class Search:
         self._note_judged(program)
         previous = self.archive.best_speedup
         is_best = self.archive.add(program)
+        # Timing stops once a candidate is decided against the reference and, past 1x, the best.
+        self.evaluator.incumbent_speedup = max(self.archive.best_speedup, 0.0) \
+            if self.archive.best_speedup > 1.0 else 0.0
         replaced = self._retried.pop(program.metadata.get("label"), None)
         if replaced is not None:
             self.store.delete_kernel(replaced)

@@ -83,6 +83,7 @@ class Evaluator:
         self.task, self.config, self.store = task, config, store
         self.ec = config.eval_config
         self.bench_budget_s = bench_budget_s
+        self.incumbent_speedup = 0.0  # the search's best speedup so far: timing stops sooner
         self.keep_scratch = keep_scratch or bool(os.environ.get("OPENKERNEL_KEEP_SCRATCH"))
         self.scratch_root = Path(config.paths.scratch_dir).expanduser().resolve()
         self._slot_lock = threading.Lock()
@@ -377,7 +378,8 @@ class Evaluator:
         gpu = hw.device == "cuda"
         budget = self.bench_budget_s if self.bench_budget_s is not None else (2.0 if gpu else 1.0)
         return {"bench_budget_s": budget, "min_trials": 10 if gpu else 3,
-                "max_trials": 2000 if gpu else 50}
+                "max_trials": 2000 if gpu else 50, "adaptive_trials": self.ec.adaptive_trials,
+                "incumbent_speedup": self.incumbent_speedup}
 
     def _acquire(self, arch: str | None = None, exclusive: bool = False) -> int | None:
         """A GPU slot of ``arch`` (default: the primary target's), None on the CPU."""

@@ -122,15 +122,17 @@ def from_worker(payload: dict | None, *, phase: str, timed_out: str | None,
         result.runtime_stats = {**cand, "unit": "ms", "reference": ref or {}}
         if result.correctness and ref and ref.get("n_trials") and cand["median"] > 0:
             result.runtime_improvement = ref["median"] / cand["median"]
-            if result.runtime_improvement > 1.0:
+            faster = result.runtime_improvement > 1.0 and not cand.get("tie")
+            if faster:
                 result.perf_score = PERF_FASTER
             if compile_ratio:
                 result.improve_over_compile = compile_ratio * result.runtime_improvement
-                if result.improve_over_compile > 1.0 and result.runtime_improvement > 1.0:
+                if result.improve_over_compile > 1.0 and faster:
                     result.perf_score = PERF_FASTER_THAN_COMPILE
             lines.append(f"runtime {cand['median']:.4f} ms (median of {cand['n_trials']}, "
                          f"CV {cand['cv']:.2%}), reference {ref['median']:.4f} ms: "
-                         f"{result.runtime_improvement:.2f}x ({meta['timing_method']})")
+                         f"{result.runtime_improvement:.2f}x ({meta['timing_method']})"
+                         + _interval_note(cand))
         _roofline(result, probe, hw, lines)
     if p.get("confinement"):
         lines.append(f"sandbox: {p['confinement']}")
@@ -138,6 +140,18 @@ def from_worker(payload: dict | None, *, phase: str, timed_out: str | None,
         lines.append("Last lines of the worker's output:\n" + log_tail.rstrip())
     result.eval_log = "\n".join(lines)
     return result
+
+
+def _interval_note(cand: dict) -> str:
+    ci = cand.get("speedup_ci")
+    if not ci:
+        return ""
+    note = f"; speedup 95% interval {ci[0]:.3f}-{ci[1]:.3f}x"
+    if cand.get("tie"):
+        note += ": a tie with the reference (within the measured noise)"
+    if cand.get("stop_reason"):
+        note += f"; timing stopped: {cand['stop_reason']}"
+    return note
 
 
 def _roofline(result: EvalResult, probe: TaskProbe | None, hw: Hardware, lines: list[str]) -> None:

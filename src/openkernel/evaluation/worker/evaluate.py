@@ -50,6 +50,7 @@ from openkernel.evaluation.worker.task_runtime import (
     load_state,
     tensors_in,
 )
+from openkernel.evaluation.worker import stopping
 from openkernel.evaluation.worker.timing import FLUSH_BYTES, Timer, summarize
 from openkernel.records import MemoryPlan
 
@@ -490,12 +491,21 @@ class Evaluation:
             with self.ours("timing the reference"):
                 return self.ref_model(*ref_in)
 
+        incumbent = self.job.incumbent_speedup
+
+        def stop(s):
+            return stopping.decided(s["reference"], s["candidate"], incumbent)
+
         with torch.no_grad():
             samples = self.timer.interleaved(
                 {"reference": reference, "candidate": lambda: self.model(*inputs)},
                 budget_s=self.job.bench_budget_s, min_trials=self.job.min_trials,
-                max_trials=self.job.max_trials)
+                max_trials=self.job.max_trials,
+                stop=stop if self.job.adaptive_trials else None,
+                check_every=stopping.CHECK_EVERY)
         ref, cand = summarize(samples["reference"]), summarize(samples["candidate"])
+        cand.update(stopping.verdict(samples["reference"], samples["candidate"]),
+                    stop_reason=self.timer.stop_reason, adaptive=self.job.adaptive_trials)
         self.payload.update(ref_stats=ref, cand_stats=cand)
         if self.gpu:
             self.gpu_checks(inputs, cand)

@@ -14,7 +14,8 @@ Method on a GPU (what ``metadata["timing_method"]`` calls "cuda events, L2 flush
   trial; integrity.hidden_work compares the events with the profiler's kernel time to catch
   work hidden on another stream;
 * reference (A) and candidate (B) alternate A B A B so clock and thermal drift cancel;
-* the trial count adapts: fast kernels get more trials, bounded by a time budget;
+* the trial count adapts: fast kernels get more trials, bounded by a time budget, and with
+  ``stop`` the loop ends as soon as the comparison is decided (``stopping.py``);
 * the median is the runtime; mean, std, min, max, CV and the trial count are kept.
 
 Without a GPU the same loop runs with ``time.perf_counter`` (captured before candidate code is
@@ -66,6 +67,7 @@ class Timer:
         self._flush = (torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
                        if self.gpu else None)
         self.sleep_cycles = SLEEP_CYCLES
+        self.stop_reason = ""
 
     @property
     def method(self) -> str:
@@ -108,14 +110,18 @@ class Timer:
         return statistics.median(self.time_once(fn) for _ in range(calls))
 
     def interleaved(self, fns: dict[str, Callable[[], Any]], budget_s: float,
-                    min_trials: int, max_trials: int,
-                    warmup: int = 2) -> dict[str, list[float]]:
+                    min_trials: int, max_trials: int, warmup: int = 2,
+                    stop: Callable[[dict[str, list[float]]], str | None] | None = None,
+                    check_every: int = 10) -> dict[str, list[float]]:
         """Time every callable in turn (A B A B ...) for up to ``budget_s`` seconds.
 
         Returns the samples in milliseconds per name. The trial count is
         ``budget_s / (time of one round)``, clamped to ``[min_trials, max_trials]``; the loop
-        also stops early once the budget is spent (but never before ``min_trials``).
+        also stops early once the budget is spent (but never before ``min_trials``), or when
+        ``stop(samples)`` gives a reason (looked at every ``check_every`` rounds). Why it
+        stopped is left in ``self.stop_reason``.
         """
+        self.stop_reason = "trial cap"
         for fn in fns.values():
             for _ in range(warmup):
                 fn()
@@ -136,6 +142,14 @@ class Timer:
             for name, fn in fns.items():
                 samples[name].append(self.time_once(fn))
             self._sync()  # device-wide: nothing from this round leaks into the next
-            if trial + 1 >= min_trials and _perf_counter() > deadline:
+            if trial + 1 < min_trials:
+                continue
+            if _perf_counter() > deadline:
+                self.stop_reason = "budget"
                 break
+            if stop is not None and (trial + 1) % check_every == 0:
+                reason = stop(samples)
+                if reason:
+                    self.stop_reason = f"decided: {reason}"
+                    break
         return samples

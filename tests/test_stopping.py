@@ -1,0 +1,113 @@
+"""Adaptive trials (evaluation/worker/stopping.py): timing stops once the comparison is decided,
+and a speedup inside the measured noise is a tie, not "faster"."""
+
+import random
+
+from openkernel.evaluation.worker import stopping
+from openkernel.evaluation.worker.timing import Timer
+from openkernel.schemas import EvalResult, Status
+
+sys_path = __import__("sys").path
+sys_path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+
+
+def _pairs(ratio: float, noise: float, n: int, seed: int = 0):
+    rng = random.Random(seed)
+    ref, cand = [], []
+    for _ in range(n):
+        drift = 1 + rng.uniform(-0.2, 0.2)  # common to both halves of a pair: cancels
+        ref.append(1.0 * drift * (1 + rng.gauss(0, noise)))
+        cand.append(1.0 / ratio * drift * (1 + rng.gauss(0, noise)))
+    return ref, cand
+
+
+def test_the_median_interval_covers_the_median_at_its_level():
+    rng = random.Random(1)
+    misses = 0
+    for _ in range(400):
+        values = [rng.lognormvariate(0, 0.5) for _ in range(60)]  # skewed, median 1.0
+        lo, hi = stopping.median_interval(values)
+        misses += not (lo <= 1.0 <= hi)
+    assert misses / 400 < 0.09  # a 95% interval (order statistics are conservative)
+    assert stopping.median_interval([1.0] * 9) is None  # too few to say anything
+
+
+def test_a_clear_speedup_is_decided_early_and_a_close_one_is_not():
+    ref, cand = _pairs(1.5, 0.02, 20)
+    assert stopping.decided(ref, cand) == "faster than the reference"
+    ref, cand = _pairs(0.7, 0.02, 20)
+    assert stopping.decided(ref, cand) == "slower than the reference"
+    ref, cand = _pairs(1.01, 0.05, 20)
+    assert stopping.decided(ref, cand) is None  # 1% apart under 5% noise: keep timing
+    ref, cand = _pairs(1.0, 0.001, 200)
+    assert stopping.decided(ref, cand) == "a tie with the reference"
+
+
+def test_the_incumbent_keeps_a_candidate_near_it_timed():
+    ref, cand = _pairs(1.5, 0.02, 20)
+    assert stopping.decided(ref, cand, incumbent=3.0) == (
+        "faster than the reference, slower than the best so far")
+    assert stopping.decided(ref, cand, incumbent=1.5) is None
+
+
+def test_a_speedup_inside_the_noise_is_a_tie_not_faster():
+    ref, cand = _pairs(1.01, 0.05, 50)
+    v = stopping.verdict(ref, cand)
+    assert v["tie"] and v["speedup_ci"][0] < 1.0 < v["speedup_ci"][1]
+    result = EvalResult(compiled=True, correctness=True, runtime=0.99,
+                        runtime_improvement=1.01, runtime_stats={"median": 0.99, **v})
+    assert result.get_status() is Status.CORRECT
+    ref, cand = _pairs(1.2, 0.02, 50)
+    v = stopping.verdict(ref, cand)
+    assert not v["tie"] and v["speedup_ci"][0] > 1.1
+    result.runtime_stats = {"median": 0.8, **v}
+    result.runtime_improvement = 1.2
+    assert result.get_status() is Status.FASTER
+
+
+def test_the_timer_stops_when_decided_and_says_why():
+    timer = Timer("cpu")
+    ticks = {"a": 0, "b": 0}
+
+    def slow():  # about 2 ms against 0.2 ms: decided as soon as the first look
+        ticks["a"] += 1
+        sum(range(40000))
+
+    def fast():
+        ticks["b"] += 1
+        sum(range(4000))
+
+    stop = lambda s: stopping.decided(s["reference"], s["candidate"])  # noqa: E731
+    samples = timer.interleaved({"reference": slow, "candidate": fast}, budget_s=30,
+                                min_trials=3, max_trials=5000, stop=stop, check_every=10)
+    assert len(samples["candidate"]) == 10 and timer.stop_reason == "decided: faster than the reference"
+    samples = timer.interleaved({"reference": slow, "candidate": fast}, budget_s=0.05,
+                                min_trials=3, max_trials=5000)
+    assert timer.stop_reason in ("budget", "trial cap") and len(samples["candidate"]) >= 3
+
+
+def test_a_judged_candidate_keeps_its_interval_and_why_timing_stopped(tmp_path, examples_dir):
+    from openkernel.config import build_config
+    from openkernel.evaluation.host.executor import Evaluator
+    from openkernel.task import load_task
+    from openkernel.templating import instantiate
+    from test_templates import GELU
+
+    config = build_config({"paths": {"scratch_dir": str(tmp_path)},
+                           "eval_config": {"correctness_seeds": 1}})
+    ev = Evaluator(load_task(examples_dir / "gelu"), config, bench_budget_s=0.5)
+    try:
+        assert ev.probe().ok
+        result = ev.evaluate(instantiate(GELU, {"BLOCK": 256, "NUM_WARPS": 4}), "triton", "c")
+    finally:
+        ev.close()
+    stats = result.runtime_stats
+    assert result.correctness and stats["adaptive"] is True
+    assert stats["stop_reason"] in ("budget", "trial cap") or stats["stop_reason"].startswith(
+        "decided: ")
+    if stats["n_trials"] >= stopping.MIN_PAIRS:
+        lo, hi = stats["speedup_ci"]
+        assert lo <= hi and "95% interval" in result.eval_log
+        assert stats["tie"] == (lo <= 1.0 <= hi)
+        if result.get_status() is Status.FASTER:
+            assert not stats["tie"]
