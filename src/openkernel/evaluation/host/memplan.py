@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from openkernel.records import Footprint, Hardware, MemoryPlan
 
-BUDGET_FACTOR = 2.7
+# 2.5, not 2.7: on the H200 (2026-12-01) the float64 check of the dim-1 reductions (KernelBench
+# 47-53) peaked 16% over its estimate and took the worker to 3.01x; 20% slack keeps it under 3x.
+BUDGET_FACTOR = 2.5
 CONTEXT_BYTES = 640 << 20  # a CUDA context and torch's own state, per worker process (H200)
 CHUNK = 1 << 24
 MIN_CHUNK = 1 << 20
