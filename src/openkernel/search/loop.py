@@ -3,6 +3,11 @@
 Threads do the slow parts (a generator call, a candidate's evaluation in its worker process);
 this generator is the only place that writes the database and the archive, so every write
 happens in one thread, in order, and is committed as soon as a candidate is judged.
+
+Before each iteration the parents are sampled and the critic diagnoses the best kernel and each
+of them; the diagnoses join that iteration's prompts. Every answered model call is counted
+(``costs.Ledger``) and stored; once a budget is reached no new candidate starts, those already
+generated are judged, and the run ends "stopped" with the reason.
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ from pathlib import Path
 from typing import Iterator
 
 from openkernel.config import Config
+from openkernel.costs import Ledger, LLMCall, price_source
 from openkernel.evaluation.host.devices import NoDeviceLeft
 from openkernel.evaluation.host.executor import Evaluator
 from openkernel.events import (
+    AnswerStreamed,
     BackendSwitched,
     BestImproved,
+    BudgetReached,
     CandidateEvaluated,
     CandidateGenerated,
     CandidateStarted,
@@ -33,6 +41,7 @@ from openkernel.events import (
     IterationFinished,
     IterationStarted,
     LogEmitted,
+    ModelCalled,
     RunFinished,
     RunPaused,
     RunResumed,
@@ -41,16 +50,53 @@ from openkernel.events import (
 from openkernel.generators import make_generator
 from openkernel.generators.base import Generator, ProposalRequest
 from openkernel.generators.offline import skill_matches
+from openkernel.records import Diagnosis
 from openkernel.schemas import EvalResult, Program, new_program_id
 from openkernel.search.archive import Archive
 from openkernel.search.control import RunControl
-from openkernel.search.critic import diagnose, roofline_estimate
+from openkernel.search.critic import roofline_estimate
+from openkernel.search.llm_critic import LLMCritic, RulesCritic
 from openkernel.search.records import kernel_fields, program_from_row
 from openkernel.store import Store
 from openkernel.targets import TargetPlan
 from openkernel.task import Task
 
 _DONE = object()
+STREAM_INTERVAL_S = 0.1  # pieces of a streamed answer are passed on at most this often
+
+
+class _Stream:
+    """Collects the pieces of one streamed answer; passes them on as AnswerStreamed events at
+    most every STREAM_INTERVAL_S (a model sends dozens of pieces a second)."""
+
+    def __init__(self, label: str, put) -> None:
+        self.label, self._put = label, put
+        self._pieces: list[str] = []
+        self._model, self._attempt, self._last = "", 1, 0.0
+
+    def __call__(self, model: str, text: str, attempt: int) -> None:
+        if attempt != self._attempt:
+            self.flush()
+        self._model, self._attempt = model, attempt
+        self._pieces.append(text)
+        if time.monotonic() - self._last >= STREAM_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pieces:
+            self._put(AnswerStreamed(self.label, self._model, "".join(self._pieces),
+                                     self._attempt))
+            self._pieces = []
+        self._last = time.monotonic()
+
+
+def _call_summary(calls: list[LLMCall]) -> dict:
+    """What a candidate's model calls used, for its stored metadata."""
+    prices = {c.price for c in calls}
+    return {"calls": len(calls), "prompt_tokens": sum(c.prompt_tokens for c in calls),
+            "completion_tokens": sum(c.completion_tokens for c in calls),
+            "cost_usd": sum(c.cost_usd for c in calls),
+            "price": prices.pop() if len(prices) == 1 else ("mixed" if prices else "")}
 
 
 def _digest(code: str, backend: str) -> str:
@@ -83,6 +129,18 @@ class Search:
         self.backend = config.backend
         self.instructions: list[str] = []
         self.candidates = 0
+        self.ledger = Ledger()  # the job's model calls (a resumed job: its earlier runs' too)
+        self._budget_reason = ""  # set once a budget is reached: no new candidate starts
+        self._budget_lock = threading.Lock()
+        self.rules_critic = RulesCritic()
+        critic_cfg = config.critic_model
+        complete = getattr(self.generator, "complete", None)
+        if critic_cfg is not None and complete is None:  # the offline generator has no client
+            from openkernel.generators.llm import LLMGenerator
+
+            complete = LLMGenerator([critic_cfg]).complete
+        self.critic = LLMCritic(critic_cfg, complete) if critic_cfg else self.rules_critic
+        self._judged_in: dict[int, list[Program]] = {}  # iteration -> candidates judged
         # code digest -> (program id, result): an identical candidate is never built twice.
         self._judged: dict[str, tuple[str, EvalResult]] = {}
         self._judged_lock = threading.Lock()
@@ -127,6 +185,10 @@ class Search:
             task_path=str(self.task.folder or self.task.reference_path),
         )
         self.run_id = run.id
+        for row in self.store.job_llm_calls(self.task_name, self.job_name):
+            self.ledger.add(LLMCall(row.model, row.purpose, row.prompt_tokens,
+                                    row.completion_tokens, row.cost_usd, row.price,
+                                    row.latency_s, row.attempts))
         yield RunStarted(
             run_id=run.id, task_name=self.task_name, job_name=self.job_name, backend=self.backend,
             hardware=hw.label, models=tuple(self.generator.models), generator=self.generator.name,
@@ -139,6 +201,7 @@ class Search:
         if stored:
             yield LogEmitted("info", f"Resuming job {self.job_name}: {len(stored)} kernels stored; "
                              "only the missing i<N>-b<M> run.")
+        yield from self._budget_warnings()
         started = time.monotonic()
         try:
             done = self._restore(stored)
@@ -150,11 +213,51 @@ class Search:
             yield RunFinished("failed", self._best_id(), self.archive.best_speedup, self.candidates,
                               str(self.store.path or self.store.url), error=repr(err))
             raise
-        reason = "stopped" if self.control.stopped else "completed"
-        self.store.finish_run(self.run_id, reason)
+        reason = "stopped" if self.control.stopped or self._budget_reason else "completed"
+        self.store.finish_run(self.run_id, reason, self._budget_reason)
         extra = yield from self._device_report(started)
+        spend = self.ledger.snapshot()
         yield RunFinished(reason, self._best_id(), self.archive.best_speedup, self.candidates,
-                          str(self.store.path or self.store.url), extra=extra)
+                          str(self.store.path or self.store.url),
+                          error=self._budget_reason or None, extra=extra,
+                          spend=spend if spend.calls or self.generator.name == "llm" else None)
+
+    # model calls and budgets --------------------------------------------------------------
+    def _budget_warnings(self) -> Iterator[Event]:
+        budget = self.config.budget
+        models = list(self.config.inference)
+        if self.config.critic_model is not None:
+            models.append(self.config.critic_model)
+        if budget.max_usd is not None:
+            unpriced = sorted({m.model for m in models if price_source(m) == "unknown"})
+            if unpriced:
+                yield LogEmitted("warning", f"budget.max_usd: no price known for "
+                                 f"{', '.join(unpriced)}; its calls count $0 (set a local price "
+                                 "under its inference entry: price.input_usd_per_mtok, "
+                                 "price.output_usd_per_mtok)")
+        events: list[Event] = []
+        self._check_budget(events.append)  # a resumed job may have spent its budget already
+        yield from events
+
+    def _check_budget(self, put) -> None:
+        """Once the job's spend reaches a limit, say so (once) and start no new candidate."""
+        with self._budget_lock:
+            if self._budget_reason:
+                return
+            reason = self.ledger.over_budget(self.config.budget)
+            if reason:
+                self._budget_reason = reason
+                put(BudgetReached(reason + "; no new candidate starts, those in flight finish",
+                                  self.ledger.snapshot()))
+
+    def _store_call(self, event: ModelCalled) -> None:
+        call = event.call
+        self.store.add_llm_call(
+            run_id=self.run_id, task_name=self.task_name, job_name=self.job_name,
+            iteration=event.iteration, kernel_id=event.kernel_id, label=event.label,
+            model=call.model, purpose=call.purpose, prompt_tokens=call.prompt_tokens,
+            completion_tokens=call.completion_tokens, cost_usd=call.cost_usd, price=call.price,
+            latency_s=call.latency_s, attempts=call.attempts)
 
     def _device_report(self, started: float) -> Iterator[Event]:
         """How busy each GPU was: its timed turns (tests, trials, profiles) over the run."""
@@ -185,6 +288,8 @@ class Search:
         for row in rows:
             program = program_from_row(row)
             self.archive.add(program)
+            if not row.is_program0:
+                self._judged_in.setdefault(row.iteration, []).append(program)
             if not row.is_program0 and row.code.strip():
                 self._remember(program)
             done.setdefault(row.iteration, set()).add(row.branch)
@@ -229,23 +334,62 @@ class Search:
     # iterations --------------------------------------------------------------------------
     def _iterations(self, done: dict[int, set[int]]) -> Iterator[Event]:
         branches = self.config.branches_per_iteration
+        last = None  # the last iteration this run judged
         for iteration in range(self.config.max_iters):
             missing = [b for b in range(branches) if b not in done.get(iteration, set())]
             if not missing:
                 continue
-            if self.control.stopped:
-                return
+            if self.control.stopped or self._budget_reason:
+                break
+            plan = self._plan(missing)
+            diagnoses: list[Diagnosis] = []
+            if iteration > 0:  # the critic reads the iteration before, for these parents
+                diagnoses = yield from self._critique(iteration - 1, [p for _, p, _, _ in plan])
             yield from self._apply_controls(iteration)
             yield IterationStarted(iteration)
-            yield from self._run_branches(iteration, missing)
+            yield from self._run_branches(iteration, plan, diagnoses)
             yield IterationFinished(iteration, self.archive.best_speedup, self.candidates)
-            text = diagnose(self.archive.best, self.probe, self.hardware)
-            if text:
-                self.store.add_critique(run_id=self.run_id, task_name=self.task_name,
-                                        job_name=self.job_name, iteration=iteration, text=text)
-                yield CriticDiagnosed(iteration, text)
-            if self.control.stopped:
-                return
+            last = iteration
+        if last is not None:  # what to try next, for the user (no model call once stopping)
+            yield from self._critique(last, [], cheap=self.control.stopped)
+
+    def _plan(self, branches: list[int]) -> list[tuple]:
+        """(branch, parent, inspirations, rng) for each branch to run."""
+        plan = []
+        for branch in branches:
+            parent = self.archive.sample_parent(self.rng)
+            inspirations = self.archive.sample_inspirations(
+                parent, self.config.search.num_inspirations, self.rng)
+            plan.append((branch, parent, inspirations, random.Random(self.rng.random())))
+        return plan
+
+    def _critique(self, iteration: int, parents: list[Program],
+                  cheap: bool = False) -> Iterator[Event]:
+        """Diagnose the best kernel and each parent; store, announce and return the diagnoses."""
+        critic = self.rules_critic if cheap or self._budget_reason else self.critic
+        report = critic.judge(iteration, self.archive.best, parents,
+                              self._judged_in.get(iteration, []), self.probe, self.hardware,
+                              self.task_name, self.backend)
+        events: list[Event] = []
+        for call in report.calls:
+            self.ledger.add(call)
+            event = ModelCalled("", iteration, call, self.ledger.snapshot())
+            self._store_call(event)
+            events.append(event)
+        self._check_budget(events.append)
+        yield from events
+        if report.warning:
+            yield LogEmitted("warning", report.warning)
+        for d in report.diagnoses:
+            self.store.add_critique(
+                run_id=self.run_id, task_name=self.task_name, job_name=self.job_name,
+                iteration=iteration, text=d.said, source=d.source, kernel_id=d.kernel_id,
+                label=d.label, role=d.role, bottleneck=d.bottleneck, headroom=d.headroom,
+                model=d.model)
+        if report.diagnoses:
+            yield CriticDiagnosed(iteration, "\n".join(d.said for d in report.diagnoses),
+                                  tuple(report.diagnoses))
+        return report.diagnoses
 
     def _apply_controls(self, iteration: int) -> Iterator[Event]:
         backend = self.control.take_backend()
@@ -260,23 +404,24 @@ class Search:
             self.instructions.append(text)
             yield InstructionAdded(text, iteration)
 
-    def _run_branches(self, iteration: int, branches: list[int]) -> Iterator[Event]:
+    def _run_branches(self, iteration: int, plan: list[tuple],
+                      diagnoses: list[Diagnosis]) -> Iterator[Event]:
         slots = threading.Semaphore(self.evaluator.max_workers)
         steering = "\n".join(self.instructions)
         instructions = "\n\n".join(
             s for s in (self.task.user_instructions.strip(), self.config.user_instructions.strip(),
                         steering) if s
         )
+        best_said = [d for d in diagnoses if d.role == "best"]
+        by_kernel = {d.kernel_id: d for d in diagnoses if d.role == "parent"}
         jobs = []
-        for branch in branches:
-            parent = self.archive.sample_parent(self.rng)
-            inspirations = self.archive.sample_inspirations(
-                parent, self.config.search.num_inspirations, self.rng)
+        for branch, parent, inspirations, rng in plan:
+            said = best_said + ([by_kernel[parent.id]] if parent and parent.id in by_kernel else [])
             jobs.append(ProposalRequest(
                 task=self.task, probe=self.probe, backend=self.backend, iteration=iteration,
                 branch=branch, parent=parent, best=self.archive.best, inspirations=inspirations,
                 user_instructions=instructions, hardware_label=self.hardware.label,
-                rng=random.Random(self.rng.random()),
+                rng=rng, diagnoses=tuple(said),
             ))
         out: queue.Queue = queue.Queue()
         paused_seen = False
@@ -297,6 +442,8 @@ class Search:
                 elif isinstance(item, Program):
                     yield from self._record(item)
                 else:
+                    if isinstance(item, ModelCalled):
+                        self._store_call(item)
                     yield item
         if paused_seen and not self.control.paused:
             yield RunResumed()
@@ -305,15 +452,22 @@ class Search:
         """Worker thread: generate, then evaluate in a confined subprocess. Never writes the db."""
         label = f"i{request.iteration}-b{request.branch}"
         try:
-            if not self.control.wait_while_paused():
-                return
+            if not self.control.wait_while_paused() or self._budget_reason:
+                return  # stopped, or the budget is spent: this candidate never starts
             model_hint = self.generator.models[0] if self.generator.models else self.generator.name
             out.put(CandidateStarted(label, request.iteration, request.branch,
                                      request.parent.id if request.parent else None, model_hint))
             program_id = new_program_id()
+            stream = request.on_text = _Stream(label, out.put)
             t0 = time.perf_counter()
             proposal = self.generator.propose(request)
             gen_s = time.perf_counter() - t0
+            stream.flush()
+            for call in proposal.calls:
+                self.ledger.add(call)
+                out.put(ModelCalled(label, request.iteration, call, self.ledger.snapshot(),
+                                    program_id))
+            self._check_budget(out.put)
             out.put(CandidateGenerated(label, proposal.model, proposal.description, proposal.reasoning))
             with slots:
                 if not self.control.wait_while_paused():
@@ -351,7 +505,8 @@ class Search:
                     "inspiration_ids": [p.id for p in request.inspirations],
                     "user_instructions": request.user_instructions if steering else "",
                     "tokens_used": proposal.tokens_used, "generation_s": gen_s,
-                    "evaluation_s": eval_s,
+                    "evaluation_s": eval_s, "llm": _call_summary(proposal.calls),
+                    "critic": [asdict(d) for d in request.diagnoses],
                 },
             )
             program.add_eval_results(result)
@@ -383,6 +538,7 @@ class Search:
         ))
         if program.is_program0:
             return
+        self._judged_in.setdefault(program.iteration_found, []).append(program)
         self.candidates += 1
         result = program.kernel_exec_result
         yield CandidateEvaluated(program, program.status, program.metadata["label"],

@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
 from openkernel.errors import OpenKernelError
-from openkernel.store.tables import Base, Critique, Kernel, ReferenceTiming, Run
+from openkernel.store.migrate import add_missing_columns
+from openkernel.store.tables import Base, Critique, Kernel, LLMCallRecord, ReferenceTiming, Run
 
 
 def engine_url(path_or_url: str | Path) -> str:
@@ -57,6 +58,7 @@ class Store:
             _sqlite_pragmas(self.engine, readonly=False)
         try:
             Base.metadata.create_all(self.engine)
+            add_missing_columns(self.engine, Base.metadata)
         except DatabaseError as err:
             raise OpenKernelError(f"{path_or_url}: not an openkernel database ({err.orig})") from None
         self.session = sessionmaker(self.engine, expire_on_commit=False)
@@ -138,11 +140,14 @@ class Store:
 
     # critiques -------------------------------------------------------------------------------
     def add_critique(self, *, run_id: int, task_name: str, job_name: str, iteration: int, text: str,
-                     source: str = "rules") -> Critique:
-        """Store the critic's diagnosis after one iteration of a job."""
+                     source: str = "rules", **diagnosis) -> Critique:
+        """Store the critic's diagnosis of one kernel after one iteration of a job.
+
+        ``diagnosis``: kernel_id, label, role, bottleneck, headroom, model (see ``Critique``).
+        """
         with self.session() as s, s.begin():
             row = Critique(run_id=run_id, task_name=task_name, job_name=job_name,
-                           iteration=iteration, text=text, source=source)
+                           iteration=iteration, text=text, source=source, **diagnosis)
             s.add(row)
         return row
 
@@ -154,6 +159,22 @@ class Store:
                 .where(Critique.task_name == task_name, Critique.job_name == job_name)
                 .order_by(Critique.iteration, Critique.id)
             )
+            return list(s.scalars(q))
+
+    # model calls -----------------------------------------------------------------------------
+    def add_llm_call(self, **fields) -> LLMCallRecord:
+        """Store one answered model call (columns of ``LLMCallRecord``)."""
+        with self.session() as s, s.begin():
+            row = LLMCallRecord(**fields)
+            s.add(row)
+        return row
+
+    def job_llm_calls(self, task_name: str, job_name: str) -> list[LLMCallRecord]:
+        """Every answered model call of a job (a resumed job: all its runs), oldest first."""
+        with self.session() as s:
+            q = (select(LLMCallRecord)
+                 .where(LLMCallRecord.task_name == task_name, LLMCallRecord.job_name == job_name)
+                 .order_by(LLMCallRecord.id))
             return list(s.scalars(q))
 
     # reference timings ----------------------------------------------------------------------
