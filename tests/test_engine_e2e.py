@@ -90,8 +90,11 @@ def test_resume_runs_only_what_is_missing(gelu_run, examples_dir):
     rows = Store(tmp / "k.sqlite3").job_kernels("gelu", "e2e")
     assert len(rows) == 7 and sum(r.is_program0 for r in rows) == 1
     critiques = Store(tmp / "k.sqlite3").job_critiques("gelu", "e2e")
-    assert [r.iteration for r in critiques] == [0, 1, 2]  # the resumed run adds only its own
-    assert critiques[-1].run_id == events[0].run_id != critiques[0].run_id
+    # The first run diagnosed 0 (before iteration 1) and 1 (after the last); the resumed run
+    # diagnoses 1 again for the parents it sampled for iteration 2, then 2.
+    first, resumed = critiques[0].run_id, events[0].run_id
+    assert [(r.iteration, r.run_id) for r in critiques if r.role == "best"] == [
+        (0, first), (1, first), (1, resumed), (2, resumed)]
 
 
 def test_bad_task_fails_with_one_message(tmp_path):

@@ -1,4 +1,4 @@
-"""`openkernel`: run a search, evaluate one kernel, list runs, show a stored kernel."""
+"""`openkernel`: run a search, evaluate one kernel, list runs, show a stored kernel, export."""
 
 from __future__ import annotations
 
@@ -37,13 +37,28 @@ def _parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print one stored kernel")
     show.add_argument("kernel_id")
     show.add_argument("--db", default=None)
+
+    export = sub.add_parser("export", help="write traces or fine-tuning pairs from a database")
+    what = export.add_subparsers(dest="what", required=True)
+    traces = what.add_parser("traces", help="the trace dataset (Parquet), one file per job")
+    traces.add_argument("--db", default=None, help="database (default runs/kernels.sqlite3)")
+    traces.add_argument("--out", required=True, help="folder of the dataset")
+    traces.add_argument("--task", default=None, help="only this task")
+    traces.add_argument("--job", default=None, help="only this job")
+    sft = what.add_parser("sft", help="(prompt, answer) pairs of the best correct candidates")
+    sft.add_argument("--top", type=float, default=0.1,
+                     help="share of each task's correct candidates, best first (default 0.1)")
+    sft.add_argument("--out", required=True, help="JSONL file to write")
+    sft.add_argument("--db", default=None, help="database (default runs/kernels.sqlite3)")
+    sft.add_argument("--traces", default=None, help="read a trace dataset folder instead")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"run": cmd_run, "eval": cmd_eval, "runs": cmd_runs, "show": cmd_show}[args.command](args)
+        return {"run": cmd_run, "eval": cmd_eval, "runs": cmd_runs, "show": cmd_show,
+                "export": cmd_export}[args.command](args)
     except OpenKernelError as err:
         err_console.print(f"[bold red]error:[/] {err}", highlight=False)
         return 2
@@ -167,6 +182,38 @@ def cmd_show(args) -> int:
     for name in ("code", "eval_log"):
         console.print(f"[bold]{name}:[/]", highlight=False)
         console.print(getattr(row, name) or "(empty)", highlight=False, markup=False)
+    return 0
+
+
+def _db_path(db: str | None) -> Path:
+    path = Path(db or "runs/kernels.sqlite3")
+    if not path.is_file():
+        raise OpenKernelError(f"{path}: no such database (run a search first, or pass --db)")
+    return path
+
+
+def cmd_export(args) -> int:
+    return cmd_export_traces(args) if args.what == "traces" else cmd_export_sft(args)
+
+
+def cmd_export_traces(args) -> int:
+    from openkernel.export import export_traces
+
+    written = export_traces(_db_path(args.db), args.out, task=args.task, job=args.job)
+    for path, rows in written:
+        console.print(f"{rows:6d} candidates  {path}", highlight=False)
+    console.print(f"{sum(n for _, n in written)} candidates of {len(written)} jobs in {args.out} "
+                  "(schema: README, Traces)", highlight=False)
+    return 0
+
+
+def cmd_export_sft(args) -> int:
+    from openkernel.export import export_sft
+
+    source = {"traces": args.traces} if args.traces else {"db": _db_path(args.db)}
+    n = export_sft(args.out, top=args.top, **source)
+    console.print(f"{n} instruction pairs (the best {args.top:.0%} of each task's correct "
+                  f"model-written candidates) in {args.out}", highlight=False)
     return 0
 
 

@@ -152,6 +152,7 @@ class Search:
         except GeneratorExit:  # the consumer stopped listening (a UI quit): record it
             if getattr(self, "run_id", None) is not None:
                 self.store.finish_run(self.run_id, "stopped")
+                self._finish_traces("stopped")
             raise
         finally:
             self.evaluator.close()
@@ -202,7 +203,8 @@ class Search:
             yield LogEmitted("info", f"Resuming job {self.job_name}: {len(stored)} kernels stored; "
                              "only the missing i<N>-b<M> run.")
         yield from self._budget_warnings()
-        started = time.monotonic()
+        started = self._started = time.monotonic()
+        yield from self._open_traces(hw)
         try:
             done = self._restore(stored)
             if not stored:
@@ -210,17 +212,76 @@ class Search:
             yield from self._iterations(done)
         except Exception as err:  # a bug: keep what is stored, say why, re-raise for the trace
             self.store.finish_run(self.run_id, "failed", repr(err))
+            self._finish_traces("failed")
             yield RunFinished("failed", self._best_id(), self.archive.best_speedup, self.candidates,
                               str(self.store.path or self.store.url), error=repr(err))
             raise
         reason = "stopped" if self.control.stopped or self._budget_reason else "completed"
         self.store.finish_run(self.run_id, reason, self._budget_reason)
+        written = self._finish_traces(reason)
+        if written:
+            yield LogEmitted("info", f"Traces: {written} candidates in {self.traces.folder}")
         extra = yield from self._device_report(started)
         spend = self.ledger.snapshot()
         yield RunFinished(reason, self._best_id(), self.archive.best_speedup, self.candidates,
                           str(self.store.path or self.store.url),
                           error=self._budget_reason or None, extra=extra,
                           spend=spend if spend.calls or self.generator.name == "llm" else None)
+
+    # traces (opt-in) ----------------------------------------------------------------------
+    def _open_traces(self, hw) -> Iterator[Event]:
+        self.traces = None
+        if not self.config.traces.enabled:
+            return
+        from openkernel.store.traces import Session, TraceWriter, session_id
+
+        runs = self.store.job_runs(self.task_name, self.job_name)
+        self._earlier_s = sum((r.finished_at - r.started_at).total_seconds() for r in runs
+                              if r.finished_at and r.started_at and r.id != self.run_id)
+        session = Session(
+            session_id=session_id(self.task_name, self.job_name, runs[0].started_at),
+            problem=self.task_name, job_name=self.job_name, hardware=hw.label,
+            gpu_arch=self.gpu_arch, backend=self.config.backend, generator=self.generator.name,
+            model=", ".join(self.generator.models))
+        try:
+            self.traces = TraceWriter(self.config.traces.dir, session)
+        except Exception as err:  # noqa: BLE001 - pyarrow missing or the folder not writable
+            yield LogEmitted("warning", f"traces.enabled: traces are not written ({err})")
+            return
+        yield LogEmitted("info", f"Traces: writing Parquet to {self.traces.folder}")
+
+    def _trace_session(self, status: str):
+        session = self.traces.session
+        best = self.archive.best
+        spend = self.ledger.snapshot()
+        session.final_speedup = self.archive.best_speedup
+        session.final_kernel_id = best.id if best else ""
+        session.final_kernel = best.code if best else ""
+        session.total_tokens, session.total_cost_usd = spend.tokens, spend.cost_usd
+        session.unpriced_calls = spend.unpriced_calls
+        session.total_time_seconds = self._earlier_s + time.monotonic() - self._started
+        session.session_status = status
+        return session
+
+    def _trace(self, fields: dict, became_best: bool) -> Iterator[Event]:
+        if getattr(self, "traces", None) is None:
+            return
+        self._trace_session("running")
+        try:
+            self.traces.add(fields, became_best)
+        except OSError as err:  # a full disk must not end the search: the database has all
+            self.traces = None
+            yield LogEmitted("warning", f"traces: writing failed ({err}); no more traces "
+                             "this run (the database keeps every candidate)")
+
+    def _finish_traces(self, status: str) -> int:
+        if getattr(self, "traces", None) is None:
+            return 0
+        self._trace_session(status)
+        try:
+            return self.traces.finish()
+        except OSError:
+            return 0
 
     # model calls and budgets --------------------------------------------------------------
     def _budget_warnings(self) -> Iterator[Event]:
@@ -531,13 +592,15 @@ class Search:
             result.profiler_data = roofline_estimate(result.runtime, self.probe, self.hardware)
         previous = self.archive.best_speedup
         is_best = self.archive.add(program)
-        self.store.add_kernel(**kernel_fields(
+        fields = kernel_fields(
             program, run_id=self.run_id, task_name=self.task_name, job_name=self.job_name,
             hardware=self.hardware.label, gpu_arch=self.gpu_arch,
             reference_code=self.task.reference_code,
-        ))
+        )
+        self.store.add_kernel(**fields)
         if program.is_program0:
             return
+        yield from self._trace(fields, is_best)
         self._judged_in.setdefault(program.iteration_found, []).append(program)
         self.candidates += 1
         result = program.kernel_exec_result

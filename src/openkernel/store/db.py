@@ -84,6 +84,13 @@ class Store:
                 run.error = error
                 run.finished_at = datetime.now(timezone.utc)
 
+    def job_runs(self, task_name: str, job_name: str) -> list[Run]:
+        """Every run of a job, oldest first (a resumed job has several)."""
+        with self.session() as s:
+            q = (select(Run).where(Run.task_name == task_name, Run.job_name == job_name)
+                 .order_by(Run.id))
+            return list(s.scalars(q))
+
     # kernels --------------------------------------------------------------------------------
     def add_kernel(self, **fields) -> Kernel:
         with self.session() as s, s.begin():
