@@ -47,8 +47,14 @@ def price_source(cfg: ModelConfig) -> str:
 
 
 def format_usd(usd: float) -> str:
-    """``$0.0123`` below a dollar (small runs cost fractions of a cent), ``$12.34`` above."""
-    return f"${usd:.4f}" if usd < 1 else f"${usd:,.2f}"
+    """``$12.34``; below a dollar up to four decimals (small runs cost fractions of a cent):
+    ``$0.50``, ``$0.0186``; ``<$0.0001`` for less."""
+    if usd >= 1:
+        return f"${usd:,.2f}"
+    if 0 < usd < 0.0001:
+        return "<$0.0001"
+    text = f"{usd:.4f}".rstrip("0")
+    return "$" + text + "0" * max(0, 2 - len(text.split(".")[1]))
 
 
 def format_tokens(n: int) -> str:

@@ -36,6 +36,8 @@ class RunStarted(Event):
     skills: tuple = ()  # offline templates matching the task (generators.offline.skill_matches)
     peak_bandwidth_gbs: float | None = None  # hardware ceilings for roofline views
     peak_tflops: dict = field(default_factory=dict)
+    max_usd: float | None = None  # the job's budget (budget.max_usd, budget.max_tokens)
+    max_tokens: int | None = None
 
 
 @dataclass(frozen=True)

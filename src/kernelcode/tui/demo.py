@@ -7,6 +7,7 @@ show is what the engine's events would make the app show, without running a sear
 from __future__ import annotations
 
 from openkernel import events as ev
+from openkernel.costs import LLMCall, ModelSpend, Spend
 from openkernel.schemas import EvalResult, Program, Status
 
 H200 = "NVIDIA H200 (sm_90)"
@@ -112,4 +113,56 @@ def demo_events(hardware: str = H200, iterations: int = 3) -> list[object]:
         out.append(ev.IterationFinished(it, best, 3 * (it + 1)))
         out.append(ev.CriticDiagnosed(it, f"Best so far {best_program.metadata['label']}: "
                                       f"{best:.2f}x. Memory bound: try wider loads."))
+    return out
+
+
+GPT = "openai/gpt-4.1"
+ANSWER = '''Idea: {idea}
+
+The parent reads each element once and writes it once, so it is memory bound; at 61% of the
+measured bandwidth the loads are the thing to widen. {plan}
+
+```python
+{code}```
+'''
+
+
+def _spend(calls: int) -> Spend:
+    return Spend((ModelSpend(GPT, calls, 2100 * calls, 640 * calls, 0.00932 * calls, 0,
+                             {"generate": calls}),))
+
+
+def llm_demo_events() -> list[object]:
+    """A model-driven run caught mid-iteration: one answer judged (its reasoning collapsed to
+    a line), one still streaming inside its code block, one answered and being judged."""
+    out: list[object] = [ev.RunStarted(
+        run_id=2, task_name="gelu", job_name="llm-demo", backend="triton", hardware=H200,
+        models=(GPT,), generator="llm", db_path="runs/kernels.sqlite3", max_iters=3,
+        branches_per_iteration=3, max_usd=0.5), ev.IterationStarted(0)]
+    plans = [("one masked program per 1024 elements, 4 warps", "Start with BLOCK=1024.", 1024),
+             ("vectorised 16-byte loads, BLOCK=4096, 8 warps", "Four floats per thread.", 4096),
+             ("BLOCK=2048 with evict_first streaming loads", "Stream past L2.", 2048)]
+    answers = [ANSWER.format(idea=idea, plan=plan, code=KERNEL.format(
+        block=block, warps=8, other=", other=0.0")) for idea, plan, block in plans]
+    for branch in range(3):
+        out.append(ev.CandidateStarted(f"i0-b{branch}", 0, branch, None, GPT))
+    calls = 0
+    for branch, answer in enumerate(answers):
+        label = f"i0-b{branch}"
+        cut = answer.index("    x = tl.load") if branch == 1 else len(answer)
+        out += [ev.AnswerStreamed(label, GPT, answer[i:min(i + 40, cut)]) for i in range(0, cut, 40)]
+        if branch == 1:
+            continue  # still being written
+        calls += 1
+        call = LLMCall(GPT, "generate", 2100, 640, 0.00932, "litellm", 6.4)
+        out.append(ev.ModelCalled(label, 0, call, _spend(calls), f"q0{branch}"))
+        out.append(ev.CandidateGenerated(label, GPT, plans[branch][0]))
+        if branch == 0:
+            program = Program(id="q00", code=KERNEL.format(block=1024, warps=4, other=""),
+                              raw_llm_code=answer, timestamp=0.0, iteration_found=0, metadata={
+                                  "branch": 0, "label": label, "model": GPT, "origin": "llm",
+                                  "backend": "triton", "description": plans[0][0]})
+            program.add_eval_results(_result(Status.FASTER, 1.31, 1024, True))
+            out.append(ev.CandidateEvaluated(program, Status.FASTER, label, 1.31, 1.31))
+            out.append(ev.BestImproved(program, 1.0, 1.31))
     return out

@@ -198,6 +198,7 @@ class Search:
             resumed_candidates=len(stored), reference_code=self.task.reference_code,
             skills=tuple(skill_matches(probe, self.backend, self.task)),
             peak_bandwidth_gbs=hw.peak_bandwidth_gbs, peak_tflops=dict(hw.peak_tflops or {}),
+            max_usd=self.config.budget.max_usd, max_tokens=self.config.budget.max_tokens,
         )
         if stored:
             yield LogEmitted("info", f"Resuming job {self.job_name}: {len(stored)} kernels stored; "
