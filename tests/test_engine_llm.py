@@ -223,3 +223,24 @@ def test_a_budget_stops_the_run_between_candidates(tmp_path, examples_dir, monke
                      models=("openai/model-priced",))
     assert again[-1].reason == "stopped" and server.requests == []
     assert again[-1].spend.calls == finished.spend.calls
+
+
+def test_cli_run_prints_the_spend_and_the_budget_reason(tmp_path, examples_dir, monkeypatch):
+    import subprocess
+
+    monkeypatch.setenv("OK_TEST_KEY", "sk-test-not-a-real-key-123456")
+    with ChatServer(default=answer) as server:
+        inference = json.dumps([{"model": m, "api_base": server.url, "api_key_env": "OK_TEST_KEY"}
+                                for m in ("openai/gpt-4o-mini", "openai/model-free")])
+        r = subprocess.run([sys.executable, "-m", "openkernel.cli", "run", str(examples_dir / "gelu"),
+                            "--set", f"inference={inference}", "--set", "max_iters=3",
+                            "--set", "branches_per_iteration=2", "--set", "budget.max_tokens=3000",
+                            "--set", f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}",
+                            "--set", f"paths.scratch_dir={tmp_path / 'scratch'}",
+                            "--set", "eval_config.max_workers=1"],
+                           capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = " ".join(r.stdout.split())
+    assert "stopped because budget.max_tokens reached" in out
+    assert "model calls:" in out and "+ unknown" in out
+    assert "openai/gpt-4o-mini" in out and "openai/model-free" in out

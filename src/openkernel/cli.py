@@ -104,6 +104,8 @@ def cmd_run(args) -> int:
                 progress.console.print(f"[{style}]{event.message}[/]", highlight=False)
             elif isinstance(event, ev.CriticDiagnosed):
                 progress.console.print(f"[cyan]critic:[/] {event.text}", highlight=False)
+            elif isinstance(event, ev.BudgetReached):
+                progress.console.print(f"[yellow]{event.reason}[/]", highlight=False)
             elif isinstance(event, ev.RunFinished):
                 finished = event
     if finished is None:
@@ -115,7 +117,29 @@ def cmd_run(args) -> int:
     console.print(f"\n[bold]{finished.reason}[/]: {finished.candidates} candidates, best speedup "
                   f"{best} (kernel {finished.best_program_id or '-'}), database {finished.db_path}",
                   highlight=False)
+    _print_spend(finished)
     return 0
+
+
+def _print_spend(finished) -> None:
+    """Why the run stopped by itself, and what its model calls used, per model."""
+    from openkernel.costs import format_tokens, format_usd
+
+    if finished.error:
+        console.print(f"stopped because {finished.error}", highlight=False)
+    spend = finished.spend
+    if spend is None:
+        return
+    console.print(f"model calls: {spend.calls}, {spend.prompt_tokens:,} tokens in, "
+                  f"{spend.completion_tokens:,} out, cost {spend.cost_text()}", highlight=False)
+    if len(spend.models) < 2 and not spend.unpriced_calls:
+        return
+    table = Table("model", "calls", "tokens in", "tokens out", "cost")
+    for m in spend.models:
+        cost = format_usd(m.cost_usd) + (" + unknown" if m.unpriced_calls else "")
+        table.add_row(m.model, str(m.calls), format_tokens(m.prompt_tokens),
+                      format_tokens(m.completion_tokens), cost)
+    console.print(table)
 
 
 def cmd_eval(args) -> int:

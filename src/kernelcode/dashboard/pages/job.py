@@ -24,6 +24,7 @@ from kernelcode.dashboard.graph import (
 )
 from kernelcode.dashboard.health import branches_from_config, job_health
 from kernelcode.dashboard.pages import panels
+from kernelcode.dashboard.spend import models_table
 
 HINT = "Click a circle (or a row of the experiment table) to see everything recorded for that kernel."
 
@@ -52,9 +53,13 @@ def header(data) -> list:
              f"best: {best['label']} {best['runtime_improvement']:.3f}x" if best and best.get(
                  "runtime_improvement", -1) > 0 else "best: -"]
     state = "running (refreshes by itself)" if data.running else (last.get("status") or "no run row")
+    if last.get("error") and not data.running:  # why it stopped or failed (a budget reached)
+        state += f": {last['error']}"
+    models = models_table(data.rows, data.calls)  # per model: calls, tokens, cost, results
     return [html.H2([data.task_name, " / ", data.job_name]),
             html.Div(" | ".join(facts), className="muted", id="job-facts"),
-            html.Span(state, className="live" if data.running else "done", id="job-live")]
+            html.Span(state, className="live" if data.running else "done", id="job-live"),
+            *([models] if models is not None else [])]
 
 
 def health_strip(data) -> html.Div:
