@@ -230,3 +230,10 @@ def test_a_killed_run_keeps_every_judged_candidate_on_disk(tmp_path, examples_di
 def _cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "openkernel.cli", *args], capture_output=True,
                           text=True, timeout=300, env=env)
+
+
+def test_readme_documents_every_trace_column():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for name, kind, meaning in COLUMNS:
+        assert f"| `{name}` | {kind} | {meaning} |" in readme, name
+    assert f"Schema version {SCHEMA_VERSION}" in readme
