@@ -84,3 +84,17 @@ def test_per_model_on_a_database_without_call_records():
     assert entry["model"] == "m" and entry["candidates"] == 1 and entry["faster"] == 1
     assert (entry["prompt_tokens"], entry["completion_tokens"]) == (10, 5)
     assert entry["recorded"] is False and entry["best_speedup"] == 1.5
+
+
+def test_a_kernels_panel_shows_what_its_calls_cost(ensemble_db):
+    from kernelcode.dashboard.components import kernel_panel
+    from kernelcode.dashboard.queries import kernel_detail
+    from openkernel.store import open_readonly
+
+    path, _ = ensemble_db
+    row = next(k for k in Store(path).job_kernels("gelu", "ensemble")
+               if k.model == "openai/model-a")
+    text = _text(kernel_panel(kernel_detail(open_readonly(path), row.id)).to_plotly_json())
+    llm = row.meta["llm"]
+    assert "model calls / tokens in / out / cost" in text
+    assert f"1 / {llm['prompt_tokens']:,} / {llm['completion_tokens']:,} / $" in text
