@@ -94,7 +94,10 @@ def test_a_kernels_panel_shows_what_its_calls_cost(ensemble_db):
     path, _ = ensemble_db
     row = next(k for k in Store(path).job_kernels("gelu", "ensemble")
                if k.model == "openai/model-a")
-    text = _text(kernel_panel(kernel_detail(open_readonly(path), row.id)).to_plotly_json())
+    from plotly.utils import PlotlyJSONEncoder
+
+    panel = kernel_panel(kernel_detail(open_readonly(path), row.id))
+    text = _text(json.loads(json.dumps(panel, cls=PlotlyJSONEncoder)))
     llm = row.meta["llm"]
     assert "model calls / tokens in / out / cost" in text
     assert f"1 / {llm['prompt_tokens']:,} / {llm['completion_tokens']:,} / $" in text
