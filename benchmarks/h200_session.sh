@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
-# Stages: gputests, throughput-triton, throughput-cuda, stability, examples.
+# Stages: gputests, throughput-triton, throughput-cuda, stability, examples, kb-softmax, kb-bench.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -34,4 +34,23 @@ case "$1" in
   examples)
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-300}" python3 benchmarks/examples_search.py --iters "${ITERS:-2}" --branches 4 \
       --out "$OUT/examples.json" | tail -12 ;;
+  kb-softmax)  # KernelBench level1/23_Softmax (6 GiB in) with a correct online softmax: judged
+    # correct within memory? nvidia-smi samples the device's memory in use meanwhile.
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 250 > "$OUT/kb23_smi.csv" &
+    smi=$!
+    SECONDS=0
+    CUDA_VISIBLE_DEVICES=0 timeout "${T:-240}" python3 -m openkernel.cli eval "${KB:-.kbsel}/level1/23_Softmax.py" \
+      benchmarks/candidates/online_softmax.py --json > "$OUT/kb23_eval.json"
+    echo "eval exit $? in ${SECONDS} s"
+    kill $smi
+    python3 -c "import json,sys; r=json.load(open('$OUT/kb23_eval.json')); m=r['metadata']; print(r['status'], 'eval_s', m.get('evaluation_s'), 'memory', m.get('memory')); print(r['eval_log'][-1500:])"
+    sort -n "$OUT/kb23_smi.csv" | tail -1 | sed 's/^/nvidia-smi peak MiB: /' ;;
+  kb-bench)  # openkernel bench over ${KB:-.kbsel}, resumable: the database lives in .kbstate/ (carry it back)
+    mkdir -p .kbstate
+    # SIGINT at the limit: the bench stops between candidates and still writes its table and JSON
+    CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 60 "${T:-540}" python3 -m openkernel.cli bench "${KB:-.kbsel}" --name "${SUITE:-kb-h200}" \
+      --set max_iters="${ITERS:-1}" --set branches_per_iteration="${BRANCHES:-2}" --set eval_config.profile=false \
+      --set paths.kernels_db_path=.kbstate/kernels.sqlite3 --set search.seed=0 --json "$OUT/kb_bench.json" 2>&1 \
+      | grep -v "^\s*$" | tail -70
+    cp .kbstate/kernels.sqlite3 "$OUT/kernels.sqlite3" ;;
 esac

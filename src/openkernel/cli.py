@@ -51,6 +51,16 @@ def _parser() -> argparse.ArgumentParser:
     sft.add_argument("--out", required=True, help="JSONL file to write")
     sft.add_argument("--db", default=None, help="database (default runs/kernels.sqlite3)")
     sft.add_argument("--traces", default=None, help="read a trace dataset folder instead")
+
+    bench = sub.add_parser("bench", help="run a suite of problems (e.g. a KernelBench level "
+                           "folder), one job each; resumable by --name")
+    bench.add_argument("paths", nargs="+", metavar="PATH", help="a folder of KernelBench-format "
+                       "files, a task folder, or a file")
+    bench.add_argument("--name", default=None, help="the suite's name, also each problem's job "
+                       "name; run again with the same name to resume (default bench-<timestamp>)")
+    bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    bench.add_argument("--json", dest="json_path", default=None, metavar="FILE",
+                       help="write the table and figures as JSON")
     return p
 
 
@@ -58,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"run": cmd_run, "eval": cmd_eval, "runs": cmd_runs, "show": cmd_show,
-                "export": cmd_export}[args.command](args)
+                "export": cmd_export, "bench": cmd_bench}[args.command](args)
     except OpenKernelError as err:
         err_console.print(f"[bold red]error:[/] {err}", highlight=False)
         return 2
@@ -239,6 +249,89 @@ def cmd_export_sft(args) -> int:
     console.print(f"{n} instruction pairs (the best {args.top:.0%} of each task's correct "
                   f"model-written candidates) in {args.out}", highlight=False)
     return 0
+
+
+def cmd_bench(args) -> int:
+    from datetime import datetime
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from openkernel import events as ev
+    from openkernel.bench.problems import discover
+    from openkernel.bench.suite import open_store, run_suite
+    from openkernel.bench.summary import suite_summary
+    from openkernel.search.control import RunControl
+
+    problems, skipped = discover(args.paths)
+    for line in skipped:
+        err_console.print(f"[yellow]skipped:[/] {line}", highlight=False)
+    suite = args.name or datetime.now().strftime("bench-%Y%m%d-%H%M%S")
+    store = open_store(problems, args.overrides)
+    control = RunControl()
+    console.print(f"suite [bold]{suite}[/]: {len(problems)} problem(s), database {store.path or store.url}",
+                  highlight=False)
+    interrupted = False
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[now]}"), TimeElapsedColumn(), console=console) as progress:
+        bar = progress.add_task(suite, total=len(problems), now="")
+
+        def on_event(problem, event):
+            if isinstance(event, ev.CandidateEvaluated):
+                progress.update(bar, now=f"{problem.name} {event.label} {event.status.value}")
+            elif isinstance(event, ev.RunStarted):
+                progress.update(bar, now=f"{problem.name}: probing and building")
+
+        try:
+            for out in run_suite(problems, suite, args.overrides, store, on_event, control):
+                progress.advance(bar)
+                why = out.error or "; ".join(out.log[:1])
+                line = (f"  {out.problem.name:40} {out.status:10} {out.candidates:3d} judged "
+                        f"{out.seconds:6.1f} s" + (f"  {why.splitlines()[0][:100]}" if why and out.status != "completed" else ""))
+                if out.evaluator_faults:
+                    line += f"  [red]{out.evaluator_faults} evaluator fault(s)[/]"
+                if out.baseline_error:
+                    line += f"  [yellow]{out.baseline_error[:80]}[/]"
+                progress.console.print(line, highlight=False)
+        except KeyboardInterrupt:
+            control.stop()
+            interrupted = True
+    summary = suite_summary(store.engine, suite)
+    _print_suite(summary)
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(summary.to_json(), indent=2, default=str))
+        console.print(f"wrote {args.json_path}", highlight=False)
+    if interrupted:
+        err_console.print(f"interrupted: every candidate judged so far is stored; resume with "
+                          f"--name {suite}")
+        return 130
+    return 0
+
+
+def _ratio(value: float | None) -> str:
+    return f"{value:.2f}x" if value else "-"
+
+
+def _print_suite(summary) -> None:
+    table = Table("problem", "status", "correct", "speedup", "vs compile", "eager ms",
+                  "compile ms", "judged", "faults", "time s", "note", title=f"suite {summary.suite}")
+    for p in summary.problems:
+        table.add_row(p.name, p.status, "yes" if p.correct else "no", _ratio(p.speedup),
+                      _ratio(p.over_compile), f"{p.eager_ms:.4g}" if p.eager_ms else "-",
+                      f"{p.compile_ms:.4g}" if p.compile_ms else "-", str(p.candidates),
+                      str(p.evaluator_faults), f"{p.time_s:.0f}",
+                      (p.error.splitlines() or [""])[0][:70] if not p.correct else "")
+    # Piped: wide enough that no problem name is cut (a terminal shows what fits it).
+    width = console.width
+    if not console.is_terminal:
+        console.width = 240
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+    fast = "  ".join(f"fast_{k} {v:.2f}" for k, v in summary.fast_p.items())
+    console.print(f"{fast}  |  geomean over eager {_ratio(summary.geomean_eager)} "
+                  f"({summary.n_correct} correct of {len(summary.problems)}), over torch.compile "
+                  f"{_ratio(summary.geomean_compile)} ({summary.n_compile})", highlight=False)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ class Hardware:
     interpreter: bool = False  # Triton under TRITON_INTERPRET=1: timings are interpreter timings
     peak_bandwidth_gbs: float | None = None  # measured, not from datasheets (when known)
     peak_tflops: dict = field(default_factory=dict)  # dtype -> measured TFLOP/s
+    gpu_memory_bytes: int = 0  # device memory of the first GPU (0 on the CPU)
 
 
 @dataclass
@@ -46,6 +47,73 @@ class TaskProbe:
     warnings: list[str] = field(default_factory=list)
     hardware: Hardware | None = None
     log: str = ""
+    memory: Footprint | None = None  # what the reference holds on its device (the memory plan's input)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], hardware: Hardware | None = None) -> "TaskProbe":
+        """The record back from a worker's report (nested records rebuilt)."""
+        data = dict(data)
+        if isinstance(data.get("memory"), dict):
+            data["memory"] = Footprint(**data["memory"])
+        if isinstance(data.get("hardware"), dict):
+            data["hardware"] = hardware_from_json(data["hardware"])
+        elif hardware is not None:
+            data["hardware"] = hardware
+        return cls(**data)
+
+
+@dataclass
+class Footprint:
+    """What one call of the reference holds on its device, measured by the probe.
+
+    ``peak_bytes`` is the most memory allocated at once during a forward with the model's
+    weights and the inputs resident: the problem's own footprint, against which a worker's
+    peak is judged. On the CPU there is no device to measure: the peak is estimated as
+    weights + inputs + outputs, and ``measured`` is False.
+    """
+
+    param_bytes: int = 0  # weights and buffers
+    input_bytes: int = 0  # one input set
+    output_bytes: int = 0
+    peak_bytes: int = 0  # weights + inputs + outputs + the forward's transient memory
+    measured: bool = False
+    mutates_inputs: bool = False  # the reference writes into its inputs (then a pristine copy is kept)
+    # A smaller input set for the float64 precision check, where the full one does not fit:
+    # {"sizes": {global: value}} (KernelBench size globals), {"extra": index} (a task hook's
+    # held-out set) or {} when none was found; with its own peak.
+    small_set: dict = field(default_factory=dict)
+    small_peak_bytes: int = 0
+
+
+@dataclass
+class MemoryPlan:
+    """How an evaluation of this task uses device memory (``evaluation/host/memplan.py``).
+
+    Made on the engine's side from the probe's :class:`Footprint` and the GPU's memory, sent
+    to every worker with its job. Level 0 is the normal plan; a candidate retried after an
+    evaluator fault gets level 1: the GPU to itself, smaller comparison chunks, the precision
+    check on the small set (or skipped).
+    """
+
+    level: int = 0
+    footprint_bytes: int = 0  # the problem's own footprint (Footprint.peak_bytes)
+    budget_bytes: int = 0  # what the worker's own checks may reach (0: no limit, the CPU)
+    workers_per_gpu: int = 1  # workers holding task data on one GPU at once
+    exclusive: bool = False  # this worker has its GPU to itself (a retry)
+    chunk_elements: int = 1 << 24  # comparisons, fingerprints and float64 work per chunk
+    precision_set: str = "main"  # "main", "small" or "skip"
+    precision_why: str = ""  # why not the main set (for the log)
+    small_set: dict = field(default_factory=dict)  # Footprint.small_set
+    keep_pristine: bool = False  # the reference mutates its inputs: keep a pristine copy
+    poison_bytes: int = 0  # free memory filled with NaN before each candidate call
+    memory_fraction: float = 0.9  # torch's per-process cap for this worker
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> "MemoryPlan":
+        return cls(**(data or {}))
 
 
 def hardware_to_json(hw: Hardware) -> dict[str, Any]:

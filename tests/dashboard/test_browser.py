@@ -150,7 +150,7 @@ def test_every_panel_draws(served, page):
         page.wait_for_selector(selector)
     assert "i1-b0" in page.inner_text("#panel-diff") and "i2-b0" in page.inner_text("#panel-diff")
     page.click(".tab >> text=Run health")
-    assert page.locator("#health-table tbody tr").count() == 6  # five symptoms, evaluator faults
+    assert page.locator("#health-table tbody tr").count() == 6  # the seed's five, evaluator faults
     assert page.errors == []
 
 

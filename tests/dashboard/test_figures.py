@@ -21,7 +21,8 @@ def _row(i, status="faster", it=0, br=0, parent=None, speed=1.5, **extra):
 def test_status_colours_follow_the_seed_table():
     assert graph.STATUS_COLORS == {
         "faster": "#2ca02c", "correct": "#1f77b4", "incorrect": "#ff7f0e", "test_timeout": "#f2c500",
-        "compile_error": "#d62728", "build_timeout": "#ff69b4", "not_run": "#9e9e9e"}
+        "compile_error": "#d62728", "build_timeout": "#ff69b4", "not_run": "#9e9e9e",
+        "evaluator_fault": "#5f6368"}
     styles = {s["selector"]: s["style"] for s in graph.stylesheet()}
     assert styles[".best"]["background-color"] == "#ffffff"
     assert styles[".best"]["border-color"] == "#000000"

@@ -1,7 +1,8 @@
 """The Dash app factory: one app per results database, routed by URL.
 
-Routes: ``/`` (runs), ``/job/<task_name>/<job_name>`` (one job, names percent-encoded, see
-``job_path``), ``/kernel/<id>`` (one kernel). Every callback is wrapped by ``guarded`` so a bad
+Routes: ``/`` (runs, and the benchmark suites), ``/job/<task_name>/<job_name>`` (one job,
+names percent-encoded, see ``job_path``), ``/kernel/<id>`` (one kernel), ``/suite/<name>`` (a
+benchmark suite's table and figures). Every callback is wrapped by ``guarded`` so a bad
 database or an unexpected error becomes a message on the page, never a traceback; the app runs
 with ``debug=False`` so Dash's dev tools never show one either.
 """
@@ -56,7 +57,7 @@ def guarded(fallback):
 
 def route(source: DataSource, pathname: str | None, search: str | None):
     """The page for a URL path (pure enough to unit-test without a browser)."""
-    from kernelcode.dashboard.pages import job, kernel, runs
+    from kernelcode.dashboard.pages import job, kernel, runs, suite
 
     problem = source.check()
     if problem:
@@ -70,8 +71,11 @@ def route(source: DataSource, pathname: str | None, search: str | None):
         return job.layout(source, parts[1], parts[2])
     if parts[0] == "kernel" and len(parts) == 2:
         return kernel.layout(source, parts[1])
+    if parts[0] == "suite" and len(parts) == 2:
+        return suite.layout(source, parts[1])
     return message_page("Page not found", f"There is no page at {pathname}. Jobs live at "
-                        "/job/<task_name>/<job_name>, kernels at /kernel/<id>.")
+                        "/job/<task_name>/<job_name>, kernels at /kernel/<id>, benchmark "
+                        "suites at /suite/<name>.")
 
 
 def create_app(db_path: str | Path, refresh_ms: int = 2000) -> Dash:

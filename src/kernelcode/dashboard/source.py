@@ -18,6 +18,7 @@ from sqlalchemy.exc import DatabaseError
 
 from kernelcode.dashboard import queries
 from kernelcode.dashboard.graph import best_kernel_id
+from openkernel.bench import summary
 from openkernel.errors import OpenKernelError
 from openkernel.store import open_readonly
 
@@ -121,6 +122,14 @@ class DataSource:
     def heatmap(self, kernel_id: str) -> list | None:
         """The memory heatmap of one kernel, if deep profiling stored one."""
         return queries.memory_heatmap(self.engine(), kernel_id)
+
+    def suites(self) -> list[dict]:
+        """Every benchmark suite, newest first (see ``openkernel.bench.summary``)."""
+        return summary.list_suites(self.engine())
+
+    def suite(self, name: str):
+        """A suite's table and figures, or None for an unknown suite."""
+        return summary.suite_summary(self.engine(), name)
 
     def jobs(self, search: str = "", offset: int = 0, limit: int = 50) -> tuple[list[dict], int]:
         """A page of the runs listing (see ``queries.list_jobs``)."""

@@ -27,6 +27,7 @@ from openkernel.config import Config
 from openkernel.costs import Ledger, LLMCall, price_source
 from openkernel.evaluation.host.devices import NoDeviceLeft
 from openkernel.evaluation.host.executor import Evaluator
+from openkernel.evaluation.host.memplan import describe as describe_plan
 from openkernel.events import (
     AnswerStreamed,
     BackendSwitched,
@@ -144,6 +145,7 @@ class Search:
         # code digest -> (program id, result): an identical candidate is never built twice.
         self._judged: dict[str, tuple[str, EvalResult]] = {}
         self._judged_lock = threading.Lock()
+        self._notes_seen = 0
 
     # ------------------------------------------------------------------------------------
     def run(self) -> Iterator[Event]:
@@ -204,6 +206,8 @@ class Search:
             yield LogEmitted("info", f"Resuming job {self.job_name}: {len(stored)} kernels stored; "
                              "only the missing i<N>-b<M> run.")
         yield from self._budget_warnings()
+        if probe.memory is not None:
+            yield LogEmitted("info", describe_plan(self.evaluator.plan))
         started = self._started = time.monotonic()
         yield from self._open_traces(hw)
         try:
@@ -603,6 +607,9 @@ class Search:
             return
         yield from self._trace(fields, is_best)
         self._judged_in.setdefault(program.iteration_found, []).append(program)
+        while self._notes_seen < len(self.evaluator.notes):
+            yield LogEmitted("warning", self.evaluator.notes[self._notes_seen])
+            self._notes_seen += 1
         self.candidates += 1
         result = program.kernel_exec_result
         yield CandidateEvaluated(program, program.status, program.metadata["label"],

@@ -19,7 +19,15 @@ from sqlalchemy.pool import QueuePool
 
 from openkernel.errors import OpenKernelError
 from openkernel.store.migrate import add_missing_columns
-from openkernel.store.tables import Base, Critique, Kernel, LLMCallRecord, ReferenceTiming, Run
+from openkernel.store.tables import (
+    Base,
+    Critique,
+    Kernel,
+    LLMCallRecord,
+    ReferenceTiming,
+    Run,
+    SuiteProblem,
+)
 
 
 def engine_url(path_or_url: str | Path) -> str:
@@ -194,6 +202,28 @@ class Store:
         with self.session() as s, s.begin():
             s.merge(ReferenceTiming(task_digest=task_digest, hardware=hardware, kind=kind,
                                     runtime=runtime, runtime_stats=runtime_stats))
+
+
+    # benchmark suites --------------------------------------------------------------------------
+    def add_suite_problem(self, *, suite: str, task_name: str, job_name: str, position: int,
+                          path: str, task_digest: str) -> None:
+        """File a problem under a suite (again on a resumed suite: the newest path wins)."""
+        with self.session() as s, s.begin():
+            s.merge(SuiteProblem(suite=suite, task_name=task_name, job_name=job_name,
+                                 position=position, path=path, task_digest=task_digest))
+
+    def set_suite_outcome(self, suite: str, task_name: str, outcome: str, error: str = "") -> None:
+        with self.session() as s, s.begin():
+            row = s.get(SuiteProblem, (suite, task_name))
+            if row is not None:
+                row.outcome, row.error = outcome, error
+
+    def job_finished(self, task_name: str, job_name: str) -> bool:
+        """Whether the newest run of a job completed (a suite resumed skips it)."""
+        with self.session() as s:
+            q = (select(Run.status).where(Run.task_name == task_name, Run.job_name == job_name)
+                 .order_by(Run.id.desc()).limit(1))
+            return s.scalars(q).first() == "completed"
 
 
 def open_readonly(path: str | Path) -> Engine:

@@ -178,3 +178,26 @@ class LLMCallRecord(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     __table_args__ = (Index("ix_llm_calls_task_job", "task_name", "job_name"),)
+
+
+class SuiteProblem(Base):
+    """One problem of a benchmark suite (``openkernel bench``): which job judged it.
+
+    A suite is a name shared by the jobs of its problems (each problem's job is named after the
+    suite, so re-running the suite resumes every job); this table keeps the order, the file
+    and the task's digest (which keys its reference timings).
+    """
+
+    __tablename__ = "suite_problems"
+
+    suite: Mapped[str] = mapped_column(String(200), primary_key=True)
+    task_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    job_name: Mapped[str] = mapped_column(String(200))
+    position: Mapped[int] = mapped_column(Integer, default=0)
+    path: Mapped[str] = mapped_column(Text, default="")
+    task_digest: Mapped[str] = mapped_column(String(32), default="")
+    # How the problem's last attempt ended, also when no run was started (a task the
+    # generator refuses, a probe that failed): the reason is kept here.
+    outcome: Mapped[str] = mapped_column(String(20), default="")
+    error: Mapped[str] = mapped_column(Text, default="")
+    added_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

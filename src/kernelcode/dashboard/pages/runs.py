@@ -21,8 +21,12 @@ PAGE = 50
 
 def layout(source) -> html.Div:
     """The page with its first page of jobs already filled in."""
+    from kernelcode.dashboard.pages.suite import suites_section
+
     table, count = listing(source, "", 0)
+    suites = suites_section(source)
     return html.Div([
+        *([suites] if suites is not None else []),
         html.H2("Runs"),
         html.Div([
             dcc.Input(id="runs-search", type="search", debounce=0.3, placeholder="find by task or job name",

@@ -49,6 +49,8 @@ class DevicePool:
         self.per_device = max(1, per_device)
         self.devices = list(devices)
         self._load = {d: 0 for d in self.devices}
+        self._exclusive: set[int] = set()  # devices one worker holds alone (a retry)
+        self._waiting_exclusive = 0  # while one waits, no other worker is placed
         self._turns = {d: threading.Lock() for d in self.devices}
         self._busy: dict[int, list[tuple[float, float]]] = {d: [] for d in self.devices}
         self.failed: dict[int, str] = {}
@@ -58,9 +60,12 @@ class DevicePool:
     def healthy(self) -> list[int]:
         return [d for d in self.devices if d not in self.failed]
 
-    def acquire(self, timeout: float | None = None, among: list[int] | None = None) -> int:
+    def acquire(self, timeout: float | None = None, among: list[int] | None = None,
+                exclusive: bool = False) -> int:
         """The least-loaded healthy device with room (blocks until a worker is released);
-        ``among`` limits the choice to those devices (e.g. the GPUs of one architecture)."""
+        ``among`` limits the choice to those devices (e.g. the GPUs of one architecture);
+        ``exclusive`` waits for a device with no other worker and keeps others off it until
+        released (a candidate retried with the GPU's memory to itself)."""
         with self._cond:
             while True:
                 healthy = [d for d in self.healthy if among is None or d in among]
@@ -68,17 +73,26 @@ class DevicePool:
                     raise NoDeviceLeft("every GPU failed: " + "; ".join(
                         f"GPU {d}: {why}" for d, why in self.failed.items()
                         if among is None or d in among))
-                free = [d for d in healthy if self._load[d] < self.per_device]
+                free = [d for d in healthy if d not in self._exclusive and (
+                    self._load[d] == 0 if exclusive else
+                    self._load[d] < self.per_device and not self._waiting_exclusive)]
                 if free:
                     dev = min(free, key=lambda d: self._load[d])
                     self._load[dev] += 1
+                    if exclusive:
+                        self._exclusive.add(dev)
                     return dev
-                if not self._cond.wait(timeout):
-                    raise TimeoutError("no GPU became free")
+                self._waiting_exclusive += exclusive
+                try:
+                    if not self._cond.wait(timeout):
+                        raise TimeoutError("no GPU became free")
+                finally:
+                    self._waiting_exclusive -= exclusive
 
     def release(self, device: int) -> None:
         with self._cond:
             self._load[device] = max(0, self._load[device] - 1)
+            self._exclusive.discard(device)
             self._cond.notify_all()
 
     def quarantine(self, device: int, reason: str) -> None:

@@ -93,6 +93,9 @@ def worker_env(
     # A load_inline build is two translation units: ninja needs no more, and the pool of
     # workers building side by side already fills the cores.
     env.setdefault("MAX_JOBS", "2")
+    # Expandable segments: freed blocks of gigabyte tensors are reused for other sizes instead
+    # of fragmenting, so what a worker reserves stays near what it allocates (the memory plan).
+    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     if device == "cpu":

@@ -39,6 +39,7 @@ from pathlib import Path
 from openkernel.config import Config
 from openkernel.evaluation.host import ceilings, environment, ncu
 from openkernel.evaluation.host.devices import DevicePool, NoDeviceLeft, is_device_fault
+from openkernel.evaluation.host.memplan import describe, plan_memory, retry_plan
 from openkernel.evaluation.host.process import (
     WorkerProcess,
     WorkerRun,
@@ -48,8 +49,14 @@ from openkernel.evaluation.host.process import (
 from openkernel.evaluation.host.profiling import profile_candidate
 from openkernel.evaluation.host.results import from_worker
 from openkernel.evaluation.protocol import Job
-from openkernel.records import CPU_LABEL, Hardware, TaskProbe, hardware_from_json
-from openkernel.schemas import STATUS_LABELS, EvalResult
+from openkernel.records import (
+    CPU_LABEL,
+    Hardware,
+    MemoryPlan,
+    TaskProbe,
+    hardware_from_json,
+)
+from openkernel.schemas import STATUS_LABELS, EvalResult, Status
 from openkernel.targets import TargetPlan, plan_targets, same_arch
 from openkernel.task import Task
 
@@ -89,6 +96,10 @@ class Evaluator:
         self._finalizer = weakref.finalize(self, _kill_spares, self._spares, self.keep_scratch)
         # The precompiled torch header's folder, or why there is none (see pch.py)
         self.pch: dict = {}
+        self.plan = MemoryPlan()  # made from the probe (memplan.py)
+        self._baselines: dict | None = None
+        self.baseline_error = ""
+        self.notes: list[str] = []  # what the evaluator changed on its own during the run
 
     # -- public API ---------------------------------------------------------------------
     @property
@@ -145,8 +156,7 @@ class Evaluator:
             pch.join()  # once per machine and torch: the first candidates' builds then use it
         data = (run.payload or {}).get("probe")
         if data:
-            data["hardware"] = hardware_from_json(data["hardware"]) if data.get("hardware") else hw
-            probe = TaskProbe(**data)
+            probe = TaskProbe.from_json(data, hardware=hw)
         else:
             what = f"timed out after {self.ec.build_timeout_s:g} s" if run.timed_out else (
                 (run.payload or {}).get("fatal") or "the worker died")
@@ -156,6 +166,12 @@ class Evaluator:
             probe.warnings.append(f"CUDA C++ builds parse <torch/extension.h> each time: "
                                   f"no precompiled header ({self.pch['why']})")
         self._probe = probe
+        if probe.ok:
+            self.plan = plan_memory(probe.memory, hw, memory_fraction=self.ec.gpu_memory_fraction,
+                                    max_workers_per_gpu=self._per_device())
+            if hw.device == "cuda":
+                pool = self._acquire_pool()
+                pool.per_device = min(pool.per_device, self.plan.workers_per_gpu)
         if probe.ok and hw.device == "cuda":
             # Every candidate's improve_over_compile needs it: time it now, beside the first builds.
             threading.Thread(target=self._compile_speed_ratio, args=(hw,), daemon=True,
@@ -171,12 +187,25 @@ class Evaluator:
                              gpu_memory_fraction=self.ec.gpu_memory_fraction,
                              **self._bench_params(hw))
         cache = self.build_cache(code, backend)
-        run, slot, requeued = self._judge(job, code, label, cache, primary)
-        ratio = None
-        payload = run.payload or {}
-        if hw.device == "cuda" and payload.get("correctness") and not payload.get("integrity_violation"):
-            ratio = self._compile_speed_ratio(hw)
-        result = self._result(run, hw, ratio, self._probe)
+        plan = self.plan
+        run, slot, requeued = self._judge(replace(job, plan=plan.to_json()), code, label, cache,
+                                          primary)
+        result = self._judged(run, hw)
+        if result.get_status() is Status.EVALUATOR_FAULT:
+            # The evaluator failed, not the candidate: judge it once more, with a smaller plan
+            # and the GPU to itself.
+            first = result.metadata["evaluator_fault"]
+            self._after_fault(first)
+            plan = retry_plan(plan, self._probe.memory if self._probe else None, hw,
+                              self.ec.gpu_memory_fraction)
+            run, slot, more = self._judge(replace(job, plan=plan.to_json()), code, label, cache,
+                                          primary, exclusive=hw.device == "cuda")
+            requeued += more
+            result = self._judged(run, hw)
+            result.metadata["retried"] = {"first_fault": first, "plan_level": plan.level}
+            result.eval_log = (f"First attempt: evaluator fault ({first['kind']} while "
+                               f"{first['where']}); retried once with {describe(plan)}.\n"
+                               + result.eval_log)
         result.metadata.update(label=label, backend=backend, evaluation_s=round(run.wall_s, 3),
                                phase_s=run.phase_seconds(), gpu_slot=slot,
                                prestarted=run.prestarted,
@@ -190,6 +219,24 @@ class Evaluator:
         # Defence in depth: workers never see secrets, but nothing printed may carry one out.
         result.eval_log = environment.redact(result.eval_log, environment.secret_values(os.environ))
         return result
+
+    def _judged(self, run: WorkerRun, hw: Hardware) -> EvalResult:
+        """The verdict on one run (with the torch.compile ratio once it is correct)."""
+        payload = run.payload or {}
+        ratio = None
+        if hw.device == "cuda" and payload.get("correctness") and not payload.get("integrity_violation"):
+            ratio = self._compile_speed_ratio(hw)
+        return self._result(run, hw, ratio, self._probe)
+
+    def _after_fault(self, fault: dict) -> None:
+        """Out of memory in the evaluator's own checks with several workers on a GPU: fewer
+        workers hold task data at once from now on."""
+        if fault.get("kind") == "out_of_memory" and self._slots is not None and \
+                self._slots.per_device > 1:
+            self._slots.per_device = max(1, self._slots.per_device // 2)
+            self.plan = replace(self.plan, workers_per_gpu=self._slots.per_device)
+            self.notes.append(f"an evaluator check ran out of device memory: now "
+                              f"{self._slots.per_device} worker(s) per GPU")
 
     def close(self) -> None:
         """Stop the spare workers (each job's own worker ended with it)."""
@@ -232,11 +279,11 @@ class Evaluator:
             self.pch = {"pch_dir": None, "why": why}
 
     def _judge(self, job: Job, code: str, label: str, cache: Path | None,
-               arch: str) -> tuple[WorkerRun, int | None, list[str]]:
+               arch: str, exclusive: bool = False) -> tuple[WorkerRun, int | None, list[str]]:
         """Run an evaluate job on a GPU of ``arch`` (or the CPU); returns (run, slot, requeued)."""
         hw, requeued = self.hardware, []
         while True:
-            slot = self._acquire(arch)
+            slot = self._acquire(arch, exclusive=exclusive)
             try:
                 run = self._run(job, hw.device, slot, label=label, code=code, build_cache=cache)
             finally:
@@ -290,20 +337,24 @@ class Evaluator:
         return {"bench_budget_s": budget, "min_trials": 10 if gpu else 3,
                 "max_trials": 2000 if gpu else 50}
 
-    def _acquire(self, arch: str | None = None) -> int | None:
+    def _acquire(self, arch: str | None = None, exclusive: bool = False) -> int | None:
         """A GPU slot of ``arch`` (default: the primary target's), None on the CPU."""
         hw = self.hardware
         if hw.device != "cuda":
             return None
-        return self._acquire_pool().acquire(among=self._devices_of(arch or self.targets.primary))
+        return self._acquire_pool().acquire(among=self._devices_of(arch or self.targets.primary),
+                                            exclusive=exclusive)
+
+    def _per_device(self) -> int:
+        gpus = max(1, self.hardware.num_gpus)
+        return max(1, -(-self.max_workers // gpus))
 
     def _acquire_pool(self) -> DevicePool:
         """The GPUs' pool, made on first use (its size needs the hardware record)."""
         with self._slot_lock:
             if self._slots is None:
                 gpus = list(range(max(1, self.hardware.num_gpus)))
-                per_device = max(1, -(-self.max_workers // len(gpus)))
-                self._slots = DevicePool(gpus, per_device)
+                self._slots = DevicePool(gpus, self._per_device())
             return self._slots
 
     def _devices_of(self, arch: str) -> list[int] | None:
@@ -363,6 +414,10 @@ class Evaluator:
                 finally:
                     self._release(slot)
                 stats = run.payload if run.payload and "compile" in run.payload else None
+                if stats is None:
+                    what = ("timed out" if run.timed_out else (run.payload or {}).get("fatal")
+                            or f"the worker died ({run.returncode})")
+                    self.baseline_error = f"timing torch.compile of the reference failed: {what}"
                 if stats and self.store is not None:
                     self.store.put_reference_timing(self.task.digest, hw.label, "compile",
                                                     stats["compile"]["median"], stats)
@@ -370,8 +425,20 @@ class Evaluator:
                 ratio = stats["compile"]["median"] / stats["eager"]["median"]
             except (TypeError, KeyError, ZeroDivisionError):
                 ratio = None
+            self._baselines = stats
             self._compile_ratio = ratio if ratio else False
             return ratio
+
+    def baselines(self) -> dict | None:
+        """The reference's eager and torch.compile timings on this hardware ({"eager": stats,
+        "compile": stats}), measured once per task and hardware and kept in the store; None on
+        the CPU (torch.compile makes no Triton there) or when the timing failed
+        (``baseline_error`` says why). Works after :meth:`close` too (with a worker of its own)."""
+        hw = self.hardware
+        if hw.device != "cuda":
+            return None
+        self._compile_speed_ratio(hw)
+        return self._baselines
 
     def _spawn(self, device: str, gpu_index: int | None, profiler: str | None = None) -> WorkerProcess:
         scratch = self.scratch_root / f"w-{uuid.uuid4().hex[:12]}"

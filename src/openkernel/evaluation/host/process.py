@@ -43,6 +43,9 @@ class WorkerRun:
         self.full_log = ""
         self.wall_s = 0.0
         self.prestarted = False  # the job went to a spare started ahead of it
+        self.compile_s = 0.0  # seconds in kernel compilations after the build phase
+        self.compile_from = 0.0
+        self.compiling = False  # it was compiling when it ended (a timeout then is the build's)
         self.phase_starts: list[tuple[str, float]] = [("setup", 0.0)]  # seconds since the job
 
     def phase_seconds(self) -> dict[str, float]:
@@ -93,6 +96,29 @@ class WorkerProcess:
             self.read_fd = -1
 
 
+class PhaseClock:
+    """Seconds spent against each limit: build (setup, build and every kernel compilation,
+    wherever it happens) and test (the first call once compiled, tests, benchmark). Waiting
+    for the GPU's turn counts against neither."""
+
+    def __init__(self, build_timeout_s: float, test_timeout_s: float):
+        self.limits = {"build": build_timeout_s, "test": test_timeout_s}
+        self.used = {"build": 0.0, "test": 0.0}
+        self.kind: str | None = "build"
+        self.since = time.monotonic()
+
+    def switch(self, kind: str | None) -> None:
+        now = time.monotonic()
+        if self.kind is not None:
+            self.used[self.kind] += now - self.since
+        self.kind, self.since = kind, now
+
+    def remaining(self) -> float:
+        if self.kind is None:
+            return float("inf")
+        return self.limits[self.kind] - self.used[self.kind] - (time.monotonic() - self.since)
+
+
 def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_s: float,
           turn=None, release_on_result: bool = False) -> WorkerRun:
     """Send ``job`` to a started worker, enforce the phase timeouts, collect its report.
@@ -107,14 +133,23 @@ def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_
     nonce = uuid.uuid4().hex
     t0 = time.monotonic()
     worker.send(job.to_line(nonce))
-    deadline = t0 + build_timeout_s
+    clock = PhaseClock(build_timeout_s, test_timeout_s)
+    compiling = granted = False
+
+    def kind() -> str | None:
+        if compiling or out.phase in protocol.BUILD_PHASES:
+            return "build"
+        if out.phase == "queued":
+            return "test" if granted else None
+        return "test"
+
     buf = b""
     held = contextlib.ExitStack()
     try:
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = clock.remaining()
             if remaining <= 0:
-                out.timed_out = "build" if out.phase in ("setup", "build", "warmup") else "test"
+                out.timed_out = clock.kind
                 break
             ready, _, _ = select.select([worker.read_fd], [], [], min(remaining, 1.0))
             if not ready:
@@ -129,21 +164,25 @@ def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_
                 if msg is None:
                     continue  # not from the worker itself
                 if "phase" in msg:
-                    if msg["phase"] == "test" or (msg["phase"] == "benchmark" and out.phase in ("setup", "build", "warmup")):
-                        deadline = time.monotonic() + test_timeout_s
                     out.phase = msg["phase"]
                     out.phase_starts.append((out.phase, time.monotonic() - t0))
+                elif "compiling" in msg:
+                    compiling = bool(msg["compiling"])
+                    out.compile_s += 0.0 if compiling else time.monotonic() - out.compile_from
+                    out.compile_from = time.monotonic()
                 elif msg.get("wait") and out.phase != "queued":
                     out.phase = "queued"
                     out.phase_starts.append(("queued", time.monotonic() - t0))
+                    clock.switch(None)
                     if turn is not None:
                         held.enter_context(turn())
-                    deadline = time.monotonic() + test_timeout_s
+                    granted = True
                     worker.send(protocol.GO)
                 elif "result" in msg:
                     out.payload = msg["result"]
                     if release_on_result:
                         held.close()
+                clock.switch(kind())
     finally:
         if out.timed_out or worker.alive():
             _kill_group(worker.proc)
@@ -155,6 +194,7 @@ def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_
         held.close()
         worker.kill()
     out.wall_s = time.monotonic() - t0
+    out.compiling = compiling
     out.log_tail = _tail(worker.log_path)
     return out
 

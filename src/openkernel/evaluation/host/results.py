@@ -37,20 +37,49 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
+def evaluator_fault(meta: dict, where: str, kind: str, error: str, lines: list[str]) -> EvalResult:
+    """A result that blames the evaluator, not the candidate (status ``evaluator_fault``)."""
+    meta["evaluator_fault"] = {"where": where, "kind": kind, "error": error[-4000:]}
+    lines.insert(0, f"Evaluator fault (not the candidate's): {kind.replace('_', ' ')} while "
+                 f"{where}. The candidate was not judged.")
+    return EvalResult(compiled=False, correctness=False, metadata=meta, perf_score=-1,
+                      eval_log="\n".join(lines))
+
+
 def from_worker(payload: dict | None, *, phase: str, timed_out: str | None,
                 returncode: int | None, log_tail: str, hw: Hardware, probe: TaskProbe | None,
                 compile_ratio: float | None, limits: dict) -> EvalResult:
     """Build the EvalResult for one candidate from the worker's payload (None if it died)."""
     meta: dict = {"hardware": hw.label, "device": hw.device, "phase_reached": phase}
     lines: list[str] = []
+    if payload and payload.get("memory"):
+        meta["memory"] = payload["memory"]
+    if payload and payload.get("fault"):
+        fault = payload["fault"]
+        lines.extend(payload.get("log", []))
+        lines.append(fault.get("error", ""))
+        result = evaluator_fault(meta, fault.get("where", "?"), fault.get("kind", "error"),
+                                 fault.get("error", ""), lines)
+        result.compiled = bool(payload.get("compiled"))
+        return result
+    if phase == "setup" and (timed_out or payload is None or "fatal" in payload):
+        # Nothing of the candidate had run yet: the worker itself failed to start its job.
+        what = (f"timed out after {limits['build_timeout_s']:g} s" if timed_out else
+                (payload or {}).get("fatal") or f"died ({describe_exit(returncode)})")
+        if log_tail.strip():
+            lines.append("Last lines of the worker's output:\n" + log_tail.rstrip())
+        return evaluator_fault(meta, "starting the worker", "worker", what, lines)
     if timed_out or payload is None or "fatal" in payload:
-        # A build timeout in the warm-up call means Triton never finished compiling.
-        compiled = phase in ("warmup", "test", "benchmark") and timed_out != "build"
+        # A build timeout in the first call means its kernels never finished compiling.
+        compiled = phase in ("warmup", "queued", "test", "benchmark") and timed_out != "build"
         if timed_out:
             meta["timeout"] = timed_out
             limit = limits["build_timeout_s" if timed_out == "build" else "test_timeout_s"]
-            lines.append(f"{'Build' if timed_out == 'build' else 'Test'} timeout: the worker was "
-                         f"still in the {phase} phase after {limit:g} s and was killed.")
+            doing = "compiling kernels" if timed_out == "build" and phase not in ("setup", "build") \
+                else f"the {phase} phase"
+            lines.append(f"{'Build' if timed_out == 'build' else 'Test'} timeout: the worker spent "
+                         f"{limit:g} s of {'build' if timed_out == 'build' else 'test'} time "
+                         f"(it was in {doing}) and was killed.")
         elif payload is None:
             lines.append(f"The worker died during the {phase} phase ({describe_exit(returncode)}) "
                          "without reporting a result.")

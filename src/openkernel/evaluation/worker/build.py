@@ -188,3 +188,48 @@ def is_compile_error(err: BaseException) -> bool:
 
 def python_executable() -> str:
     return sys.executable or os.environ.get("PYTHON", "python3")
+
+
+class CompileNotifier:
+    """Tells the engine when a kernel compilation starts and ends, wherever it happens.
+
+    Triton compiles at a kernel's first launch (and again for a new shape), a CUDA C++
+    candidate may call ``load_inline`` from its forward: that time is build time, so the
+    engine applies ``build_timeout_s`` while it lasts and ``test_timeout_s`` otherwise (a
+    forward that never returns is then a test timeout, not a build timeout). Wraps
+    ``triton.compiler.compile`` (what a JIT function's binder calls) and cpp_extension's
+    ``load_inline`` and ``load``.
+    """
+
+    def __init__(self, ch):
+        self.ch = ch
+        self.depth = 0
+
+    def _wrap(self, fn):
+        notifier = self
+
+        def wrapped(*args, **kwargs):
+            notifier.depth += 1
+            if notifier.depth == 1:
+                notifier.ch.send(compiling=True)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                notifier.depth -= 1
+                if notifier.depth == 0:
+                    notifier.ch.send(compiling=False)
+
+        wrapped.__wrapped__ = fn
+        return wrapped
+
+    def install(self) -> None:
+        try:
+            import triton.compiler as tc
+
+            tc.compile = self._wrap(tc.compile)
+        except Exception:  # no Triton (CUDA C++ only): nothing to wrap
+            pass
+        import torch.utils.cpp_extension as cpp
+
+        cpp.load_inline = self._wrap(cpp.load_inline)
+        cpp.load = self._wrap(cpp.load)

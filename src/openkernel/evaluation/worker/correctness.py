@@ -21,11 +21,15 @@ ints/bool  0      0      0              exact
 
 Every comparison is done in float64 with functions captured when this module is imported,
 before any candidate code runs, so a candidate that patches ``torch.allclose`` gains nothing.
+It is done in blocks of at most ``chunk`` elements (slices along the leading dimensions, so no
+copy of the whole tensor is ever made): a 6 GiB float32 output costs 8 bytes per element of
+one block in float64, not 12 GiB. Norms are accumulated as sums of squares over the blocks.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -37,6 +41,10 @@ _abs = torch.abs
 _norm = torch.linalg.vector_norm
 _where = torch.where
 _equal = torch.equal
+_sum = torch.sum
+_any = torch.any
+
+CHUNK = 1 << 24  # elements per block: 128 MiB per float64 temporary
 
 DEFAULT_TOLERANCES: dict[str, dict[str, float]] = {
     "float64": {"atol": 1e-6, "rtol": 1e-6, "max_rel_error": 1e-9},
@@ -73,51 +81,110 @@ def flatten_outputs(out: Any) -> list[torch.Tensor]:
     raise TypeError(f"forward returned {type(out).__name__}, expected a tensor or a tuple of tensors")
 
 
-def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """``||out - ref|| / ||ref||`` in float64 (inf if NaN appears; 0/0 counts as 0)."""
-    o = out.detach().to(torch.float64)
-    r = ref.detach().to(torch.float64)
-    finite = ~(_isinf(o) | _isinf(r))
-    diff = _where(finite, o - r, torch.zeros((), dtype=torch.float64, device=o.device))
-    num = float(_norm(diff))
-    den = float(_norm(_where(finite, r, torch.zeros((), dtype=torch.float64, device=r.device))))
+def blocks(shape: tuple[int, ...], chunk: int = CHUNK) -> Iterator[tuple]:
+    """Index tuples that cut a tensor of ``shape`` into blocks of at most ``chunk`` elements.
+
+    Each block is a slice along one leading dimension (deeper ones only when a single row is
+    larger than ``chunk``), so indexing gives a view: no copy, whatever the strides.
+    """
+    if not shape:
+        yield ()
+        return
+    inner = math.prod(shape[1:])
+    if inner <= chunk:
+        step = max(1, chunk // max(inner, 1))
+        for i in range(0, shape[0], step):
+            yield (slice(i, i + step),)
+        return
+    for i in range(shape[0]):
+        for rest in blocks(tuple(shape[1:]), chunk):
+            yield (i, *rest)
+
+
+def _f64(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(torch.float64)
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK,
+                   through: Callable[[torch.Tensor], torch.Tensor] | None = None) -> float:
+    """``||out - ref|| / ||ref||`` in float64 over the finite elements (inf if NaN appears;
+    0/0 counts as 0). ``through`` transforms each block of ``out`` first (a rounding, say)."""
+    num = den = 0.0
+    for idx in blocks(tuple(ref.shape), chunk):
+        o = _f64(out[idx])
+        if through is not None:
+            o = _f64(through(o))
+        r = _f64(ref[idx])
+        finite = ~(_isinf(o) | _isinf(r))
+        zero = torch.zeros((), dtype=torch.float64, device=r.device)
+        num += float(_sum(_where(finite, o - r, zero) ** 2))
+        den += float(_sum(_where(finite, r, zero) ** 2))
+        del o, r, finite
     if math.isnan(num):
         return math.inf
     if den == 0.0:
         return 0.0 if num == 0.0 else math.inf
-    return num / den
+    return math.sqrt(num) / math.sqrt(den)
 
 
-def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float], name: str
-                   ) -> tuple[bool, str, dict[str, float]]:
-    """Check one output tensor; returns (ok, message, stats)."""
+def norm(t: torch.Tensor, chunk: int = CHUNK) -> float:
+    """The 2-norm of ``t`` in float64, in blocks."""
+    total = 0.0
+    for idx in blocks(tuple(t.shape), chunk):
+        total += float(_sum(_f64(t[idx]) ** 2))
+    return math.sqrt(total)
+
+
+def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float], name: str,
+                   chunk: int = CHUNK) -> tuple[bool, str, dict[str, float]]:
+    """Check one output tensor; returns (ok, message, stats).
+
+    The stats hold ``max_abs_error``, ``rel_error`` and both norms (``out_norm``,
+    ``ref_norm``), so a caller explaining a failure needs no second pass over the tensors.
+    """
     if tuple(out.shape) != tuple(ref.shape):
         return False, f"{name}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}", {}
     if out.dtype != ref.dtype:
         return False, f"{name}: dtype {dtype_name(out.dtype)} != reference {dtype_name(ref.dtype)}", {}
     if out.device != ref.device:
-        out = out.to(ref.device)
+        return False, f"{name}: on {out.device}, the reference's on {ref.device}", {}
     if out.numel() == 0:
         return True, "", {"max_abs_error": 0.0, "rel_error": 0.0}
     if not ref.dtype.is_floating_point:
-        ok = _equal(out, ref)
+        ok = all(_equal(out[idx], ref[idx]) for idx in blocks(tuple(ref.shape), chunk))
         return ok, "" if ok else f"{name}: integer/bool values differ", {}
-    o = out.detach().to(torch.float64)
-    r = ref.detach().to(torch.float64)
-    n_nan = int(_isnan(o).sum())
+    n_nan = bad = 0
+    max_abs = num = den = out_sq = 0.0
+    inf_mismatch = False
+    zero = torch.zeros((), dtype=torch.float64, device=ref.device)
+    for idx in blocks(tuple(ref.shape), chunk):
+        o, r = _f64(out[idx]), _f64(ref[idx])
+        n_nan += int(_sum(_isnan(o)))
+        if n_nan:
+            break
+        o_inf, r_inf = _isinf(o), _isinf(r)
+        if not _equal(o_inf, r_inf) or not _equal(o[o_inf], r[r_inf]):
+            inf_mismatch = True
+            break
+        d = _where(o_inf, zero, o - r)
+        diff = _abs(d)
+        bound = tol["atol"] + tol["rtol"] * _abs(_where(r_inf, zero, r))
+        if diff.numel():
+            max_abs = max(max_abs, float(diff.max()))
+        bad += int(_sum(diff > bound))
+        num += float(_sum(d ** 2))
+        den += float(_sum(_where(r_inf, zero, r) ** 2))
+        out_sq += float(_sum(_where(o_inf, zero, o) ** 2))
+        del o, r, o_inf, r_inf, d, diff, bound
     if n_nan:
         return False, f"{name}: {n_nan} NaN value(s) in the output (NaN never passes)", {}
-    o_inf, r_inf = _isinf(o), _isinf(r)
-    if not _equal(o_inf, r_inf) or not _equal(o[o_inf], r[r_inf]):
+    if inf_mismatch:
         return False, f"{name}: infinities differ from the reference", {}
-    diff = _abs(_where(o_inf, torch.zeros_like(o), o - r))
-    bound = tol["atol"] + tol["rtol"] * _abs(_where(r_inf, torch.zeros_like(r), r))
-    max_abs = float(diff.max())
-    rel = relative_error(out, ref)
-    stats = {"max_abs_error": max_abs, "rel_error": rel}
-    bad = int((diff > bound).sum())
+    rel = 0.0 if den == 0.0 and num == 0.0 else (math.inf if den == 0.0 else math.sqrt(num / den))
+    stats = {"max_abs_error": max_abs, "rel_error": rel, "out_norm": math.sqrt(out_sq),
+             "ref_norm": math.sqrt(den)}
     if bad:
-        return False, (f"{name}: {bad}/{o.numel()} elements outside atol={tol['atol']:g}, "
+        return False, (f"{name}: {bad}/{out.numel()} elements outside atol={tol['atol']:g}, "
                        f"rtol={tol['rtol']:g} (max abs error {max_abs:.3g})"), stats
     if rel > tol["max_rel_error"]:
         return False, (f"{name}: relative error ||out-ref||/||ref|| = {rel:.3g} > "
@@ -126,16 +193,64 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float], 
     return True, "", stats
 
 
-def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], tol_hook: Any = None
-                    ) -> tuple[bool, str, dict[str, float]]:
-    """Check all outputs; returns (ok, first failure message, worst stats)."""
+def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], tol_hook: Any = None,
+                    chunk: int = CHUNK) -> tuple[bool, str, dict[str, float]]:
+    """Check all outputs; returns (ok, first failure message, worst stats; the norms are the
+    first output's)."""
     if len(outs) != len(refs):
         return False, f"returned {len(outs)} output(s), the reference returns {len(refs)}", {}
     worst = {"max_abs_error": 0.0, "rel_error": 0.0}
     for i, (o, r) in enumerate(zip(outs, refs)):
-        ok, msg, stats = compare_tensor(o, r, tolerances_for(r.dtype, tol_hook), f"output {i}")
-        for k, v in stats.items():
-            worst[k] = max(worst[k], v)
+        ok, msg, stats = compare_tensor(o, r, tolerances_for(r.dtype, tol_hook), f"output {i}", chunk)
+        for k in ("max_abs_error", "rel_error"):
+            if k in stats:
+                worst[k] = max(worst[k], stats[k])
+        if i == 0:
+            worst.update({k: stats[k] for k in ("out_norm", "ref_norm") if k in stats})
         if not ok:
             return False, msg, worst
     return True, "", worst
+
+
+class Fingerprints:
+    """Keyed checksums of tensors' bytes, to see that memory changed without copying it.
+
+    A copy of a 6 GiB input to compare against is 6 GiB; two 64-bit sums over its bytes,
+    one plain and one weighted by secret random words drawn after the candidate is imported,
+    cost one block of temporaries. Any change to the tensor's storage shows with
+    overwhelming probability, and a candidate cannot aim a change at the sums it does not
+    know the weights of.
+    """
+
+    WORDS = 1 << 20  # weights: 8 MiB, reused across each block's rows
+
+    def __init__(self, device: str, chunk: int = CHUNK, seed: int | None = None):
+        import os
+
+        self.chunk = max(self.WORDS, chunk // self.WORDS * self.WORDS)
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
+        self.weights = torch.randint(-(2**62), 2**62, (self.WORDS,), generator=gen,
+                                     device=device, dtype=torch.int64) | 1
+
+    def _sums(self, words: torch.Tensor) -> tuple[int, int]:
+        w = words.to(torch.int64)
+        rows = w.numel() // self.WORDS
+        body = w[: rows * self.WORDS].view(rows, self.WORDS) if rows else w[:0].view(0, self.WORDS)
+        tail = w[rows * self.WORDS:]
+        weighted = int(_sum(body * self.weights)) + int(_sum(tail * self.weights[: tail.numel()]))
+        return int(_sum(w)), weighted
+
+    def of(self, t: torch.Tensor) -> tuple[int, int, int]:
+        """(bytes, plain sum, weighted sum) of the storage under ``t``."""
+        raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+        words = raw.view(torch.int32) if raw.numel() % 4 == 0 else raw
+        plain = weighted = 0
+        for start in range(0, words.numel(), self.chunk):
+            a, b = self._sums(words[start:start + self.chunk])
+            plain, weighted = plain + a, weighted + b
+        mask = (1 << 64) - 1
+        return raw.numel(), plain & mask, weighted & mask
+
+    def of_all(self, tensors: list[torch.Tensor]) -> list[tuple[int, int, int]]:
+        return [self.of(t) for t in tensors]

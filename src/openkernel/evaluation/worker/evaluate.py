@@ -1,14 +1,27 @@
 """One candidate's evaluation inside a worker: build, correctness + integrity, benchmark.
 
 The order matters for integrity: on every seed the candidate runs *before* the reference, on
-the very input tensors (then checked unchanged), while the reference runs on pristine clones;
+the very input tensors (checked unchanged afterwards by keyed fingerprints); the reference
+then runs on them (on a pristine copy when the reference itself writes into its inputs);
 reference outputs are poisoned with NaN once compared, so memory still holding a reference
 answer is useless to a candidate. The functions the checks rely on are captured (Guard,
 Timer, correctness' private references) before the candidate is imported.
+
+Memory follows the engine's plan (``records.MemoryPlan``): one input set alive at a time,
+reference outputs freed once compared, comparisons in blocks, the float64 precision check on
+the set the plan names; the worker's peak is reported with the result.
+
+Blame follows where a failure happened. Code of the candidate (import, ``ModelNew()``, its
+forward) failing is the candidate's failure. The evaluator's own code failing (generating
+inputs, running the reference, comparing, the float64 check) is an *evaluator fault*, reported
+as such and never as the candidate's, unless the candidate caused it: a CUDA error surfacing
+after its kernels ran, memory it keeps allocated between calls, a function it patched.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import threading
 import traceback
 from pathlib import Path
@@ -18,56 +31,96 @@ import torch
 from openkernel.evaluation.protocol import Job
 from openkernel.evaluation.worker import integrity as ig
 from openkernel.evaluation.worker.build import (
+    CompileNotifier,
     check_cuda_sources,
     import_candidate,
     is_compile_error,
     set_cuda_targets,
 )
-from openkernel.evaluation.worker.correctness import compare_outputs, flatten_outputs
+from openkernel.evaluation.worker.correctness import (
+    Fingerprints,
+    compare_outputs,
+    flatten_outputs,
+    relative_error,
+    tolerances_for,
+)
 from openkernel.evaluation.worker.task_runtime import (
     TaskRuntime,
     clone,
     load_state,
     tensors_in,
 )
-from openkernel.evaluation.worker.timing import Timer, summarize
+from openkernel.evaluation.worker.timing import FLUSH_BYTES, Timer, summarize
+from openkernel.records import MemoryPlan
 
 _active_count = threading.active_count
-_equal = torch.equal
+_OOM_REQUEST = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+class EvaluatorFault(Exception):
+    """The evaluator's own code failed: not the candidate's fault."""
+
+    def __init__(self, where: str, kind: str, error: str):
+        super().__init__(f"{where}: {error}")
+        self.where, self.kind, self.error = where, kind, error
+
+
+class CandidateFault(Exception):
+    """The evaluator's code failed because of what the candidate did (its failure)."""
 
 
 def _tail(err: BaseException, limit: int = 6) -> str:
     return "".join(traceback.format_exception(type(err), err, err.__traceback__, limit=-limit)).strip()
 
 
-def _poison(device: str, nbytes: int) -> None:
-    """Leave NaN in the allocator's free memory, so unwritten outputs show up as NaN."""
-    if nbytes > 0:
-        block = torch.empty(max(nbytes // 4, 1) * 2, dtype=torch.float32, device=device)
-        block.fill_(float("nan"))
-        del block
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB"
+
+
+def _is_oom(err: BaseException) -> bool:
+    text = str(err).lower()
+    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in text \
+        or "can't allocate memory" in text
+
+
+def _is_cuda_error(err: BaseException) -> bool:
+    return type(err).__name__ == "AcceleratorError" or "CUDA error" in str(err)
+
+
+def _nbytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors_in(tensors))
 
 
 class Evaluation:
     """State of one evaluation; ``payload`` is what goes back to the executor."""
 
     def __init__(self, job: Job, ch):
+        import torch._dynamo  # noqa: F401 - dispatch modes import it lazily; it rewraps manual_seed
+
         self.job, self.ch = job, ch
         self.device = job.device
         self.gpu = self.device.startswith("cuda")
+        self.plan = MemoryPlan.from_json(job.plan)
+        self.chunk = self.plan.chunk_elements
+        if self.gpu:
+            fraction = self.plan.memory_fraction if job.plan else job.gpu_memory_fraction
+            torch.cuda.set_per_process_memory_fraction(fraction)
+            self.stream = torch.cuda.current_stream().cuda_stream  # the stream events time
         self.timer = Timer(self.device)  # captures synchronize / Event before the candidate
         self.counter = ig.LaunchCounter()
-        import torch._dynamo  # noqa: F401 - dispatch modes import it lazily; it rewraps manual_seed
         self.guard = ig.Guard(extra=[(cls, "run") for cls, _ in self.counter.wrapped])
         self.payload: dict = {"compiled": False, "ran": False, "correctness": False, "log": [],
                               "integrity_checks": [], "timing_method": self.timer.method}
         self.log = self.payload["log"]
         self.ref_ptrs: set[int] = set()
-        self.history: list[torch.Tensor] = []  # earlier first outputs, to recognise replays
-        if self.gpu:
-            torch.cuda.set_per_process_memory_fraction(job.gpu_memory_fraction)
-            self.stream = torch.cuda.current_stream().cuda_stream  # the stream events time
+        self.history: list[tuple] = []  # fingerprints of earlier first outputs (replays)
+        self.fingerprints: Fingerprints | None = None  # keyed after the candidate is imported
+        self.cand_ran = False
+        self.cand_kept = 0  # bytes the candidate keeps allocated across its last call
+        self.peaks: dict[str, int] = {}
 
+    # -- bookkeeping ------------------------------------------------------------------------
     def violation(self, check: str, message: str) -> dict:
         self.payload["integrity_violation"] = check
         self.payload["correctness"] = False
@@ -78,6 +131,63 @@ class Evaluation:
         for n in names:
             if n not in self.payload["integrity_checks"]:
                 self.payload["integrity_checks"].append(n)
+
+    def mark(self, phase: str) -> None:
+        """Record the device memory peak of the phase that ends here."""
+        if self.gpu:
+            self.peaks[phase] = int(torch.cuda.max_memory_reserved())
+            torch.cuda.reset_peak_memory_stats()
+
+    def memory_report(self) -> dict:
+        report = {"footprint_bytes": self.plan.footprint_bytes, "plan_level": self.plan.level,
+                  "precision_set": self.plan.precision_set}
+        if self.gpu:
+            self.mark("end")
+            peak = max(self.peaks.values(), default=0)
+            # The timer's L2 flush buffer is a fixed cost of honest timing, not of the problem.
+            fixed = FLUSH_BYTES
+            report.update(peak_bytes=peak, fixed_bytes=fixed, phase_peak_bytes=dict(self.peaks))
+            if self.plan.footprint_bytes:
+                report["peak_over_footprint"] = round(max(peak - fixed, 0) / self.plan.footprint_bytes, 3)
+        return report
+
+    @contextlib.contextmanager
+    def ours(self, where: str):
+        """The evaluator's own code: a failure here is an evaluator fault, unless the candidate
+        caused it (then a CandidateFault or an integrity violation)."""
+        try:
+            yield
+        except (ig.IntegrityViolation, EvaluatorFault, CandidateFault):
+            raise
+        except Exception as err:
+            changed = self.guard.changed()
+            if changed:
+                raise ig.IntegrityViolation("patched_functions", f"the candidate replaced "
+                                            f"{', '.join(changed)} (the evaluator then failed "
+                                            f"while {where}: {type(err).__name__})") from err
+            if _is_oom(err):
+                slack = max(256 << 20, self.plan.footprint_bytes // 4)
+                if self.cand_kept > slack:
+                    raise CandidateFault(
+                        f"out of device memory while {where}: the candidate keeps "
+                        f"{_gib(self.cand_kept)} allocated between calls") from err
+                raise EvaluatorFault(where, "out_of_memory", f"{type(err).__name__}: {err}") from err
+            if self.cand_ran and _is_cuda_error(err):
+                raise CandidateFault(f"a CUDA error surfaced while {where}, after the "
+                                     f"candidate's kernels ran: {err}") from err
+            kind = "cuda" if _is_cuda_error(err) else "error"
+            raise EvaluatorFault(where, kind, f"{type(err).__name__}: {err}\n{_tail(err)}") from err
+
+    def _crowded(self, err: BaseException) -> bool:
+        """Whether the candidate's out-of-memory came from a GPU short of what the plan counted
+        on (its request no larger than the reference's own, this worker within its budget)."""
+        if not self.gpu or not self.plan.footprint_bytes:
+            return False
+        m = _OOM_REQUEST.search(str(err))
+        asked = float(m[1]) * _UNITS[m[2]] if m else float("inf")
+        held = int(torch.cuda.memory_allocated())
+        return asked <= self.plan.footprint_bytes and (not self.plan.budget_bytes
+                                                       or held + asked <= self.plan.budget_bytes)
 
     # -- build ----------------------------------------------------------------------------
     def build(self) -> bool:
@@ -102,16 +212,25 @@ class Evaluation:
 
     # -- one call with the per-call checks --------------------------------------------------
     def call(self, inputs: list, record: bool = False) -> tuple[list, list[str]]:
+        """One forward of the candidate (its code: its failures are its own)."""
         threads, launches = _active_count(), self.counter.count
+        before = int(torch.cuda.memory_allocated()) if self.gpu else 0
         recorder = ig.OpRecorder() if record else None
-        with torch.no_grad():
-            if recorder:
-                with recorder:
+        self.cand_ran = True
+        try:
+            with torch.no_grad():
+                if recorder:
+                    with recorder:
+                        out = self.model(*inputs)
+                else:
                     out = self.model(*inputs)
-            else:
-                out = self.model(*inputs)
-        if self.gpu:
-            self.timer._sync()
+            if self.gpu:
+                self.timer._sync()
+        except torch.OutOfMemoryError as err:
+            if self._crowded(err):
+                raise EvaluatorFault("running the candidate", "out_of_memory",
+                                     f"the GPU was short of memory the plan counted on: {err}") from err
+            raise
         if _active_count() > threads:
             raise ig.IntegrityViolation("background_thread", "a thread started in forward was "
                                         "still running when it returned (work hidden from the timer)")
@@ -129,46 +248,61 @@ class Evaluation:
         problem = ig.output_problem(outs, torch.device(self.device))
         if problem:
             raise ig.IntegrityViolation("lazy_output", problem)
+        if self.gpu:
+            self.cand_kept = max(0, int(torch.cuda.memory_allocated()) - before - _nbytes(outs))
         return outs, (recorder.ops if recorder else [])
 
-    def reference(self, inputs: list, record: bool = False) -> tuple[list, list[str], bool]:
-        ins = clone(inputs)
+    def reference(self, inputs: list, record: bool = False) -> tuple[list, list[str]]:
         recorder = ig.OpRecorder() if record else None
         with torch.no_grad():
             if recorder:
                 with recorder:
-                    out = self.ref_model(*ins)
+                    out = self.ref_model(*inputs)
             else:
-                out = self.ref_model(*ins)
-        mutates = not all(_equal(a, b) for a, b in zip(tensors_in(ins), tensors_in(inputs)))
-        return flatten_outputs(out), (recorder.ops if recorder else []), mutates
+                out = self.ref_model(*inputs)
+        return flatten_outputs(out), (recorder.ops if recorder else [])
 
     def retire(self, ref_outs: list) -> None:
-        """Remember where reference answers lived, then poison them."""
+        """Remember where reference answers lived, then poison them (freed by the caller)."""
         for t in ref_outs:
             self.ref_ptrs.add(t.data_ptr())
             if t.is_floating_point():
                 t.fill_(float("nan"))
 
+    def poison(self) -> None:
+        """Leave NaN in the allocator's free memory, so unwritten outputs show up as NaN."""
+        nbytes = self.plan.poison_bytes
+        if nbytes > 0:
+            block = torch.empty(max(nbytes // 4, 1), dtype=torch.float32, device=self.device)
+            block.fill_(float("nan"))
+            del block
+
     def remember(self, outs: list) -> None:
         if outs and isinstance(outs[0], torch.Tensor) and len(self.history) < 8:
-            self.history.append(outs[0].detach().clone())
+            self.history.append(self._print(outs[0]))
 
-    def failure(self, where: str, msg: str, outs: list, refs: list) -> dict:
-        """Name the cheat behind a mismatch when one explains it."""
-        if outs and refs and "relative error" in msg and outs[0].shape == refs[0].shape and (
-                float(outs[0].double().norm()) < 0.1 * float(refs[0].double().norm())):
-            return self.violation("tiny_outputs", f"{where}: {msg}; the output is (nearly) zero "
-                                  "where the reference's is small but not zero")
+    def _print(self, t: torch.Tensor) -> tuple:
+        return (tuple(t.shape), t.dtype, self.fingerprints.of(t) if self.fingerprints else None)
+
+    def explain(self, where: str, msg: str, outs: list, stats: dict) -> bool:
+        """Name the cheat behind a mismatch when one explains it (True: a violation is recorded)."""
+        if outs and "relative error" in msg and stats.get("ref_norm") and (
+                stats.get("out_norm", 0.0) < 0.1 * stats["ref_norm"]):
+            self.violation("tiny_outputs", f"{where}: {msg}; the output is (nearly) zero "
+                           "where the reference's is small but not zero")
+            return True
         if outs and any(t.data_ptr() in self.ref_ptrs for t in outs):
-            return self.violation("reference_memory_reuse", f"{where}: {msg}; the output lies in "
-                                  "memory that held a reference output")
-        if outs and any(outs[0].shape == h.shape and outs[0].dtype == h.dtype and _equal(outs[0], h)
-                        for h in self.history):
-            return self.violation("memoization", f"{where}: returned the previous call's output "
-                                  "for new input values")
-        self.log.append(f"{where}: {msg}")
-        return self.payload
+            self.violation("reference_memory_reuse", f"{where}: {msg}; the output lies in "
+                           "memory that held a reference output")
+            return True
+        if outs and self.fingerprints is not None:
+            with self.ours("fingerprinting an output"):
+                seen = self._print(outs[0]) in self.history
+            if seen:
+                self.violation("memoization", f"{where}: returned the previous call's "
+                               "output for new input values")
+                return True
+        return False
 
     # -- correctness and integrity ----------------------------------------------------------
     def test(self) -> dict:
@@ -177,78 +311,178 @@ class Evaluation:
                         "lazy_output", "inputs_modified", "reference_memory_reuse", "memoization",
                         "precision", "torch_compute", "held_out_shapes")
         seeds = list(range(1, self.job.correctness_seeds + 1))
-        inputs = []
+        inputs: list = []
         for k, seed in enumerate(seeds):
-            inputs = rt.inputs(seed)
-            pristine = clone(inputs)
-            _poison(self.device, sum(t.numel() * t.element_size() for t in tensors_in(inputs)))
+            inputs = []  # one input set alive at a time
+            with self.ours("generating inputs"):
+                inputs = rt.inputs(seed)
+                marks = self.fingerprints.of_all(tensors_in(inputs))
+                pristine = clone(inputs) if self.plan.keep_pristine else None
+                self.poison()
             outs, ops = self.call(inputs, record=k == 0)
             p["ran"] = True
-            ref_outs, ref_ops, ref_mutates = self.reference(pristine, record=k == 0)
-            if not ref_mutates and not all(_equal(a, b) for a, b in zip(tensors_in(inputs), tensors_in(pristine))):
+            with self.ours("checking the inputs"):
+                changed = self.fingerprints.of_all(tensors_in(inputs)) != marks
+            if changed and not self.plan.keep_pristine:
                 return self.violation("inputs_modified", f"seed {seed}: forward changed its inputs")
+            with self.ours("running the reference"):
+                ref_outs, ref_ops = self.reference(pristine if pristine is not None else inputs,
+                                                   record=k == 0)
+                del pristine
             if k == 0:
                 ref_compute, cand_compute = ig.compute_ops(ref_ops), ig.compute_ops(ops)
                 if ref_compute and ref_compute <= cand_compute:
                     return self.violation("torch_compute", "forward runs every compute op of the "
                                           f"reference in PyTorch ({', '.join(sorted(ref_compute))})")
-                why = ig.precision_problem(self.ref_model, pristine, outs, ref_outs, tol)
+                why = ig.lowered_dtype(outs, ref_outs)
                 if why:
                     return self.violation("precision", why)
-            ok, msg, stats = compare_outputs(outs, ref_outs, tol)
+            with self.ours("comparing outputs"):
+                ok, msg, stats = compare_outputs(outs, ref_outs, tol, self.chunk)
             if not ok:
-                return self.failure(f"seed {seed}", msg, outs, ref_outs)
-            p.setdefault("errors", []).append(stats)
-            self.remember(outs)
-            self.retire(ref_outs)
+                if self.explain(f"seed {seed}", msg, outs, stats):
+                    return p
+                if k == 0:  # lowered precision would explain a mismatch: name it if so
+                    del outs, ref_outs
+                    if self.precision(None if self.plan.keep_pristine else inputs) is not None:
+                        return p
+                self.log.append(f"seed {seed}: {msg}")
+                return p
+            p.setdefault("errors", []).append({k: stats[k] for k in ("max_abs_error", "rel_error")})
+            with self.ours("retiring the reference outputs"):
+                self.remember(outs)
+                self.retire(ref_outs)
+            del outs, ref_outs
+        self.mark("seeds")
         # Same addresses, new values: a result keyed on data_ptr (or cached) shows here.
-        fresh = rt.inputs(10_000)
-        for t, f in zip(tensors_in(inputs), tensors_in(fresh)):
-            t.copy_(f)
-        pristine = clone(inputs)
+        with self.ours("rewriting the inputs in place"):
+            fresh = rt.inputs(10_000)
+            for t, f in zip(tensors_in(inputs), tensors_in(fresh)):
+                t.copy_(f)
+            del fresh
+            pristine = clone(inputs) if self.plan.keep_pristine else None
         outs, _ = self.call(inputs)
-        ref_outs, _, _ = self.reference(pristine)
-        ok, msg, _ = compare_outputs(outs, ref_outs, tol)
+        with self.ours("running the reference"):
+            ref_outs, _ = self.reference(pristine if pristine is not None else inputs)
+            del pristine
+        with self.ours("comparing outputs"):
+            ok, msg, stats = compare_outputs(outs, ref_outs, tol, self.chunk)
         if not ok:
-            failure = self.failure("inputs rewritten in place", msg, outs, ref_outs)
-            return failure if p.get("integrity_violation") else self.violation(
-                "memoization", f"inputs rewritten in place at the same addresses: {msg}")
-        self.retire(ref_outs)
-        extra, source = rt.extra_inputs(20_000, self.ref_model)
+            if not self.explain("inputs rewritten in place", msg, outs, stats):
+                self.violation("memoization", f"inputs rewritten in place at the same addresses: {msg}")
+            return p
+        with self.ours("retiring the reference outputs"):
+            self.retire(ref_outs)
+        del outs, ref_outs, inputs
+        self.mark("in_place")
+        if self.precision() is not None:
+            return p
+        self.mark("precision")
+        with self.ours("making the held-out inputs"):
+            extra, source = rt.extra_inputs(20_000, self.ref_model)
         p["heldout_source"] = source
-        for i, ins in enumerate(extra):
+        n_extra = len(extra)
+        while extra:
+            ins = extra.pop(0)  # the set in hand is the only one the loop holds
             try:
                 outs, _ = self.call(ins)
-            except ig.IntegrityViolation:
+            except (ig.IntegrityViolation, EvaluatorFault):
                 raise
             except Exception as err:
                 p["heldout_ok"] = False
-                return self.violation("held_out_shapes", f"held-out input set {i} "
-                                      f"({source}) raised {type(err).__name__}: {err}")
-            ref_outs, _, _ = self.reference(ins)
-            ok, msg, _ = compare_outputs(outs, ref_outs, tol)
+                return self.violation("held_out_shapes", f"held-out input set "
+                                      f"{n_extra - len(extra) - 1} ({source}) raised "
+                                      f"{type(err).__name__}: {err}")
+            with self.ours("running the reference on held-out inputs"):
+                ref_outs, _ = self.reference(ins)
+            with self.ours("comparing outputs"):
+                ok, msg, _ = compare_outputs(outs, ref_outs, tol, self.chunk)
             if not ok:
                 p["heldout_ok"] = False
-                return self.violation("held_out_shapes", f"held-out input set {i} ({source}): {msg}")
+                return self.violation("held_out_shapes", f"held-out input set "
+                                      f"{n_extra - len(extra) - 1} ({source}): {msg}")
+            del outs, ref_outs, ins
+        self.mark("held_out")
         p["heldout_ok"] = True
         p["correctness"] = True
         self.log.append(f"correct on {len(seeds)} seed(s), in-place rewritten inputs and "
-                        f"{len(extra)} held-out input set(s) ({source})")
+                        f"{n_extra} held-out input set(s) ({source})")
         return p
+
+    def precision(self, main: list | None = None) -> dict | None:
+        """The float64 precision check on the set the plan names; the payload if it failed.
+
+        ``main``: the main input set (seed 1) when the caller still holds it unchanged.
+
+        The float64 reference runs first, alone (its upcast copies freed when it returns); the
+        candidate's and the reference's errors against it are then taken one output list at a
+        time, so the check holds the inputs, the float64 outputs and one output list.
+        """
+        where, tol = self.plan.precision_set, self.rt.hook("get_tolerances")
+        if where == "skip":
+            self.log.append(f"precision check against float64: skipped ({self.plan.precision_why})")
+            return None
+        with self.ours("making the precision check's inputs"):
+            if where == "small" and "sizes" in self.plan.small_set:
+                inputs, label = self.rt.sized_inputs(1, self.plan.small_set["sizes"]), \
+                    "a smaller input set (" + ", ".join(
+                        f"{n}={v}" for n, v in self.plan.small_set["sizes"].items()) + ")"
+            elif where == "small" and "extra" in self.plan.small_set:
+                sets, _ = self.rt.extra_inputs(20_000, self.ref_model)
+                inputs, label = sets[self.plan.small_set["extra"]], (
+                    f"held-out input set {self.plan.small_set['extra']}")
+                del sets
+            else:
+                inputs = main if main is not None else self.rt.inputs(1)
+                label = "the main input set"
+        with self.ours("running the reference in float64"):
+            exact = ig.float64_reference(self.ref_model, inputs)  # on upcast copies
+        if exact is None:
+            self.log.append("precision check against float64: skipped (the reference has no "
+                            "float64 path)")
+            return None
+        outs, _ = self.call(clone(inputs) if self.plan.keep_pristine else inputs)
+        with self.ours("comparing with the float64 reference"):
+            usable = [i for i, (o, e) in enumerate(zip(outs, exact))
+                      if o.is_floating_point() and o.shape == e.shape and e.dtype == torch.float64]
+            err_cand = [relative_error(outs[i], exact[i], self.chunk) for i in usable]
+        del outs
+        with self.ours("running the reference"):
+            ref_outs, _ = self.reference(inputs)
+        with self.ours("comparing with the float64 reference"):
+            err_ref = [relative_error(ref_outs[i], exact[i], self.chunk) for i in usable]
+            floors = [tolerances_for(ref_outs[i].dtype, tol)["max_rel_error"] / 2 for i in usable]
+            rounding = [ig.rounding_error(exact[i], self.chunk) for i in usable]
+            if any(ref_outs[i].dtype == torch.float64 for i in usable):
+                usable = []  # a float64 reference is its own exact answer: nothing to check
+        del ref_outs, exact, inputs, main
+        why = ig.precision_problem(err_cand, err_ref, rounding, floors) if usable else None
+        if why:
+            return self.violation("precision", f"{why} (on {label})")
+        self.log.append(f"precision check against float64 on {label}: passed")
+        return None
 
     def benchmark(self) -> None:
         self.ch.phase("benchmark")
-        inputs = self.rt.inputs(1)
-        ref_in = clone(inputs)
+        with self.ours("generating the benchmark inputs"):
+            inputs = self.rt.inputs(1)
+            # The candidate left its inputs alone (checked): both share them, unless the
+            # reference writes into its own.
+            ref_in = clone(inputs) if self.plan.keep_pristine else inputs
+        def reference():
+            with self.ours("timing the reference"):
+                return self.ref_model(*ref_in)
+
         with torch.no_grad():
             samples = self.timer.interleaved(
-                {"reference": lambda: self.ref_model(*ref_in), "candidate": lambda: self.model(*inputs)},
+                {"reference": reference, "candidate": lambda: self.model(*inputs)},
                 budget_s=self.job.bench_budget_s, min_trials=self.job.min_trials,
                 max_trials=self.job.max_trials)
         ref, cand = summarize(samples["reference"]), summarize(samples["candidate"])
         self.payload.update(ref_stats=ref, cand_stats=cand)
         if self.gpu:
             self.gpu_checks(inputs, cand)
+        self.mark("benchmark")
 
     def gpu_checks(self, inputs: list, cand: dict) -> None:
         with torch.no_grad():
@@ -263,16 +497,35 @@ class Evaluation:
                            "stream or outside the timed region")
 
 
+def _fault(ev: Evaluation, fault: EvaluatorFault) -> dict:
+    ev.payload["correctness"] = False
+    ev.payload["fault"] = {"where": fault.where, "kind": fault.kind, "error": fault.error[-4000:]}
+    ev.log.append(f"EVALUATOR FAULT while {fault.where}: {fault.error.splitlines()[0][:500]}")
+    return ev.payload
+
+
 def run_evaluate(job: Job, ch) -> dict:
-    """Worker mode ``evaluate``."""
+    """Worker mode ``evaluate``: the payload, with the worker's memory peaks."""
+    ev = Evaluation(job, ch)
+    payload = _evaluate(ev)
+    payload["memory"] = ev.memory_report()
+    return payload
+
+
+def _evaluate(ev: Evaluation) -> dict:
     from openkernel.evaluation.worker import sandbox
 
-    ev = Evaluation(job, ch)
-    ev.rt = TaskRuntime(job.reference_path, job.hooks_path, ev.device)
-    ev.ref_model = ev.rt.make_model(ev.rt.ref.Model)
+    job, ch = ev.job, ev.ch
+    try:
+        with ev.ours("loading the reference"):
+            ev.rt = TaskRuntime(job.reference_path, job.hooks_path, ev.device)
+            ev.ref_model = ev.rt.make_model(ev.rt.ref.Model)
+    except EvaluatorFault as fault:
+        return _fault(ev, fault)
     ev.payload["confinement"] = sandbox.confine(
         Path(job.scratch), [Path(p) for p in job.read_only], gpu=ev.gpu,
         writable=[job.build_cache] if job.build_cache else [])
+    CompileNotifier(ch).install()  # compiling after the build phase counts as build time
     if not ev.build():
         return ev.payload
     changed = ev.guard.changed()
@@ -281,21 +534,38 @@ def run_evaluate(job: Job, ch) -> dict:
     for check, message in ig.static_scan(Path(job.code_path).read_text(encoding="utf-8")):
         ev.ran_checks("static_scan")
         return ev.violation(check, message)
+    # Keyed only now: nothing the candidate's import did can know the fingerprints' weights.
+    ev.fingerprints = Fingerprints(ev.device)
     try:
         ev.model = ev.rt.make_model(ev.module.ModelNew)
         ev.payload["weights_copied"] = load_state(ev.ref_model, ev.model)
-        ch.phase("warmup")  # still under the build timeout: Triton compiles at the first call
+        with ev.ours("generating inputs"):
+            warm = ev.rt.inputs(0)
+        ch.phase("warmup")  # the first call; its kernel compilations count as build time
         with torch.no_grad():
-            first = flatten_outputs(ev.model(*ev.rt.inputs(0)))
-        ev.remember(first)
+            first = flatten_outputs(ev.model(*warm))
         if ev.gpu:
             ev.timer._sync()
+        with ev.ours("fingerprinting an output"):
+            ev.remember(first)
+        del first, warm
+    except EvaluatorFault as fault:
+        return _fault(ev, fault)
+    except torch.OutOfMemoryError as err:
+        if ev._crowded(err):  # built beside other candidates: the GPU was full, not its fault
+            return _fault(ev, EvaluatorFault("the first call", "out_of_memory",
+                                             f"the GPU was short of memory the plan counted on: {err}"))
+        ev.log.append(f"first call failed:\n{_tail(err)}")
+        return ev.payload
     except BaseException as err:
         compile_err = is_compile_error(err)
         ev.payload["compiled"] = not compile_err
         ev.log.append(("kernel compilation failed" if compile_err else "first call failed")
                       + f":\n{_tail(err)}")
         return ev.payload
+    if ev.gpu:
+        torch.cuda.empty_cache()  # while waiting for the turn, hold no task data for others
+    ev.mark("warmup")
     # Built and warmed up side by side with other candidates; tests and timing run alone on
     # the GPU (the executor grants the turn).
     ch.wait_turn()
@@ -306,10 +576,16 @@ def run_evaluate(job: Job, ch) -> dict:
             ev.benchmark()
     except ig.IntegrityViolation as v:
         ev.violation(v.check, str(v))
+    except EvaluatorFault as fault:
+        _fault(ev, fault)
+    except CandidateFault as err:
+        ev.log.append(f"test failed: {err}")
+        ev.payload["correctness"] = False
     except BaseException as err:
         ev.log.append(f"test failed:\n{_tail(err)}")
         ev.payload["correctness"] = False
     changed = ev.guard.changed()
     if changed:
+        ev.payload.pop("fault", None)  # a patched function explains whatever broke
         ev.violation("patched_functions", f"the candidate replaced {', '.join(changed)}")
     return ev.payload

@@ -29,7 +29,8 @@ def detect() -> Hardware:
         bw, tflops = peaks_for(name)
         return Hardware(label=f"{name} ({archs[0]})", device="cuda", gpu_arch=archs[0],
                         num_gpus=len(archs), gpu_archs=archs, interpreter=False,
-                        peak_bandwidth_gbs=bw, peak_tflops=tflops)
+                        peak_bandwidth_gbs=bw, peak_tflops=tflops,
+                        gpu_memory_bytes=int(torch.cuda.get_device_properties(0).total_memory))
     return Hardware(label=CPU_LABEL, device="cpu", gpu_arch="cpu", num_gpus=0, interpreter=True)
 
 

@@ -38,9 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from openkernel.evaluation.worker.correctness import (
     flatten_outputs,
     relative_error,
-    tolerances_for,
 )
-from openkernel.evaluation.worker.task_runtime import clone
 
 
 class IntegrityViolation(Exception):
@@ -258,38 +256,46 @@ def custom_kernels(names: list[str]) -> list[str]:
     return [n for n in names if not n.startswith(_TORCH_KERNEL_PREFIXES)]
 
 
-def precision_problem(ref_model: torch.nn.Module, inputs: list, outs: list, ref_outs: list,
-                  tol_hook: Any = None) -> str | None:
-    """Why the candidate's precision is below the task's, or None (``precision`` check).
-
-    The output dtype must be the reference's; and against a float64 run of the reference the
-    candidate's relative error may not exceed 16x the reference's own error (nor half the
-    dtype's ``max_rel_error``) *when* that excess looks like rounding to a narrower type.
-    """
+def lowered_dtype(outs: list, ref_outs: list) -> str | None:
+    """Why an output's dtype is below the reference's, or None (``precision`` check)."""
     for o, r in zip(outs, ref_outs):
         if o.dtype != r.dtype and o.dtype.is_floating_point and r.dtype.is_floating_point:
             if torch.finfo(o.dtype).bits < torch.finfo(r.dtype).bits or o.dtype == torch.bfloat16:
                 return f"output dtype {o.dtype} is below the reference's {r.dtype}"
-    if not ref_outs or not ref_outs[0].is_floating_point() or ref_outs[0].dtype == torch.float64:
-        return None
+    return None
+
+
+def float64_reference(ref_model: torch.nn.Module, inputs: list) -> list | None:
+    """The reference's outputs computed in float64 (a deep copy of the model, inputs upcast),
+    or None when the reference has no float64 path. The copies are freed on return."""
     try:
         model64 = copy.deepcopy(ref_model).double()
         ins64 = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-                 for t in clone(inputs)]
+                 for t in inputs]
         with torch.no_grad():
-            exact = flatten_outputs(model64(*ins64))
+            return flatten_outputs(model64(*ins64))
     except Exception:
-        return None  # the reference has no float64 path; the tolerances still apply
-    for i, (o, r, e) in enumerate(zip(outs, ref_outs, exact)):
-        if o.shape != e.shape or not o.is_floating_point():
-            continue
-        err_ref, err_cand = relative_error(r.to(torch.float64), e), relative_error(o.to(torch.float64), e)
-        floor = tolerances_for(r.dtype, tol_hook)["max_rel_error"] / 2
-        # Lowered precision looks like rounding noise of a narrower type; a plain wrong
-        # answer (a scale, an off-by-one) does not, and is left to the tolerances.
-        rounding = max(relative_error(e.to(d).to(torch.float64), e)
-                       for d in (torch.float16, torch.bfloat16))
-        if max(16 * err_ref, floor) < err_cand <= 4 * rounding:
-            return (f"output {i}: error against a float64 reference {err_cand:.3g}, the "
-                    f"reference's own {err_ref:.3g} (limit {max(16 * err_ref, floor):.3g})")
+        return None
+
+
+def rounding_error(exact: torch.Tensor, chunk: int) -> float:
+    """The relative error that rounding to a 16-bit type leaves (what lowered precision looks like)."""
+    return max(relative_error(exact, exact, chunk, through=lambda b, d=d: b.to(d))
+               for d in (torch.float16, torch.bfloat16))
+
+
+def precision_problem(err_cand: list[float], err_ref: list[float], rounding: list[float],
+                      floors: list[float]) -> str | None:
+    """Why the candidate's precision is below the task's, or None (``precision`` check).
+
+    Against a float64 run of the reference the candidate's relative error may not exceed 16x
+    the reference's own error (nor half the dtype's ``max_rel_error``: ``floors``) *when* that
+    excess looks like rounding to a narrower type. A plain wrong answer (a scale, an
+    off-by-one) does not look like rounding, and is left to the tolerances.
+    """
+    for i, (ec, er, rd, floor) in enumerate(zip(err_cand, err_ref, rounding, floors)):
+        limit = max(16 * er, floor)
+        if limit < ec <= 4 * rd:
+            return (f"output {i}: error against a float64 reference {ec:.3g}, the "
+                    f"reference's own {er:.3g} (limit {limit:.3g})")
     return None

@@ -2,8 +2,10 @@
 
 The probe validates the task (one clear message naming the file when something is wrong),
 tells the offline generator which aten ops run, gives FLOPs and bytes for roofline estimates,
-and warns about references that make correctness checks weak (nearly constant outputs, or
-outputs below the absolute tolerance, where an all-zero answer would pass ``atol``).
+warns about references that make correctness checks weak (nearly constant outputs, or
+outputs below the absolute tolerance, where an all-zero answer would pass ``atol``), and
+measures the reference's memory footprint (``records.Footprint``), from which the engine plans
+every evaluation's use of device memory.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ import torch
 
 from openkernel.evaluation.protocol import Job
 from openkernel.evaluation.worker.correctness import (
-    dtype_name,
+    Fingerprints,
+    blocks,
     flatten_outputs,
     tolerances_for,
 )
 from openkernel.evaluation.worker.hardware import detect
 from openkernel.evaluation.worker.integrity import OpRecorder
 from openkernel.evaluation.worker.task_runtime import TaskRuntime, clone, tensors_in
-from openkernel.records import TaskProbe
+from openkernel.records import Footprint, TaskProbe
 
 
 def _where(err: BaseException, files: list[str]) -> str:
@@ -33,19 +36,30 @@ def _where(err: BaseException, files: list[str]) -> str:
     return files[0]
 
 
+def _value_stats(t: torch.Tensor) -> tuple[bool, float, float, float]:
+    """(has NaN, max |t|, min, max) in float64, in blocks (no full-size copy)."""
+    nan, peak, lo, hi = False, 0.0, float("inf"), float("-inf")
+    for idx in blocks(tuple(t.shape)):
+        b = t[idx].detach().to(torch.float64)
+        if b.numel() == 0:
+            continue
+        nan = nan or bool(torch.isnan(b).any())
+        peak, lo, hi = max(peak, float(b.abs().max())), min(lo, float(b.min())), max(hi, float(b.max()))
+    return nan, peak, lo, hi
+
+
 def output_warnings(outs: list[torch.Tensor], tol_hook=None) -> list[str]:
     """Warnings about outputs that make correctness checks weak."""
     warnings = []
     for i, out in enumerate(outs):
         if not out.dtype.is_floating_point or out.numel() == 0:
             continue
-        o = out.detach().to(torch.float64)
-        if torch.isnan(o).any():
+        has_nan, peak, lo, hi = _value_stats(out)
+        if has_nan:
             warnings.append(f"output {i} of the reference contains NaN: those elements cannot be checked")
             continue
         atol = tolerances_for(out.dtype, tol_hook)["atol"]
-        peak = float(o.abs().max())
-        spread = float(o.max() - o.min())
+        spread = hi - lo
         if peak < atol:
             warnings.append(f"output {i} is below the absolute tolerance (max |out| = {peak:.3g} "
                             f"< atol {atol:g}): an all-zero answer passes atol, so the relative "
@@ -56,9 +70,64 @@ def output_warnings(outs: list[torch.Tensor], tol_hook=None) -> list[str]:
     return warnings
 
 
+def _nbytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors_in(tensors))
+
+
+def _peak_forward(model, inputs, gpu: bool) -> tuple[int, list]:
+    """(peak bytes allocated during one forward, with weights and inputs resident; outputs)."""
+    if gpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    with torch.no_grad():
+        outs = flatten_outputs(model(*inputs))
+    if gpu:
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated()), outs
+    return 0, outs
+
+
+SMALL_SET_FROM = 64 << 20  # inputs above this get a smaller set for the float64 check
+
+
+def _footprint(rt: TaskRuntime, model, inputs, extra: list, gpu: bool) -> Footprint:
+    """What the reference holds on its device; the inputs stay as they were."""
+    params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    before = Fingerprints(rt.device, seed=0)
+    marks = before.of_all(tensors_in(inputs))
+    peak, outs = _peak_forward(model, inputs, gpu)
+    fp = Footprint(param_bytes=params, input_bytes=_nbytes(inputs), output_bytes=_nbytes(outs),
+                   measured=gpu)
+    fp.mutates_inputs = before.of_all(tensors_in(inputs)) != marks
+    fp.peak_bytes = peak or (params + fp.input_bytes + fp.output_bytes)
+    del outs
+    if fp.input_bytes > SMALL_SET_FROM:
+        target = fp.input_bytes // 4
+        sizes = extra_index = None
+        if rt.hook("get_extra_inputs"):
+            small = [(k, _nbytes(s)) for k, s in enumerate(extra) if _nbytes(s) <= target]
+            extra_index = min(small, key=lambda kv: kv[1])[0] if small else None
+        elif not rt.hook("get_inputs"):
+            sizes = rt.small_sizes(model, target)
+        if sizes or extra_index is not None:
+            fp.small_set = {"sizes": sizes} if sizes else {"extra": extra_index}
+            small_inputs = rt.sized_inputs(0, sizes) if sizes else extra[extra_index]
+            if gpu:
+                torch.cuda.empty_cache()
+                base = int(torch.cuda.memory_allocated()) - _nbytes(small_inputs)
+                peak, outs = _peak_forward(model, small_inputs, gpu)
+                fp.small_peak_bytes = max(peak - base, 0) + params  # as if alone on the device
+                del outs
+            else:
+                fp.small_peak_bytes = params + _nbytes(small_inputs)
+            del small_inputs
+    return fp
+
+
 def run_probe(job: Job, ch) -> dict:
     """Worker mode ``probe``: returns {"probe": TaskProbe as a dict}."""
     device = job.device
+    gpu = device.startswith("cuda")
     files = [p for p in (job.reference_path, job.hooks_path) if p]
     hw = detect()
     try:
@@ -79,11 +148,16 @@ def run_probe(job: Job, ch) -> dict:
         with torch.no_grad(), flops_mode, OpRecorder() as rec:
             out = model(*args)
         outs = flatten_outputs(out)
+        del args, out
     except Exception as err:
         return {"probe": asdict(TaskProbe(ok=False, hardware=hw, error=(
             f"{_where(err, files)}: the reference's forward failed on get_inputs(): "
             f"{type(err).__name__}: {err}")))}
     warnings = output_warnings(outs, rt.hook("get_tolerances"))
+    output_shapes = [list(t.shape) for t in outs]
+    output_dtypes = [str(t.dtype) for t in outs]
+    out_bytes = _nbytes(outs)
+    del outs
     for i, t in enumerate(tensors_in(inputs)):
         if t.is_floating_point() and t.numel() and not bool(t.ne(0).any()):
             warnings.append(f"input {i} is all zeros: correctness on it proves little")
@@ -96,18 +170,38 @@ def run_probe(job: Job, ch) -> dict:
         return {"probe": asdict(TaskProbe(ok=False, hardware=hw, error=(
             f"{_where(err, files)}: held-out inputs (get_extra_inputs) failed: "
             f"{type(err).__name__}: {err}")))}
+    if not rt.hook("get_extra_inputs"):
+        extra = []  # derived sets are remade per evaluation: none is needed for the footprint
+    try:
+        footprint = _footprint(rt, model, inputs, extra, gpu)
+    except Exception as err:  # our own measurement failed: say so, plan without it
+        footprint = None
+        warnings.append(f"measuring the reference's memory footprint failed ({type(err).__name__}: "
+                        f"{err}); evaluations plan for the inputs and outputs alone")
     ops = list(dict.fromkeys(rec.ops))
-    in_bytes = sum(t.numel() * t.element_size() for t in tensors_in(inputs))
-    out_bytes = sum(t.numel() * t.element_size() for t in outs)
+    in_bytes = _nbytes(inputs)
     probe = TaskProbe(
         ok=True, aten_ops=ops,
         input_shapes=[list(t.shape) for t in tensors_in(inputs)],
         input_dtypes=[str(t.dtype) for t in tensors_in(inputs)],
-        output_shapes=[list(t.shape) for t in outs],
-        output_dtypes=[str(t.dtype) for t in outs],
+        output_shapes=output_shapes, output_dtypes=output_dtypes,
         flops=float(flops_mode.get_total_flops()), bytes_moved=float(in_bytes + out_bytes),
-        warnings=warnings, hardware=hw,
-        log=f"device {device}; held-out inputs: {len(extra)} set(s), {source}; "
-            f"output dtypes {', '.join(dtype_name(t.dtype) for t in outs)}",
+        warnings=warnings, hardware=hw, memory=footprint,
+        log=(f"device {device}; held-out inputs: {source}; output dtypes "
+             f"{', '.join(d.removeprefix('torch.') for d in output_dtypes)}"),
     )
+    if footprint is not None:
+        probe.log += "; " + describe_footprint(footprint)
     return {"probe": asdict(probe)}
+
+
+def describe_footprint(fp: Footprint) -> str:
+    gib = 2 ** 30
+    text = (f"footprint {fp.peak_bytes / gib:.3g} GiB ({'measured' if fp.measured else 'estimated'}: "
+            f"weights {fp.param_bytes / gib:.3g}, inputs {fp.input_bytes / gib:.3g}, outputs "
+            f"{fp.output_bytes / gib:.3g} GiB)")
+    if fp.mutates_inputs:
+        text += "; the reference writes into its inputs"
+    if fp.small_set:
+        text += f"; small set for the float64 check: {fp.small_set}"
+    return text

@@ -1,0 +1,98 @@
+"""A benchmark suite (``/suite/<name>``): its problems' table and figures, as ``openkernel bench``
+prints them (the numbers come from ``openkernel.bench.summary``, so both always agree), and
+the suites section of the runs page.
+
+Rendered as one block of escaped HTML (like the runs listing): a suite of 250 problems is
+250 rows, cheaper as markup than as Dash components.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from urllib.parse import quote
+
+from dash import dcc, html
+
+from kernelcode.dashboard.components import message_page
+from kernelcode.dashboard.graph import STATUS_COLORS, UNKNOWN_COLOR
+
+RUN_COLORS = {"completed": STATUS_COLORS["faster"], "failed": STATUS_COLORS["compile_error"],
+              "running": STATUS_COLORS["correct"], "stopped": STATUS_COLORS["test_timeout"]}
+SUITES_ON_RUNS_PAGE = 20  # the newest; the others are one click away by URL
+
+
+def suite_path(name: str) -> str:
+    return f"/suite/{quote(name, safe='')}"
+
+
+def _x(value: float | None) -> str:
+    return f"{value:.2f}x" if value else "-"
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.4g}" if value else "-"
+
+
+def figures(summary) -> str:
+    """The suite's one line of figures (HTML)."""
+    fast = " ".join(f'<span class="fastp">fast<sub>{escape(k)}</sub> {v:.2f}</span>'
+                    for k, v in summary.fast_p.items())
+    return (f'<p class="suite-figures" id="suite-figures">{fast} &middot; geomean over eager '
+            f"{_x(summary.geomean_eager)} ({summary.n_correct} correct of "
+            f"{len(summary.problems)}) &middot; over torch.compile {_x(summary.geomean_compile)} "
+            f"({summary.n_compile})</p>")
+
+
+def problems_table(summary) -> str:
+    from kernelcode.dashboard.app import job_path
+
+    head = "".join(f"<th>{h}</th>" for h in ("problem", "status", "correct", "speedup",
+                                             "vs torch.compile", "eager ms", "compile ms",
+                                             "judged", "evaluator faults", "time s", "note"))
+    body = []
+    for p in summary.problems:
+        color = RUN_COLORS.get(p.status, UNKNOWN_COLOR)
+        note = "" if p.correct else (p.error.splitlines() or [""])[0][:160]
+        cells = [f'<a class="job-link" href="{escape(job_path(p.name, summary.suite))}">{escape(p.name)}</a>',
+                 f'<span class="badge" style="background-color:{color}">{escape(p.status)}</span>',
+                 "yes" if p.correct else "no", _x(p.speedup), _x(p.over_compile), _ms(p.eager_ms),
+                 _ms(p.compile_ms), str(p.candidates),
+                 f'<span class="flag-bad">{p.evaluator_faults}</span>' if p.evaluator_faults else "0",
+                 f"{p.time_s:.0f}", f'<span class="small muted">{escape(note)}</span>']
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return (f'<table class="runs" id="suite-table"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table>')
+
+
+def layout(source, name: str):
+    summary = source.suite(name)
+    if summary is None:
+        return message_page("Unknown suite", f"No benchmark suite named {name!r} in this database "
+                            "(suites are written by openkernel bench).")
+    return html.Div([
+        dcc.Link("Back to all runs", href="/"),
+        html.H2(f"Suite {name}"),
+        dcc.Markdown(figures(summary) + problems_table(summary), dangerously_allow_html=True),
+    ], className="suite-page")
+
+
+def suites_section(source):
+    """The runs page's list of suites, each with its figures and its jobs (None: no suite)."""
+    suites = source.suites()[:SUITES_ON_RUNS_PAGE]
+    if not suites:
+        return None
+    blocks = []
+    for entry in suites:
+        summary = source.suite(entry["suite"])
+        if summary is None:
+            continue
+        href = escape(suite_path(entry["suite"]))
+        blocks.append(
+            f'<details class="suite"><summary><a class="suite-link" href="{href}">'
+            f'{escape(entry["suite"])}</a> <span class="muted">{len(summary.problems)} problems, '
+            f'{summary.n_correct} with a correct kernel, fast<sub>1</sub> {summary.fast_p["1"]:.2f}, '
+            f'geomean {_x(summary.geomean_eager)} over eager, last filed {escape(entry["added"])}'
+            f"</span></summary>{problems_table(summary)}</details>")
+    return html.Div([html.H3("Benchmark suites"),
+                     dcc.Markdown("".join(blocks), dangerously_allow_html=True)],
+                    id="suites-section", className="suites")

@@ -1,0 +1,104 @@
+"""The memory plan: how an evaluation of this task uses device memory, made from the probe.
+
+The probe measures the reference's footprint F (weights, inputs, outputs and the transient
+memory of one forward, ``records.Footprint``). A worker's own checks are planned to stay within
+``BUDGET_FACTOR`` x F (the target is 3x; the rest is slack for the allocator):
+
+* one correctness input set alive at a time, reference outputs freed once compared, inputs
+  checked unchanged by fingerprints instead of a pristine copy (a copy only when the
+  reference itself writes into its inputs): about P + I + 2 O + T, under 2 F;
+* comparisons in blocks of ``chunk_elements`` (no full-size float64 copy);
+* the float64 precision check holds the inputs plus a float64 run of the reference, about
+  I + 2 F: on the main input set where that fits the budget, else on the probe's smaller set
+  (KernelBench size globals shrunk, or a task's smaller held-out set), else skipped; the log
+  says which.
+
+Workers per GPU: every worker holds its task data while it builds and runs its first call
+(about F plus the candidate's weights), the one in its turn up to the budget, and each process
+has a CUDA context; a spare holds no task data, only its context. Level 1 (a retry after an
+evaluator fault) has the GPU to itself, smaller chunks and the precision check on the small
+set or skipped.
+"""
+
+from __future__ import annotations
+
+from openkernel.records import Footprint, Hardware, MemoryPlan
+
+BUDGET_FACTOR = 2.7
+CONTEXT_BYTES = 640 << 20  # a CUDA context and torch's own state, per worker process (H200)
+CHUNK = 1 << 24
+MIN_BUDGET = 1 << 30  # tiny problems: the checks' fixed costs dominate, not the problem
+
+
+def plan_memory(fp: Footprint | None, hw: Hardware, *, memory_fraction: float = 0.9,
+                max_workers_per_gpu: int = 8, level: int = 0) -> MemoryPlan:
+    """The plan for one task on ``hw`` (see the module docstring)."""
+    if fp is None:
+        return MemoryPlan(level=level, workers_per_gpu=max_workers_per_gpu,
+                          memory_fraction=memory_fraction, exclusive=level > 0,
+                          chunk_elements=CHUNK >> (2 * level))
+    footprint = max(fp.peak_bytes, fp.param_bytes + fp.input_bytes + fp.output_bytes, 1)
+    budget = max(int(BUDGET_FACTOR * footprint), MIN_BUDGET)
+    plan = MemoryPlan(level=level, footprint_bytes=footprint, budget_bytes=budget,
+                      keep_pristine=fp.mutates_inputs, poison_bytes=fp.output_bytes,
+                      small_set=dict(fp.small_set), chunk_elements=CHUNK >> (2 * level),
+                      memory_fraction=memory_fraction)
+    pristine = fp.input_bytes if fp.mutates_inputs else 0
+    full = fp.input_bytes + pristine + 2 * footprint
+    small = (fp.small_peak_bytes * 2 + fp.input_bytes // 4) if fp.small_set else 0
+    if level == 0 and full <= budget:
+        plan.precision_set = "main"
+    elif fp.small_set and small <= budget:
+        plan.precision_set = "small"
+        plan.precision_why = (f"a float64 run on the main set needs ~{_gib(full)}, over the plan's "
+                              f"{_gib(budget)}" if level == 0 else "retry with a smaller plan")
+    else:
+        plan.precision_set = "skip"
+        plan.precision_why = (
+            "retry with a smaller plan, and no smaller input set exists" if level else
+            f"a float64 run on the main set needs ~{_gib(full)}, over the plan's {_gib(budget)}, "
+            "and no smaller input set exists (the task's get_inputs hook has no small held-out "
+            "set, or the reference accepts no other sizes)")
+    if hw.device != "cuda" or not hw.gpu_memory_bytes:
+        plan.budget_bytes = 0  # no device to fit into: the CPU's memory limit applies instead
+        plan.workers_per_gpu = max_workers_per_gpu
+        return plan
+    usable = int(hw.gpu_memory_bytes * memory_fraction)
+    if level > 0:
+        plan.exclusive, plan.workers_per_gpu = True, 1
+        return plan
+    # One worker at its peak, the others holding their first call's data; each a context.
+    per_worker = footprint + fp.param_bytes + 2 * CONTEXT_BYTES  # its own and a spare's
+    others = max(0, usable - budget - 2 * CONTEXT_BYTES) // per_worker
+    plan.workers_per_gpu = max(1, min(max_workers_per_gpu, 1 + int(others)))
+    if plan.workers_per_gpu > 1:
+        # A worker may not take what the plan gave the others (its own failure if it tries).
+        cap = max(budget + (4 << 30), int(1.5 * budget))
+        plan.memory_fraction = min(memory_fraction, cap / hw.gpu_memory_bytes)
+    return plan
+
+
+def retry_plan(plan: MemoryPlan, fp: Footprint | None, hw: Hardware,
+               memory_fraction: float = 0.9) -> MemoryPlan:
+    """The smaller plan a candidate is retried with after an evaluator fault."""
+    return plan_memory(fp, hw, memory_fraction=memory_fraction, max_workers_per_gpu=1,
+                       level=plan.level + 1)
+
+
+def describe(plan: MemoryPlan) -> str:
+    """One line for the log."""
+    if not plan.footprint_bytes:
+        return "memory plan: no footprint measured"
+    text = (f"memory plan (level {plan.level}): footprint {_gib(plan.footprint_bytes)}, checks "
+            f"within {_gib(plan.budget_bytes) if plan.budget_bytes else 'the CPU limit'}, "
+            f"{plan.workers_per_gpu} worker(s) per GPU, float64 check on "
+            f"{ {'main': 'the main set', 'small': 'a smaller set', 'skip': 'no set'}[plan.precision_set] }")
+    if plan.precision_why:
+        text += f" ({plan.precision_why})"
+    if plan.keep_pristine:
+        text += "; the reference writes into its inputs: a pristine copy is kept"
+    return text
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB"

@@ -1,0 +1,97 @@
+"""Benchmark suites in the dashboard: the runs page groups a suite's jobs, the suite page shows
+the same table and fast_p as `openkernel bench` (a database written by a real bench run)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelcode.dashboard import serve_in_background
+from kernelcode.dashboard.app import route
+from kernelcode.dashboard.source import DataSource
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+{init}
+    def forward(self, x):
+        return {expr}
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.fixture(scope="module")
+def bench_db(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("suite")
+    level = root / "level1"
+    level.mkdir()
+    (level / "19_ReLU.py").write_text(PROBLEM.format(init="", expr="torch.relu(x)", shape="8, 512"))
+    (level / "54_conv.py").write_text(PROBLEM.format(
+        init="        self.conv = nn.Conv2d(3, 4, 3)\n", expr="self.conv(x)", shape="2, 3, 10, 10"))
+    db = root / "kernels.sqlite3"
+    out = root / "suite.json"
+    proc = subprocess.run([sys.executable, "-m", "openkernel.cli", "bench", str(level),
+                           "--name", "kb level1", "--json", str(out), "--set", "max_iters=1",
+                           "--set", "branches_per_iteration=1",
+                           "--set", f"paths.kernels_db_path={db}",
+                           "--set", f"paths.scratch_dir={root / 'scratch'}"],
+                          capture_output=True, text=True, timeout=600, cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {"db": db, "json": json.loads(out.read_text())}
+
+
+def test_suite_page_agrees_with_the_bench_json(bench_db):
+    src = DataSource(bench_db["db"])
+    assert [s["suite"] for s in src.suites()] == ["kb level1"]
+    page = str(route(src, "/suite/kb%20level1", ""))
+    for problem in bench_db["json"]["problems"]:
+        assert problem["name"] in page
+    fast = bench_db["json"]["fast_p"]
+    assert f"fast<sub>0</sub> {fast['0']:.2f}" in page and "no template" in page
+    assert "Unknown suite" in str(route(src, "/suite/nope", ""))
+    runs = str(route(src, "/", ""))
+    assert "suites-section" in runs and "kb level1" in runs
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_suites_in_a_real_browser(bench_db):
+    from playwright.sync_api import sync_playwright
+
+    base = serve_in_background(bench_db["db"])
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(30_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(base + "/")
+        page.wait_for_selector("#suites-section")
+        page.click("#suites-section summary")  # the suite's jobs, grouped under it
+        page.wait_for_selector("#suites-section #suite-table a.job-link")
+        assert page.locator("#suites-section a.job-link").count() == 2
+        page.click("a.suite-link")
+        page.wait_for_selector("#suite-figures")
+        text = page.inner_text("#suite-table")
+        assert "level1/19_ReLU" in text and "level1/54_conv" in text and "failed" in text
+        figures = page.inner_text("#suite-figures")
+        assert "fast" in figures and "geomean over eager" in figures and "(1 correct of 2)" in figures
+        page.click("#suite-table a.job-link >> text=level1/19_ReLU")  # on to the problem's job
+        page.wait_for_selector("#job-graph")
+        assert not errors, errors
+        browser.close()

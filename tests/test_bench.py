@@ -1,0 +1,150 @@
+"""`openkernel bench` (issue 12): a suite over a folder of small KernelBench-format problems
+written here, end to end on the CPU: the table, fast_p, the JSON, and resuming by name."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from openkernel.bench.problems import discover
+from openkernel.bench.summary import ProblemResult, summarize
+from openkernel.errors import OpenKernelError
+
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+{init}
+    def forward(self, x):
+        return {expr}
+
+batch_size = 8
+dim = {dim}
+
+def get_inputs():
+    return [torch.randn({shape})]
+
+def get_init_inputs():
+    return [{init_args}]
+'''
+
+
+def _problem(folder: Path, name: str, expr: str, dim: int = 1024, shape: str = "batch_size, dim",
+             init: str = "", init_args: str = "") -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.py").write_text(PROBLEM.format(expr=expr, dim=dim, shape=shape,
+                                                      init=init or "    pass", init_args=init_args))
+
+
+@pytest.fixture(scope="module")
+def suite_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("kb")
+    level = root / "level1"
+    _problem(level, "19_ReLU", "torch.relu(x)")
+    _problem(level, "23_Softmax", "torch.softmax(x, dim=1)", dim=512)
+    _problem(level, "54_conv", "self.conv(x)", shape="2, 3, 12, 12",
+             init="    def __init__(self):\n        super().__init__()\n"
+                  "        self.conv = nn.Conv2d(3, 4, 3)\n")
+    (level / "README.py").write_text("this is not a problem\n")
+    return root
+
+
+def _bench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "100"}
+    return subprocess.run([sys.executable, "-m", "openkernel.cli", "bench", *args,
+                           "--set", "max_iters=1", "--set", "branches_per_iteration=2",
+                           "--set", "search.seed=1"],
+                          cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
+    out = tmp_path / "suite.json"
+    first = _bench(tmp_path, str(suite_dir / "level1"), "--name", "kb-test", "--json", str(out))
+    assert first.returncode == 0, first.stdout + first.stderr
+    # every problem in the table, none of their names cut, the bad file named once
+    for name in ("level1/19_ReLU", "level1/23_Softmax", "level1/54_conv"):
+        assert name in first.stdout
+    assert "README.py" in first.stderr and "skipped" in first.stderr
+    assert "no template" in first.stdout  # why the convolution has no candidate
+    data = json.loads(out.read_text())
+    rows = {p["name"]: p for p in data["problems"]}
+    assert [p["name"] for p in data["problems"]] == ["level1/19_ReLU", "level1/23_Softmax",
+                                                      "level1/54_conv"]  # KernelBench order
+    assert rows["level1/19_ReLU"]["status"] == "completed" and rows["level1/19_ReLU"]["correct"]
+    assert rows["level1/19_ReLU"]["candidates"] == 2 and rows["level1/19_ReLU"]["speedup"] > 0
+    assert rows["level1/54_conv"]["status"] == "failed" and not rows["level1/54_conv"]["correct"]
+    assert "no template" in rows["level1/54_conv"]["error"]
+    assert all(p["evaluator_faults"] == 0 for p in data["problems"])
+    assert set(data["fast_p"]) == {"0", "1", "1.5", "2"}
+    assert data["fast_p"]["0"] == pytest.approx(2 / 3)
+    speedups = [rows[n]["speedup"] for n in ("level1/19_ReLU", "level1/23_Softmax")]
+    assert data["geomean_eager"] == pytest.approx(math.sqrt(speedups[0] * speedups[1]))
+    assert data["fast_p"]["1"] == sum(s > 1 for s in speedups) / 3
+    assert data["n_correct"] == 2 and data["geomean_compile"] is None  # no torch.compile on the CPU
+    assert "fast_0 0.67" in first.stdout
+
+    # Resume by name with one more problem: the completed two are skipped, the new one runs.
+    _problem(suite_dir / "level1", "20_LeakyReLU", "torch.nn.functional.leaky_relu(x, 0.01)")
+    again = _bench(tmp_path, str(suite_dir / "level1"), "--name", "kb-test", "--json", str(out))
+    assert again.returncode == 0, again.stdout + again.stderr
+    lines = {line.split()[0]: line for line in again.stdout.splitlines()
+             if line.strip().startswith("level1/") and "judged" in line}
+    assert "skipped" in lines["level1/19_ReLU"] and "skipped" in lines["level1/23_Softmax"]
+    assert "completed" in lines["level1/20_LeakyReLU"]
+    data = json.loads(out.read_text())
+    assert [p["name"] for p in data["problems"]][:3] == ["level1/19_ReLU", "level1/20_LeakyReLU",
+                                                         "level1/23_Softmax"]
+    assert {p["name"]: p for p in data["problems"]}["level1/19_ReLU"]["candidates"] == 2
+
+
+def test_summary_figures_follow_kernelbench():
+    rows = [ProblemResult("a", correct=True, speedup=0.5, over_compile=0.25),
+            ProblemResult("b", correct=True, speedup=1.2, over_compile=0.9),
+            ProblemResult("c", correct=True, speedup=3.0),
+            ProblemResult("d", correct=False), ProblemResult("e", status="failed")]
+    s = summarize("x", rows)
+    assert s.fast_p == {"0": 0.6, "1": 0.4, "1.5": 0.2, "2": 0.2}
+    assert s.geomean_eager == pytest.approx((0.5 * 1.2 * 3.0) ** (1 / 3))
+    assert s.geomean_compile == pytest.approx(math.sqrt(0.25 * 0.9)) and s.n_compile == 2
+    assert summarize("empty", []).fast_p["0"] == 0.0
+
+
+def test_discover_finds_problems_and_names_what_is_wrong(tmp_path):
+    with pytest.raises(OpenKernelError, match="no such file or folder"):
+        discover([tmp_path / "missing"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(OpenKernelError, match="no KernelBench-format problem"):
+        discover([tmp_path / "empty"])
+    _problem(tmp_path / "a" / "level2", "1_x", "torch.relu(x)")
+    _problem(tmp_path / "b" / "level2", "1_x", "torch.relu(x)")
+    with pytest.raises(OpenKernelError, match="two problems are named 'level2/1_x'"):
+        discover([tmp_path / "a", tmp_path / "b"])
+    task = tmp_path / "task"
+    task.mkdir()
+    (task / "reference.py").write_text(PROBLEM.format(expr="x * 2", dim=4, shape="4",
+                                                      init="    pass", init_args=""))
+    problems, skipped = discover([task, tmp_path / "a" / "level2" / "1_x.py"])
+    assert [p.name for p in problems] == ["task", "level2/1_x"] and not skipped
+
+
+def test_bench_with_a_bad_path_is_one_message(tmp_path):
+    proc = _bench(tmp_path, str(tmp_path / "nowhere"))
+    assert proc.returncode == 2 and "no such file or folder" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bench_with_an_unknown_key_is_one_message(tmp_path, suite_dir):
+    proc = subprocess.run([sys.executable, "-m", "openkernel.cli", "bench",
+                           str(suite_dir / "level1" / "19_ReLU.py"), "--set", "max_itres=1"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "unknown key 'max_itres'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+

@@ -1,0 +1,258 @@
+"""The memory plan (issue 12): made from a probe's footprint; comparisons in blocks agree with
+whole-tensor ones; fingerprints see any change; a real probe measures a task's footprint."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from openkernel.config import build_config
+from openkernel.evaluation.host.executor import Evaluator
+from openkernel.evaluation.host.memplan import BUDGET_FACTOR, describe, plan_memory, retry_plan
+from openkernel.evaluation.worker.correctness import (
+    Fingerprints,
+    blocks,
+    compare_tensor,
+    relative_error,
+    tolerances_for,
+)
+from openkernel.records import Footprint, Hardware
+from openkernel.task import load_task
+
+GIB = 2**30
+H200 = Hardware(label="NVIDIA H200 (sm_90)", device="cuda", gpu_arch="sm_90", num_gpus=1,
+                gpu_archs=("sm_90",), gpu_memory_bytes=141 * GIB)
+CPU = Hardware(label="CPU", device="cpu", gpu_arch="cpu")
+
+
+# -- the plan ---------------------------------------------------------------------------------
+def test_plan_for_a_softmax_of_six_gib():
+    """KernelBench level1/23_Softmax: 6 GiB in, 6 GiB out, nothing else."""
+    fp = Footprint(input_bytes=6 * GIB, output_bytes=6 * GIB, peak_bytes=12 * GIB, measured=True)
+    plan = plan_memory(fp, H200, max_workers_per_gpu=8)
+    assert plan.footprint_bytes == 12 * GIB
+    assert plan.budget_bytes == int(BUDGET_FACTOR * 12 * GIB) < 3 * 12 * GIB
+    assert plan.precision_set == "main"  # inputs + a float64 run: 30 GiB, within 32.4
+    # one at its peak (32 GiB), the others holding 12 GiB of task data and two contexts each
+    assert 5 <= plan.workers_per_gpu <= 8
+    assert plan.memory_fraction < 0.9  # a worker may not take the others' share
+    assert plan.poison_bytes == 6 * GIB and not plan.keep_pristine
+    assert "footprint 12 GiB" in describe(plan)
+
+
+def test_plan_moves_the_float64_check_to_the_small_set_when_the_main_one_does_not_fit():
+    """level1/45_Average_Pooling_2D: 16 GiB in, 0.13 GiB out."""
+    big = dict(input_bytes=16 * GIB, output_bytes=GIB // 8, peak_bytes=16 * GIB + GIB // 8)
+    with_small = plan_memory(Footprint(**big, small_set={"sizes": {"batch_size": 3}},
+                                       small_peak_bytes=4 * GIB), H200)
+    assert with_small.precision_set == "small"
+    assert "over the plan's" in with_small.precision_why
+    without = plan_memory(Footprint(**big), H200)
+    assert without.precision_set == "skip" and "no smaller input set" in without.precision_why
+    assert with_small.workers_per_gpu >= 2
+
+
+def test_plan_keeps_a_pristine_copy_for_a_reference_that_writes_its_inputs():
+    fp = Footprint(input_bytes=GIB, output_bytes=GIB, peak_bytes=2 * GIB, mutates_inputs=True)
+    assert plan_memory(fp, H200).keep_pristine
+
+
+def test_a_huge_problem_gets_one_worker_per_gpu():
+    fp = Footprint(input_bytes=30 * GIB, output_bytes=10 * GIB, peak_bytes=45 * GIB)
+    plan = plan_memory(fp, H200, max_workers_per_gpu=8)
+    assert plan.workers_per_gpu == 1 and plan.memory_fraction == 0.9
+
+
+def test_retry_plan_is_smaller_and_exclusive():
+    fp = Footprint(input_bytes=6 * GIB, output_bytes=6 * GIB, peak_bytes=12 * GIB,
+                   small_set={"sizes": {"batch_size": 500}}, small_peak_bytes=GIB)
+    first = plan_memory(fp, H200)
+    retry = retry_plan(first, fp, H200)
+    assert retry.level == 1 and retry.exclusive and retry.workers_per_gpu == 1
+    assert retry.chunk_elements < first.chunk_elements
+    assert retry.precision_set == "small"
+
+
+def test_cpu_plan_has_no_device_budget():
+    plan = plan_memory(Footprint(input_bytes=1 << 20, output_bytes=1 << 20, peak_bytes=2 << 20), CPU,
+                       max_workers_per_gpu=2)
+    assert plan.budget_bytes == 0 and plan.precision_set == "main"
+
+
+# -- comparisons in blocks --------------------------------------------------------------------
+def test_blocks_cover_every_element_once():
+    for shape in [(), (0,), (5,), (3, 4), (2, 3, 5), (1, 1000), (7, 1, 3)]:
+        t = torch.arange(math.prod(shape) or 0, dtype=torch.float64).reshape(shape)
+        seen = torch.zeros_like(t)
+        for idx in blocks(tuple(shape), chunk=4):
+            assert t[idx].numel() <= 4 or t[idx].dim() == 0
+            seen[idx] += 1
+        assert bool((seen == 1).all())
+
+
+def _cases():
+    torch.manual_seed(0)
+    ref = torch.randn(37, 53)
+    near = ref + 1e-4 * torch.randn_like(ref)
+    far = ref.clone()
+    far[3, 7] += 1.0
+    small = ref * 1e-5
+    with_inf = ref.clone()
+    with_inf[0, 0] = float("inf")
+    inf_out = with_inf.clone()
+    nan_out = ref.clone()
+    nan_out[5, 5] = float("nan")
+    return [("near", near, ref), ("far", far, ref), ("zeros vs small", torch.zeros_like(small), small),
+            ("inf matched", inf_out, with_inf), ("nan", nan_out, ref),
+            ("non-contiguous", near.t().contiguous().t(), ref),
+            ("transposed views", near.t(), ref.t()), ("half", near.half(), ref.half())]
+
+
+@pytest.mark.parametrize("name,out,ref", _cases(), ids=[c[0] for c in _cases()])
+def test_chunked_comparison_agrees_with_whole_tensor(name, out, ref):
+    tol = tolerances_for(ref.dtype)
+    whole = compare_tensor(out, ref, tol, "output 0", chunk=1 << 30)
+    for chunk in (1, 7, 53, 100):
+        part = compare_tensor(out, ref, tol, "output 0", chunk=chunk)
+        assert part[0] == whole[0] and part[1] == whole[1]
+        for key, value in whole[2].items():
+            assert part[2][key] == pytest.approx(value, rel=1e-9, abs=1e-300)
+
+
+def test_relative_error_matches_the_definition():
+    torch.manual_seed(1)
+    ref = torch.randn(64, 129, dtype=torch.float64)
+    out = ref + 1e-3 * torch.randn_like(ref)
+    direct = float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref))
+    for chunk in (1, 10, 1 << 30):
+        assert relative_error(out, ref, chunk) == pytest.approx(direct, rel=1e-10)
+    assert relative_error(torch.zeros(3), torch.zeros(3)) == 0.0
+    assert relative_error(torch.tensor([float("nan")]), torch.ones(1)) == math.inf
+    rounded = relative_error(ref, ref, 33, through=lambda b: b.to(torch.float16))
+    assert 1e-5 < rounded < 1e-3  # the rounding error of float16
+
+
+def test_fingerprints_see_any_change_and_nothing_else():
+    fps = Fingerprints("cpu", chunk=1 << 20, seed=7)
+    t = torch.randn(3, (1 << 20) + 11)  # more than one block, with a tail
+    before = fps.of(t)
+    assert fps.of(t) == before and fps.of(t.clone()) == before
+    for flat_index in (0, 5, (1 << 20) + 3, t.numel() - 1):
+        u = t.clone()
+        u.view(-1)[flat_index] += 1e-7
+        assert fps.of(u) != before
+    view = t[:, :10]  # a view: the fingerprint is of the whole storage under it
+    assert fps.of(view) == before
+    odd = torch.arange(7, dtype=torch.uint8)  # not a whole number of 4-byte words
+    assert fps.of(odd) != fps.of(odd + 1)
+
+
+# -- a real probe -----------------------------------------------------------------------------
+def _task(tmp_path, body: str):
+    path = tmp_path / "problem.py"
+    path.write_text(textwrap.dedent(body))
+    return load_task(path)
+
+
+def _probe(tmp_path, task):
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
+                           "eval_config": {"memory_limit_gb": 8}})
+    ev = Evaluator(task, config)
+    try:
+        return ev.probe(), ev.plan
+    finally:
+        ev.close()
+
+
+def test_probe_measures_the_footprint_and_finds_a_small_set(tmp_path):
+    task = _task(tmp_path, """
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.softmax(x, dim=1)
+
+        batch_size = 2048
+        dim = 16384
+
+        def get_inputs():
+            return [torch.rand(batch_size, dim)]
+
+        def get_init_inputs():
+            return []
+    """)
+    probe, plan = _probe(tmp_path, task)
+    assert probe.ok, probe.error
+    fp = probe.memory
+    assert fp.input_bytes == 2048 * 16384 * 4 == fp.output_bytes
+    assert not fp.mutates_inputs and not fp.measured  # the CPU: estimated
+    assert fp.peak_bytes == fp.input_bytes + fp.output_bytes
+    sizes = fp.small_set["sizes"]
+    assert set(sizes) <= {"batch_size", "dim"} and sizes
+    shrunk = math.prod(sizes.get(n, v) for n, v in (("batch_size", 2048), ("dim", 16384)))
+    assert 4 * shrunk <= 2048 * 16384  # at most a quarter of the inputs
+    assert plan.footprint_bytes == fp.peak_bytes
+    assert "footprint" in probe.log
+
+
+def test_probe_sees_a_reference_that_writes_its_inputs(tmp_path):
+    task = _task(tmp_path, """
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return x.relu_()
+
+        def get_inputs():
+            return [torch.randn(64, 64)]
+
+        def get_init_inputs():
+            return []
+    """)
+    probe, plan = _probe(tmp_path, task)
+    assert probe.ok and probe.memory.mutates_inputs and plan.keep_pristine
+
+
+@pytest.mark.gpu
+def test_gpu_a_large_problem_stays_within_three_footprints(tmp_path):
+    """2 GiB in, 2 GiB out: the worker's peak (without the fixed L2 flush buffer) is at most 3x
+    the reference's own footprint, and the plan ran the float64 check."""
+    task = _task(tmp_path, """
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return torch.sigmoid(x)
+
+        batch_size = 4096
+        dim = 131072
+
+        def get_inputs():
+            return [torch.rand(batch_size, dim)]
+
+        def get_init_inputs():
+            return []
+    """)
+    code = (Path(__file__).parent / "candidates" / "good_relu.py").read_text().replace(
+        "tl.maximum(x, 0.0)", "1.0 / (1.0 + tl.exp(-x))")
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
+                           "eval_config": {"profile": False}})
+    ev = Evaluator(task, config, bench_budget_s=0.2)
+    try:
+        probe = ev.probe()
+        assert probe.ok and probe.memory.measured, probe.error
+        assert probe.memory.input_bytes == 2 * GIB
+        result = ev.evaluate(code, "triton", "sigmoid")
+    finally:
+        ev.close()
+    assert result.correctness, result.eval_log
+    memory = result.metadata["memory"]
+    assert memory["peak_over_footprint"] <= 3.0, memory
+    assert "precision check against float64" in result.eval_log
