@@ -5,9 +5,10 @@ this generator is the only place that writes the database and the archive, so ev
 happens in one thread, in order, and is committed as soon as a candidate is judged.
 
 Before each iteration the parents are sampled and the critic diagnoses the best kernel and each
-of them; the diagnoses join that iteration's prompts. Every answered model call is counted
-(``costs.Ledger``) and stored; once a budget is reached no new candidate starts, those already
-generated are judged, and the run ends "stopped" with the reason.
+of them; the diagnoses join that iteration's prompts. Every answered model call is counted and
+stored (``spending``); once a budget is reached no new candidate starts, those already
+generated are judged, and the run ends "stopped" with the reason. With ``traces.enabled`` each
+judged candidate is also written to the trace dataset (``job_traces``).
 """
 
 from __future__ import annotations
@@ -24,15 +25,12 @@ from pathlib import Path
 from typing import Iterator
 
 from openkernel.config import Config
-from openkernel.costs import Ledger, LLMCall, price_source
 from openkernel.evaluation.host.devices import NoDeviceLeft
 from openkernel.evaluation.host.executor import Evaluator
 from openkernel.evaluation.host.memplan import describe as describe_plan
 from openkernel.events import (
-    AnswerStreamed,
     BackendSwitched,
     BestImproved,
-    BudgetReached,
     CandidateEvaluated,
     CandidateGenerated,
     CandidateStarted,
@@ -57,47 +55,13 @@ from openkernel.search.archive import Archive
 from openkernel.search.control import RunControl
 from openkernel.search.critic import roofline_estimate
 from openkernel.search.llm_critic import LLMCritic, RulesCritic
+from openkernel.search.spending import AnswerStream, Spending, call_summary
 from openkernel.search.records import kernel_fields, program_from_row
 from openkernel.store import Store
 from openkernel.targets import TargetPlan
 from openkernel.task import Task
 
 _DONE = object()
-STREAM_INTERVAL_S = 0.1  # pieces of a streamed answer are passed on at most this often
-
-
-class _Stream:
-    """Collects the pieces of one streamed answer; passes them on as AnswerStreamed events at
-    most every STREAM_INTERVAL_S (a model sends dozens of pieces a second)."""
-
-    def __init__(self, label: str, put) -> None:
-        self.label, self._put = label, put
-        self._pieces: list[str] = []
-        self._model, self._attempt, self._last = "", 1, 0.0
-
-    def __call__(self, model: str, text: str, attempt: int) -> None:
-        if attempt != self._attempt:
-            self.flush()
-        self._model, self._attempt = model, attempt
-        self._pieces.append(text)
-        if time.monotonic() - self._last >= STREAM_INTERVAL_S:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._pieces:
-            self._put(AnswerStreamed(self.label, self._model, "".join(self._pieces),
-                                     self._attempt))
-            self._pieces = []
-        self._last = time.monotonic()
-
-
-def _call_summary(calls: list[LLMCall]) -> dict:
-    """What a candidate's model calls used, for its stored metadata."""
-    prices = {c.price for c in calls}
-    return {"calls": len(calls), "prompt_tokens": sum(c.prompt_tokens for c in calls),
-            "completion_tokens": sum(c.completion_tokens for c in calls),
-            "cost_usd": sum(c.cost_usd for c in calls),
-            "price": prices.pop() if len(prices) == 1 else ("mixed" if prices else "")}
 
 
 def _digest(code: str, backend: str) -> str:
@@ -130,9 +94,8 @@ class Search:
         self.backend = config.backend
         self.instructions: list[str] = []
         self.candidates = 0
-        self.ledger = Ledger()  # the job's model calls (a resumed job: its earlier runs' too)
-        self._budget_reason = ""  # set once a budget is reached: no new candidate starts
-        self._budget_lock = threading.Lock()
+        self.spending = Spending(config, self.store, self.task_name, self.job_name)
+        self.traces = None  # JobTraces when traces.enabled
         self.rules_critic = RulesCritic()
         critic_cfg = config.critic_model
         complete = getattr(self.generator, "complete", None)
@@ -188,10 +151,6 @@ class Search:
             task_path=str(self.task.folder or self.task.reference_path),
         )
         self.run_id = run.id
-        for row in self.store.job_llm_calls(self.task_name, self.job_name):
-            self.ledger.add(LLMCall(row.model, row.purpose, row.prompt_tokens,
-                                    row.completion_tokens, row.cost_usd, row.price,
-                                    row.latency_s, row.attempts))
         yield RunStarted(
             run_id=run.id, task_name=self.task_name, job_name=self.job_name, backend=self.backend,
             hardware=hw.label, models=tuple(self.generator.models), generator=self.generator.name,
@@ -205,10 +164,14 @@ class Search:
         if stored:
             yield LogEmitted("info", f"Resuming job {self.job_name}: {len(stored)} kernels stored; "
                              "only the missing i<N>-b<M> run.")
-        yield from self._budget_warnings()
+        for warning in self.spending.warnings():
+            yield LogEmitted("warning", warning)
+        events: list[Event] = []
+        self.spending.check(events.append)  # a resumed job may have spent its budget already
+        yield from events
         if probe.memory is not None:
             yield LogEmitted("info", describe_plan(self.evaluator.plan))
-        started = self._started = time.monotonic()
+        started = time.monotonic()
         yield from self._open_traces(hw)
         try:
             done = self._restore(stored)
@@ -221,109 +184,52 @@ class Search:
             yield RunFinished("failed", self._best_id(), self.archive.best_speedup, self.candidates,
                               str(self.store.path or self.store.url), error=repr(err))
             raise
-        reason = "stopped" if self.control.stopped or self._budget_reason else "completed"
-        self.store.finish_run(self.run_id, reason, self._budget_reason)
+        budget = self.spending.reason
+        reason = "stopped" if self.control.stopped or budget else "completed"
+        self.store.finish_run(self.run_id, reason, budget)
         written = self._finish_traces(reason)
         if written:
             yield LogEmitted("info", f"Traces: {written} candidates in {self.traces.folder}")
         extra = yield from self._device_report(started)
-        spend = self.ledger.snapshot()
+        spend = self.spending.snapshot()
         yield RunFinished(reason, self._best_id(), self.archive.best_speedup, self.candidates,
-                          str(self.store.path or self.store.url),
-                          error=self._budget_reason or None, extra=extra,
+                          str(self.store.path or self.store.url), error=budget or None, extra=extra,
                           spend=spend if spend.calls or self.generator.name == "llm" else None)
 
     # traces (opt-in) ----------------------------------------------------------------------
     def _open_traces(self, hw) -> Iterator[Event]:
-        self.traces = None
         if not self.config.traces.enabled:
             return
-        from openkernel.store.traces import Session, TraceWriter, session_id
+        from openkernel.search.job_traces import JobTraces
+        from openkernel.store.traces import Session
 
-        runs = self.store.job_runs(self.task_name, self.job_name)
-        self._earlier_s = sum((r.finished_at - r.started_at).total_seconds() for r in runs
-                              if r.finished_at and r.started_at and r.id != self.run_id)
-        session = Session(
-            session_id=session_id(self.task_name, self.job_name, runs[0].started_at),
-            problem=self.task_name, job_name=self.job_name, hardware=hw.label,
-            gpu_arch=self.gpu_arch, backend=self.config.backend, generator=self.generator.name,
-            model=", ".join(self.generator.models))
+        session = Session(session_id="", problem=self.task_name, job_name=self.job_name,
+                          hardware=hw.label, gpu_arch=self.gpu_arch, backend=self.config.backend,
+                          generator=self.generator.name, model=", ".join(self.generator.models))
         try:
-            self.traces = TraceWriter(self.config.traces.dir, session)
+            self.traces = JobTraces.open(self.config.traces.dir, self.store, self.run_id, session)
         except Exception as err:  # noqa: BLE001 - pyarrow missing or the folder not writable
             yield LogEmitted("warning", f"traces.enabled: traces are not written ({err})")
             return
         yield LogEmitted("info", f"Traces: writing Parquet to {self.traces.folder}")
 
-    def _trace_session(self, status: str):
-        session = self.traces.session
-        best = self.archive.best
-        spend = self.ledger.snapshot()
-        session.final_speedup = self.archive.best_speedup
-        session.final_kernel_id = best.id if best else ""
-        session.final_kernel = best.code if best else ""
-        session.total_tokens, session.total_cost_usd = spend.tokens, spend.cost_usd
-        session.unpriced_calls = spend.unpriced_calls
-        session.total_time_seconds = self._earlier_s + time.monotonic() - self._started
-        session.session_status = status
-        return session
-
     def _trace(self, fields: dict, became_best: bool) -> Iterator[Event]:
-        if getattr(self, "traces", None) is None:
+        if self.traces is None:
             return
-        self._trace_session("running")
         try:
-            self.traces.add(fields, became_best)
+            self.traces.add(fields, became_best, self.archive, self.spending.snapshot())
         except OSError as err:  # a full disk must not end the search: the database has all
             self.traces = None
             yield LogEmitted("warning", f"traces: writing failed ({err}); no more traces "
                              "this run (the database keeps every candidate)")
 
     def _finish_traces(self, status: str) -> int:
-        if getattr(self, "traces", None) is None:
+        if self.traces is None:
             return 0
-        self._trace_session(status)
         try:
-            return self.traces.finish()
+            return self.traces.finish(status, self.archive, self.spending.snapshot())
         except OSError:
             return 0
-
-    # model calls and budgets --------------------------------------------------------------
-    def _budget_warnings(self) -> Iterator[Event]:
-        budget = self.config.budget
-        models = list(self.config.inference)
-        if self.config.critic_model is not None:
-            models.append(self.config.critic_model)
-        if budget.max_usd is not None:
-            unpriced = sorted({m.model for m in models if price_source(m) == "unknown"})
-            if unpriced:
-                yield LogEmitted("warning", f"budget.max_usd: no price known for "
-                                 f"{', '.join(unpriced)}; its calls count $0 (set a local price "
-                                 "under its inference entry: price.input_usd_per_mtok, "
-                                 "price.output_usd_per_mtok)")
-        events: list[Event] = []
-        self._check_budget(events.append)  # a resumed job may have spent its budget already
-        yield from events
-
-    def _check_budget(self, put) -> None:
-        """Once the job's spend reaches a limit, say so (once) and start no new candidate."""
-        with self._budget_lock:
-            if self._budget_reason:
-                return
-            reason = self.ledger.over_budget(self.config.budget)
-            if reason:
-                self._budget_reason = reason
-                put(BudgetReached(reason + "; no new candidate starts, those in flight finish",
-                                  self.ledger.snapshot()))
-
-    def _store_call(self, event: ModelCalled) -> None:
-        call = event.call
-        self.store.add_llm_call(
-            run_id=self.run_id, task_name=self.task_name, job_name=self.job_name,
-            iteration=event.iteration, kernel_id=event.kernel_id, label=event.label,
-            model=call.model, purpose=call.purpose, prompt_tokens=call.prompt_tokens,
-            completion_tokens=call.completion_tokens, cost_usd=call.cost_usd, price=call.price,
-            latency_s=call.latency_s, attempts=call.attempts)
 
     def _device_report(self, started: float) -> Iterator[Event]:
         """How busy each GPU was: its timed turns (tests, trials, profiles) over the run."""
@@ -405,7 +311,7 @@ class Search:
             missing = [b for b in range(branches) if b not in done.get(iteration, set())]
             if not missing:
                 continue
-            if self.control.stopped or self._budget_reason:
+            if self.control.stopped or self.spending.reason:
                 break
             plan = self._plan(missing)
             diagnoses: list[Diagnosis] = []
@@ -432,17 +338,16 @@ class Search:
     def _critique(self, iteration: int, parents: list[Program],
                   cheap: bool = False) -> Iterator[Event]:
         """Diagnose the best kernel and each parent; store, announce and return the diagnoses."""
-        critic = self.rules_critic if cheap or self._budget_reason else self.critic
+        critic = self.rules_critic if cheap or self.spending.reason else self.critic
         report = critic.judge(iteration, self.archive.best, parents,
                               self._judged_in.get(iteration, []), self.probe, self.hardware,
                               self.task_name, self.backend)
         events: list[Event] = []
         for call in report.calls:
-            self.ledger.add(call)
-            event = ModelCalled("", iteration, call, self.ledger.snapshot())
-            self._store_call(event)
+            event = self.spending.add(call, "", iteration)
+            self.spending.store_call(self.run_id, event)
             events.append(event)
-        self._check_budget(events.append)
+        self.spending.check(events.append)
         yield from events
         if report.warning:
             yield LogEmitted("warning", report.warning)
@@ -509,7 +414,7 @@ class Search:
                     yield from self._record(item)
                 else:
                     if isinstance(item, ModelCalled):
-                        self._store_call(item)
+                        self.spending.store_call(self.run_id, item)
                     yield item
         if paused_seen and not self.control.paused:
             yield RunResumed()
@@ -518,22 +423,20 @@ class Search:
         """Worker thread: generate, then evaluate in a confined subprocess. Never writes the db."""
         label = f"i{request.iteration}-b{request.branch}"
         try:
-            if not self.control.wait_while_paused() or self._budget_reason:
+            if not self.control.wait_while_paused() or self.spending.reason:
                 return  # stopped, or the budget is spent: this candidate never starts
             model_hint = self.generator.models[0] if self.generator.models else self.generator.name
             out.put(CandidateStarted(label, request.iteration, request.branch,
                                      request.parent.id if request.parent else None, model_hint))
             program_id = new_program_id()
-            stream = request.on_text = _Stream(label, out.put)
+            stream = request.on_text = AnswerStream(label, out.put)
             t0 = time.perf_counter()
             proposal = self.generator.propose(request)
             gen_s = time.perf_counter() - t0
             stream.flush()
             for call in proposal.calls:
-                self.ledger.add(call)
-                out.put(ModelCalled(label, request.iteration, call, self.ledger.snapshot(),
-                                    program_id))
-            self._check_budget(out.put)
+                out.put(self.spending.add(call, label, request.iteration, program_id))
+            self.spending.check(out.put)
             out.put(CandidateGenerated(label, proposal.model, proposal.description, proposal.reasoning))
             with slots:
                 if not self.control.wait_while_paused():
@@ -571,7 +474,7 @@ class Search:
                     "inspiration_ids": [p.id for p in request.inspirations],
                     "user_instructions": request.user_instructions if steering else "",
                     "tokens_used": proposal.tokens_used, "generation_s": gen_s,
-                    "evaluation_s": eval_s, "llm": _call_summary(proposal.calls),
+                    "evaluation_s": eval_s, "llm": call_summary(proposal.calls),
                     "critic": [asdict(d) for d in request.diagnoses],
                 },
             )
