@@ -339,6 +339,8 @@ class Search:
                   cheap: bool = False) -> Iterator[Event]:
         """Diagnose the best kernel and each parent; store, announce and return the diagnoses."""
         critic = self.rules_critic if cheap or self.spending.reason else self.critic
+        if critic.model:  # a model call blocks the stream for a while: say what it waits for
+            yield LogEmitted("info", f"Critic {critic.model} reads iteration {iteration}…")
         report = critic.judge(iteration, self.archive.best, parents,
                               self._judged_in.get(iteration, []), self.probe, self.hardware,
                               self.task_name, self.backend)
