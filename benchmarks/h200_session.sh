@@ -52,5 +52,7 @@ case "$1" in
       --set max_iters="${ITERS:-1}" --set branches_per_iteration="${BRANCHES:-2}" --set eval_config.profile=false \
       --set paths.kernels_db_path=.kbstate/kernels.sqlite3 --set search.seed=0 --json "$OUT/kb_bench.json" 2>&1 \
       | grep -v "^\s*$" | tail -70
-    cp .kbstate/kernels.sqlite3 "$OUT/kernels.sqlite3" ;;
+    # a consistent copy (the main file alone may lack what is still in its -wal)
+    python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d); d.close()" \
+      .kbstate/kernels.sqlite3 "$OUT/kernels.sqlite3" ;;
 esac

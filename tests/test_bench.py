@@ -98,6 +98,7 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
              if line.strip().startswith("level1/") and "judged" in line}
     assert "skipped" in lines["level1/19_ReLU"] and "skipped" in lines["level1/23_Softmax"]
     assert "completed" in lines["level1/20_LeakyReLU"]
+    assert "skipped" in lines["level1/54_conv"]  # refused before: not again unless --retry-failed
     data = json.loads(out.read_text())
     assert [p["name"] for p in data["problems"]][:3] == ["level1/19_ReLU", "level1/20_LeakyReLU",
                                                          "level1/23_Softmax"]

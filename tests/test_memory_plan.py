@@ -256,3 +256,14 @@ def test_gpu_a_large_problem_stays_within_three_footprints(tmp_path):
     memory = result.metadata["memory"]
     assert memory["peak_over_footprint"] <= 3.0, memory
     assert "precision check against float64" in result.eval_log
+
+
+def test_comparisons_leave_their_tensors_alone():
+    torch.manual_seed(3)
+    ref = torch.randn(40, 30, dtype=torch.float64)
+    out = ref + 1e-3
+    ref[0, 0], out[0, 0] = float("inf"), float("inf")
+    ref_copy, out_copy = ref.clone(), out.clone()
+    compare_tensor(out, ref, tolerances_for(ref.dtype), "output 0", chunk=64)
+    relative_error(out, ref, 64)
+    assert torch.equal(ref, ref_copy) and torch.equal(out, out_copy)

@@ -61,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     bench.add_argument("--json", dest="json_path", default=None, metavar="FILE",
                        help="write the table and figures as JSON")
+    bench.add_argument("--retry-failed", action="store_true", help="on a resumed suite, run "
+                       "again the problems that failed (by default only unfinished ones run)")
     return p
 
 
@@ -282,7 +284,8 @@ def cmd_bench(args) -> int:
                 progress.update(bar, now=f"{problem.name}: probing and building")
 
         try:
-            for out in run_suite(problems, suite, args.overrides, store, on_event, control):
+            for out in run_suite(problems, suite, args.overrides, store, on_event, control,
+                                 retry_failed=args.retry_failed):
                 progress.advance(bar)
                 why = out.error or "; ".join(out.log[:1])
                 line = (f"  {out.problem.name:40} {out.status:10} {out.candidates:3d} judged "

@@ -135,6 +135,19 @@ class TracesConfig(_Strict):
                      "the run starts.")
 
 
+class PromptConfig(_Strict):
+    """What the prompts ask for (seeds/optimization-strategies.txt)."""
+
+    allow_templated: bool = Field(False, description="Let the model answer with a templated "
+                                  "kernel (TEMPLATE_PARAMS): every combination of its options is "
+                                  "built, checked and timed, and the fastest correct one is "
+                                  "judged in full. The prompt then carries a worked example for "
+                                  "the backend in use.")
+    max_template_combinations: int = Field(16, ge=1, le=4096, description="At most this many "
+                                           "combinations of one template are judged; past it, "
+                                           "the defaults and a seeded uniform sample of the rest.")
+
+
 class Config(_Strict):
     """A whole run. Every key is optional; an empty file runs the defaults."""
 
@@ -163,6 +176,7 @@ class Config(_Strict):
     eval_config: EvalConfig = Field(default_factory=EvalConfig)
     paths: PathsConfig = Field(default_factory=PathsConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    prompt: PromptConfig = Field(default_factory=PromptConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     traces: TracesConfig = Field(default_factory=TracesConfig)

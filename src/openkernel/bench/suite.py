@@ -44,8 +44,14 @@ def open_store(problems: list[Problem], overrides: list[str]) -> Store:
 
 def run_suite(problems: list[Problem], suite: str, overrides: list[str], store: Store,
               on_event: Callable[[Problem, ev.Event], None] | None = None,
-              control: RunControl | None = None) -> Iterator[ProblemOutcome]:
-    """Run (or resume) every problem of the suite; yields each one's outcome as it ends."""
+              control: RunControl | None = None,
+              retry_failed: bool = False) -> Iterator[ProblemOutcome]:
+    """Run (or resume) every problem of the suite; yields each one's outcome as it ends.
+
+    A resumed suite skips the problems whose job completed and, unless ``retry_failed``, those
+    that failed for a reason of their own (no candidate could be made for them, a bad task):
+    running them again with the same config would end the same way.
+    """
     for position, problem in enumerate(problems):
         if control is not None and control.stopped:
             return
@@ -53,7 +59,8 @@ def run_suite(problems: list[Problem], suite: str, overrides: list[str], store: 
                                                   f"task_name={problem.name}"])
         store.add_suite_problem(suite=suite, task_name=problem.name, job_name=suite,
                                 position=position, path=str(problem.path), task_digest=task.digest)
-        if store.job_finished(problem.name, suite):
+        if store.job_finished(problem.name, suite) or (
+                not retry_failed and store.suite_outcome(suite, problem.name) == "failed"):
             yield ProblemOutcome(problem, "skipped")
             continue
         t0 = time.monotonic()
@@ -77,4 +84,5 @@ def run_suite(problems: list[Problem], suite: str, overrides: list[str], store: 
         reason = outcome.error or "; ".join(outcome.log[:1])
         store.set_suite_outcome(suite, problem.name, outcome.status,
                                 "\n".join(x for x in (reason, outcome.baseline_error) if x))
+        store.checkpoint()  # the database file alone now holds the suite so far
         yield outcome

@@ -122,11 +122,14 @@ def _own_seconds(meta: dict) -> float:
 def _problem(conn, entry) -> ProblemResult:
     row = ProblemResult(name=entry.task_name, path=entry.path, status=entry.outcome or "not started",
                         error=entry.error or "")
-    runs = conn.execute(select(Run.status, Run.error, Run.started_at, Run.finished_at, Run.hardware)
+    runs = conn.execute(select(Run.status, Run.error, Run.started_at, Run.finished_at, Run.hardware,
+                               Run.config)
                         .where(Run.task_name == entry.task_name, Run.job_name == entry.job_name)
                         .order_by(Run.id)).all()
     if runs:
         row.status, row.hardware = runs[-1].status, runs[-1].hardware
+        footprint = (runs[-1].config or {}).get("footprint") if isinstance(runs[-1].config, dict) else None
+        row.footprint_bytes = int((footprint or {}).get("peak_bytes") or 0)
         row.error = runs[-1].error or row.error
         row.time_s = round(sum((r.finished_at - r.started_at).total_seconds() for r in runs
                                if r.finished_at and r.started_at), 1)
@@ -142,7 +145,8 @@ def _problem(conn, entry) -> ProblemResult:
                       and isinstance(k.meta, dict) and k.meta.get("retried"))
     memory = [k.meta.get("memory") or {} for k in candidates if isinstance(k.meta, dict)]
     ratios = [m["peak_over_footprint"] for m in memory if m.get("peak_over_footprint") is not None]
-    row.footprint_bytes = max((m.get("footprint_bytes") or 0 for m in memory), default=0)
+    row.footprint_bytes = row.footprint_bytes or max((m.get("footprint_bytes") or 0 for m in memory),
+                                                     default=0)
     row.peak_over_footprint = max(ratios) if ratios else None
     own = [_own_seconds(k.meta) for k in candidates if isinstance(k.meta, dict)
            and k.meta.get("evaluation_s") and not k.meta.get("duplicate_of")]

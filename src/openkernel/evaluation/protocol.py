@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-MODES = ("hardware", "probe", "evaluate", "reference", "profile", "pch")
+MODES = ("hardware", "probe", "evaluate", "sweep", "reference", "profile", "pch")
 PHASES = ("setup", "build", "warmup", "queued", "test", "benchmark")
 BUILD_PHASES = ("setup", "build")  # plus compilations inside later phases
 GO = "go"
@@ -57,6 +57,8 @@ class Job:
     # building
     backend: str = "triton"
     code_path: str | None = None
+    variant_paths: list[str] = field(default_factory=list)  # sweep: one module per combination
+    build_threads: int = 4  # sweep: CUDA C++ variants built side by side
     build_cache: str | None = None
     cuda_targets: list[str] = field(default_factory=list)
     gpu_arch: str = ""

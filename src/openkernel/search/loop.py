@@ -147,7 +147,8 @@ class Search:
             task_name=self.task_name, job_name=self.job_name, backend=self.backend,
             gpu_arch=self.gpu_arch, hardware=hw.label, generator=self.generator.name,
             models=self.generator.models,
-            config={**self.config.model_dump(mode="json"), "hardware": asdict(hw)},
+            config={**self.config.model_dump(mode="json"), "hardware": asdict(hw),
+                    "footprint": asdict(probe.memory) if probe.memory else None},
             task_path=str(self.task.folder or self.task.reference_path),
         )
         self.run_id = run.id

@@ -77,6 +77,13 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    def checkpoint(self) -> None:
+        """Fold SQLite's write-ahead log into the database file, so a copy of that one file
+        holds everything written so far (a copy without its -wal file loses what is in it)."""
+        if self.url.startswith("sqlite"):
+            with self.engine.connect() as conn:
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+
     # runs -----------------------------------------------------------------------------------
     def start_run(self, **fields) -> Run:
         with self.session() as s, s.begin():
@@ -217,6 +224,11 @@ class Store:
             row = s.get(SuiteProblem, (suite, task_name))
             if row is not None:
                 row.outcome, row.error = outcome, error
+
+    def suite_outcome(self, suite: str, task_name: str) -> str:
+        with self.session() as s:
+            row = s.get(SuiteProblem, (suite, task_name))
+            return row.outcome if row is not None else ""
 
     def job_finished(self, task_name: str, job_name: str) -> bool:
         """Whether the newest run of a job completed (a suite resumed skips it)."""

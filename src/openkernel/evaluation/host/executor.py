@@ -238,6 +238,32 @@ class Evaluator:
             self.notes.append(f"an evaluator check ran out of device memory: now "
                               f"{self._slots.per_device} worker(s) per GPU")
 
+    def evaluate_template(self, code: str, backend: str, label: str = "",
+                          variants: list | None = None) -> tuple[EvalResult, str | None]:
+        """Judge a templated candidate (``openkernel.templating``): every combination (or the
+        documented sample past ``prompt.max_template_combinations``) screened in one sweep, the
+        fastest correct one judged in full. ``variants`` (the offline generator's) are used as
+        given; otherwise they are instantiated from ``code``'s text. Returns the result and
+        the winner's concrete code (None when no combination was correct or the template is bad).
+        """
+        from openkernel.evaluation.host.templates import judge_template
+        from openkernel.templating import Space, TemplateError, parse
+        from openkernel.templating import variants as instantiate_all
+
+        bound = self.config.prompt.max_template_combinations
+        try:
+            if variants:
+                space, sampled = parse(code) or Space(), False
+                if not space.options:
+                    space = Space({k: sorted({repr(v.params[k]) for v in variants})
+                                   for k in variants[0].params}, dict(variants[0].params))
+            else:
+                space, variants, sampled = instantiate_all(code, bound)
+        except TemplateError as err:
+            return EvalResult(compiled=False, perf_score=0, eval_log=f"Bad template: {err}. "
+                              "Nothing was built."), None
+        return judge_template(self, space, variants, sampled, bound, backend, label)
+
     def close(self) -> None:
         """Stop the spare workers (each job's own worker ended with it)."""
         self._finalizer()
@@ -367,11 +393,12 @@ class Evaluator:
 
     def _run(self, job: Job, device: str, gpu_index: int | None, label: str = "",
              code: str | None = None, profiler: str | None = None, build_cache: Path | None = None,
-             spare: bool = True) -> WorkerRun:
+             spare: bool = True, variants: list[str] | None = None, scale: float = 1.0) -> WorkerRun:
         """One job in a worker (a spare when one waits); timed phases take the GPU's turn.
 
         ``profiler``: the Nsight Compute binary to run the worker under (a profile job); such
-        workers are spares of their own kind.
+        workers are spares of their own kind. ``variants``: the modules of a sweep job, one file
+        each; ``scale`` multiplies both time limits (a sweep builds and checks several).
         """
         worker = self._take(device, gpu_index, profiler) if spare else None
         prestarted = worker is not None
@@ -382,14 +409,19 @@ class Evaluator:
             if code is not None:
                 (scratch / "candidate.py").write_text(code, encoding="utf-8")
                 job = replace(job, code_path=str(scratch / "candidate.py"))
+            if variants:
+                paths = [scratch / f"variant_{i}.py" for i in range(len(variants))]
+                for path, text in zip(paths, variants):
+                    path.write_text(text, encoding="utf-8")
+                job = replace(job, variant_paths=[str(p) for p in paths])
             if build_cache is not None:
                 job = replace(job, build_cache=str(build_cache))
             (scratch / "label").write_text(label, encoding="utf-8")
             job = replace(job, scratch=str(scratch))
             turn = (lambda: self._slots.turn(gpu_index)) if (
                 gpu_index is not None and self._slots is not None) else None
-            run = drive(worker, job, self.ec.build_timeout_s, self.ec.test_timeout_s, turn=turn,
-                        release_on_result=profiler is not None)
+            run = drive(worker, job, self.ec.build_timeout_s * scale, self.ec.test_timeout_s * scale,
+                        turn=turn, release_on_result=profiler is not None)
             run.prestarted = prestarted
             if profiler is not None:
                 run.full_log = read_full_log(worker)

@@ -27,6 +27,11 @@ from openkernel.records import Footprint, Hardware, MemoryPlan
 BUDGET_FACTOR = 2.7
 CONTEXT_BYTES = 640 << 20  # a CUDA context and torch's own state, per worker process (H200)
 CHUNK = 1 << 24
+MIN_CHUNK = 1 << 20
+# A comparison holds ~5 float64 temporaries of one block (40 bytes an element): blocks are
+# sized to the problem so they stay a few percent of its footprint (H200, 2026-12-01: a 16M
+# block on a 0.32 GiB matmul took the worker to 3.96x its footprint).
+CHUNK_SHARE = 1 / 32
 MIN_BUDGET = 1 << 30  # tiny problems: the checks' fixed costs dominate, not the problem
 
 
@@ -39,9 +44,10 @@ def plan_memory(fp: Footprint | None, hw: Hardware, *, memory_fraction: float = 
                           chunk_elements=CHUNK >> (2 * level))
     footprint = max(fp.peak_bytes, fp.param_bytes + fp.input_bytes + fp.output_bytes, 1)
     budget = max(int(BUDGET_FACTOR * footprint), MIN_BUDGET)
+    chunk = min(CHUNK, max(MIN_CHUNK, int(footprint * CHUNK_SHARE / 40))) >> (2 * level)
     plan = MemoryPlan(level=level, footprint_bytes=footprint, budget_bytes=budget,
                       keep_pristine=fp.mutates_inputs, poison_bytes=fp.output_bytes,
-                      small_set=dict(fp.small_set), chunk_elements=CHUNK >> (2 * level),
+                      small_set=dict(fp.small_set), chunk_elements=max(chunk, 1 << 16),
                       memory_fraction=memory_fraction)
     pristine = fp.input_bytes if fp.mutates_inputs else 0
     full = fp.input_bytes + pristine + 2 * footprint

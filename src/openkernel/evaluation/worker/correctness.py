@@ -102,7 +102,8 @@ def blocks(shape: tuple[int, ...], chunk: int = CHUNK) -> Iterator[tuple]:
 
 
 def _f64(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to(torch.float64)
+    """A float64 copy of a block (always a copy: the comparisons work on it in place)."""
+    return t.detach().to(torch.float64, copy=True)
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK,
@@ -115,11 +116,12 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK,
         if through is not None:
             o = _f64(through(o))
         r = _f64(ref[idx])
-        finite = ~(_isinf(o) | _isinf(r))
-        zero = torch.zeros((), dtype=torch.float64, device=r.device)
-        num += float(_sum(_where(finite, o - r, zero) ** 2))
-        den += float(_sum(_where(finite, r, zero) ** 2))
-        del o, r, finite
+        infinite = _isinf(o) | _isinf(r)
+        o.masked_fill_(infinite, 0.0)
+        r.masked_fill_(infinite, 0.0)
+        den += float(_norm(r)) ** 2
+        num += float(_norm(o.sub_(r))) ** 2  # in place: one block of temporaries
+        del o, r, infinite
     if math.isnan(num):
         return math.inf
     if den == 0.0:
@@ -156,7 +158,6 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float], 
     n_nan = bad = 0
     max_abs = num = den = out_sq = 0.0
     inf_mismatch = False
-    zero = torch.zeros((), dtype=torch.float64, device=ref.device)
     for idx in blocks(tuple(ref.shape), chunk):
         o, r = _f64(out[idx]), _f64(ref[idx])
         n_nan += int(_sum(_isnan(o)))
@@ -166,16 +167,18 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float], 
         if not _equal(o_inf, r_inf) or not _equal(o[o_inf], r[r_inf]):
             inf_mismatch = True
             break
-        d = _where(o_inf, zero, o - r)
-        diff = _abs(d)
-        bound = tol["atol"] + tol["rtol"] * _abs(_where(r_inf, zero, r))
-        if diff.numel():
-            max_abs = max(max_abs, float(diff.max()))
-        bad += int(_sum(diff > bound))
-        num += float(_sum(d ** 2))
-        den += float(_sum(_where(r_inf, zero, r) ** 2))
-        out_sq += float(_sum(_where(o_inf, zero, o) ** 2))
-        del o, r, o_inf, r_inf, d, diff, bound
+        # In place, to hold few block-sized temporaries: o becomes the difference, r |r|.
+        o.masked_fill_(o_inf, 0.0)
+        r.masked_fill_(r_inf, 0.0)
+        out_sq += float(_norm(o)) ** 2
+        den += float(_norm(r)) ** 2
+        o.sub_(r).abs_()  # |out - ref| on the finite elements (0 where both are infinite)
+        num += float(_norm(o)) ** 2
+        if o.numel():
+            max_abs = max(max_abs, float(o.max()))
+        r.abs_().mul_(tol["rtol"]).add_(tol["atol"])  # the bound
+        bad += int(_sum(o > r))
+        del o, r, o_inf, r_inf
     if n_nan:
         return False, f"{name}: {n_nan} NaN value(s) in the output (NaN never passes)", {}
     if inf_mismatch:

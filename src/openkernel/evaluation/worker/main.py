@@ -8,7 +8,8 @@ of time (a spare) and save those seconds on the critical path.
 The messages it sends and the job it reads are defined in ``openkernel.evaluation.protocol``.
 The candidate's own stdout and stderr go to a log file; they never mix with the protocol.
 
-Modes (``Job.mode``): ``hardware``, ``probe``, ``evaluate``, ``reference`` (eager and
+Modes (``Job.mode``): ``hardware``, ``probe``, ``evaluate``, ``sweep`` (every combination of a templated
+candidate, screened in one worker: ``sweep.py``), ``reference`` (eager and
 ``torch.compile`` timings of the reference, GPU only), ``profile`` (one call inside an NVTX
 range, run under Nsight Compute), ``pch`` (precompile <torch/extension.h>, see ``pch.py``).
 """
@@ -125,6 +126,10 @@ def _dispatch(job: Job, ch: Channel) -> dict:
         from openkernel.evaluation.worker.evaluate import run_evaluate
 
         return run_evaluate(job, ch)
+    if mode == "sweep":
+        from openkernel.evaluation.worker.sweep import run_sweep
+
+        return run_sweep(job, ch)
     if mode == "profile":
         from openkernel.evaluation.worker.profile import run_profile
 

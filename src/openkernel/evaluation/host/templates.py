@@ -1,0 +1,139 @@
+"""Judging a templated candidate: every combination screened, the winner fully judged.
+
+The engine instantiated the combinations from the template's text (``openkernel.templating``);
+a ``sweep`` worker builds them side by side, checks each on one input set and times the
+correct ones together with the reference in one GPU turn (``worker/sweep.py``). The fastest
+correct combination then gets the whole evaluation of any candidate (every seed, held-out
+shapes, integrity, profile). ``EvalResult.template_results`` keeps every combination: its
+parameters, status, runtime statistics and speedup, or why it failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from openkernel.schemas import EvalResult, Status
+from openkernel.templating import Space, Variant, label
+
+
+def _row(variant: Variant, screened: dict, ref_median: float | None) -> dict:
+    stats = screened.get("stats") or {}
+    if not screened.get("built"):
+        status = Status.COMPILE_ERROR.value
+    elif not screened.get("correct"):
+        status = Status.INCORRECT.value
+    else:
+        status = Status.CORRECT.value
+    row = {"params": variant.params, "status": status, "runtime_stats": stats,
+           "runtime": stats.get("median", -1.0), "speedup": -1.0,
+           "error": (screened.get("error") or "")[-1500:]}
+    if status == Status.CORRECT.value and ref_median and stats.get("median"):
+        row["speedup"] = ref_median / stats["median"]
+        if row["speedup"] > 1.0:
+            row["status"] = Status.FASTER.value
+    return row
+
+
+def summary_lines(results: dict) -> list[str]:
+    """A few lines on a sweep for the log (and so for later prompts)."""
+    rows = results.get("combinations", [])
+    judged = len(rows)
+    lines = [f"Template: {judged} combination(s) of {results.get('space_size', judged)}"
+             + (f" (a sample: over max_template_combinations={results.get('bound')})"
+                if results.get("sampled") else "") + " screened on one input set and timed together."]
+    ranked = sorted((r for r in rows if r["speedup"] > 0), key=lambda r: -r["speedup"])
+    for r in ranked[:5]:
+        mark = " <- winner" if r["params"] == results.get("winner") else ""
+        lines.append(f"  {label(r['params'])}: {r['runtime']:.4f} ms, {r['speedup']:.2f}x{mark}")
+    if len(ranked) > 5:
+        lines.append(f"  ... {len(ranked) - 5} more correct, slowest {ranked[-1]['speedup']:.2f}x")
+    for r in rows:
+        if r["status"] in (Status.COMPILE_ERROR.value, Status.INCORRECT.value):
+            first = next((ln for ln in r["error"].splitlines() if ln.strip()), r["status"])
+            lines.append(f"  {label(r['params'])}: {r['status']}: {first[:160]}")
+    return lines
+
+
+def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bool, bound: int,
+                   backend: str, label_: str) -> tuple[EvalResult, str | None]:
+    """(the result, the winner's concrete code or None when no combination is correct)."""
+    hw = evaluator.hardware
+    n = len(variants)
+    if hw.device != "cuda" and backend == "cuda":
+        return _nvcc_only(evaluator, space, variants, sampled, bound, label_)
+    key = hashlib.sha256("\0".join(v.code for v in variants).encode()).hexdigest()
+    job = evaluator._task_job(hw.device, "sweep", backend=backend,
+                              correctness_seeds=1, gpu_arch=evaluator.targets.primary,
+                              build_timeout_s=evaluator.ec.build_timeout_s * max(1.0, n / 4),
+                              gpu_memory_fraction=evaluator.ec.gpu_memory_fraction,
+                              build_threads=max(1, min(n, 8)), plan=evaluator.plan.to_json(),
+                              **evaluator._bench_params(hw))
+    cache = evaluator.build_cache(key, backend)
+    slot = evaluator._acquire()
+    try:
+        run = evaluator._run(job, hw.device, slot, label=f"{label_} (template)",
+                             variants=[v.code for v in variants], build_cache=cache,
+                             scale=max(1.0, n / 4))
+    finally:
+        evaluator._release(slot)
+    payload = run.payload or {}
+    results = {"space": space.options, "defaults": space.defaults, "space_size": space.size,
+               "bound": bound, "sampled": sampled, "combinations": [], "winner": None,
+               "sweep_s": round(run.wall_s, 2), "timing_method": payload.get("timing_method", "")}
+    if not payload.get("variants"):
+        why = (payload.get("fault") or {}).get("error") or payload.get("fatal") or (
+            f"timed out in {run.phase}" if run.timed_out else "the sweep worker died") + (
+            "\n" + run.log_tail if run.log_tail else "")
+        result = EvalResult(compiled=False, perf_score=0, template_results=results,
+                            eval_log=f"Template: the sweep of {n} combination(s) failed: {why}")
+        if payload.get("fault"):
+            result.metadata["evaluator_fault"] = payload["fault"]
+        return result, None
+    ref_median = (payload.get("ref_stats") or {}).get("median")
+    rows = [_row(v, s, ref_median) for v, s in zip(variants, payload["variants"])]
+    results["combinations"] = rows
+    results["reference_stats"] = payload.get("ref_stats") or {}
+    if payload.get("patched"):
+        for r in rows:  # the screen cannot be trusted: the full checks of the winner decide
+            r["error"] = (r["error"] + "\n" if r["error"] else "") + \
+                f"the sweep worker saw replaced functions: {', '.join(payload['patched'])}"
+    correct = [(r, v) for r, v in zip(rows, variants) if r["speedup"] > 0 or (
+        r["status"] in (Status.CORRECT.value, Status.FASTER.value))]
+    if not correct:
+        built = any(r["status"] != Status.COMPILE_ERROR.value for r in rows)
+        result = EvalResult(compiled=built, correctness=False, perf_score=1 if built else 0,
+                            template_results=results)
+        result.eval_log = "\n".join(["No combination of the template was correct."]
+                                    + summary_lines(results))
+        return result, None
+    best_row, best = max(correct, key=lambda rv: rv[0]["speedup"])
+    results["winner"] = best.params
+    result = evaluator.evaluate(best.code, backend, label=label_)
+    result.template_results = results
+    result.metadata["template"] = {"params": best.params, "combinations": n,
+                                   "space_size": space.size, "sampled": sampled}
+    result.eval_log = "\n".join(summary_lines(results)
+                                + [f"The winner ({label(best.params)}) had the full checks:",
+                                   result.eval_log])
+    return result, best.code
+
+
+def _nvcc_only(evaluator, space: Space, variants: list[Variant], sampled: bool, bound: int,
+               label_: str) -> tuple[EvalResult, None]:
+    """Without a GPU, CUDA C++ combinations can only be compiled (nvcc): each one is."""
+    rows, first = [], None
+    for v in variants:
+        r = evaluator.evaluate(v.code, "cuda", label=f"{label_} [{label(v.params)}]")
+        first = first or r
+        rows.append({"params": v.params, "status": r.get_status().value, "runtime_stats": {},
+                     "runtime": -1.0, "speedup": -1.0,
+                     "error": "" if r.compiled else r.eval_log[-1500:]})
+    results = {"space": space.options, "defaults": space.defaults, "space_size": space.size,
+               "bound": bound, "sampled": sampled, "combinations": rows, "winner": None}
+    built = sum(1 for r in rows if r["status"] == Status.NOT_RUN.value)
+    result = first.model_copy(deep=True)
+    result.template_results = results
+    result.eval_log = "\n".join([f"Template: no GPU here, so each of the {len(rows)} CUDA C++ "
+                                 f"combination(s) was compiled with nvcc only: {built} compiled."]
+                                + summary_lines(results))
+    return result, None

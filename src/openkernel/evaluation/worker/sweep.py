@@ -1,0 +1,143 @@
+"""Worker mode ``sweep``: every combination of a templated candidate, screened in one worker.
+
+Each combination is a plain candidate module (the engine instantiated it from the template's
+text). The worker imports them all (CUDA C++ builds run side by side, one thread each: nvcc
+does the work), makes each one's first call, then in one GPU turn checks each on one input set
+against the reference and times the correct ones together with the reference, interleaved, by
+the same method as any candidate: so their times are comparable with each other. The winner
+then gets the full evaluation (every seed, held-out shapes, integrity) in a worker of its own.
+"""
+
+from __future__ import annotations
+
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from openkernel.evaluation.protocol import Job
+from openkernel.evaluation.worker import integrity as ig
+from openkernel.evaluation.worker.build import CompileNotifier, is_compile_error, set_cuda_targets
+from openkernel.evaluation.worker.correctness import compare_outputs, flatten_outputs
+from openkernel.evaluation.worker.evaluate import Evaluation, EvaluatorFault, _tail
+from openkernel.evaluation.worker.task_runtime import TaskRuntime, load_module, load_state
+from openkernel.evaluation.worker.timing import summarize
+
+
+def _import(path: str, index: int):
+    module = load_module(path, f"openkernel_variant_{index}")
+    if not hasattr(module, "ModelNew"):
+        raise AttributeError("the candidate defines no ModelNew class")
+    return module
+
+
+def run_sweep(job: Job, ch) -> dict:
+    """Screen every variant: built?, correct on one input set?, and how fast."""
+    from openkernel.evaluation.worker import sandbox
+
+    ev = Evaluation(job, ch)
+    out: dict = {"variants": [{"index": i, "built": False, "correct": False, "error": ""}
+                              for i in range(len(job.variant_paths))],
+                 "timing_method": ev.timer.method}
+    try:
+        with ev.ours("loading the reference"):
+            rt = TaskRuntime(job.reference_path, job.hooks_path, ev.device)
+            ev.rt, ev.ref_model = rt, rt.make_model(rt.ref.Model)
+    except EvaluatorFault as fault:
+        return {**out, "fault": {"where": fault.where, "kind": fault.kind, "error": fault.error}}
+    out["confinement"] = sandbox.confine(
+        Path(job.scratch), [Path(p) for p in job.read_only], gpu=ev.gpu,
+        writable=[job.build_cache] if job.build_cache else [])
+    CompileNotifier(ch).install()
+    ch.phase("build")
+    set_cuda_targets(job)
+    rows = out["variants"]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(rows), job.build_threads))) as pool:
+        imported = list(pool.map(lambda i: _safe_import(job.variant_paths[i], i), range(len(rows))))
+    models = {}
+    ch.phase("warmup")
+    with ev.ours("generating inputs"):
+        warm = rt.inputs(0)
+    for i, (module, error) in enumerate(imported):
+        if module is None:
+            rows[i]["error"] = error
+            continue
+        try:
+            model = rt.make_model(module.ModelNew)
+            load_state(ev.ref_model, model)
+            with torch.no_grad():
+                flatten_outputs(model(*warm))
+            if ev.gpu:
+                ev.timer._sync()
+        except BaseException as err:
+            compiled = not is_compile_error(err)
+            rows[i]["built"] = compiled
+            rows[i]["error"] = ("first call failed" if compiled else "kernel compilation failed") \
+                + f":\n{_tail(err)}"
+            continue
+        rows[i]["built"] = True
+        models[i] = model
+    del warm
+    if ev.gpu:
+        torch.cuda.empty_cache()
+    ch.wait_turn()
+    ch.phase("test")
+    try:
+        with ev.ours("generating inputs"):
+            inputs = rt.inputs(1)
+        with ev.ours("running the reference"):
+            ref_outs, _ = ev.reference(inputs)
+        tol = rt.hook("get_tolerances")
+        for i, model in list(models.items()):
+            ev.model = model
+            try:
+                outs, _ = ev.call(inputs)
+                with ev.ours("comparing outputs"):
+                    ok, msg, stats = compare_outputs(outs, ref_outs, tol, ev.chunk)
+                del outs
+            except (EvaluatorFault, KeyboardInterrupt):
+                raise
+            except ig.IntegrityViolation as v:
+                ok, msg, stats = False, f"INTEGRITY VIOLATION [{v.check}]: {v}", {}
+            except BaseException as err:
+                ok, msg, stats = False, f"test failed:\n{_tail(err)}", {}
+            rows[i]["correct"] = ok
+            if ok:
+                rows[i]["rel_error"] = stats.get("rel_error")
+            else:
+                rows[i]["error"] = msg
+                models.pop(i)
+        del ref_outs
+        if models:
+            ch.phase("benchmark")
+            ref_in = inputs
+
+            def reference():
+                with ev.ours("timing the reference"):
+                    return ev.ref_model(*ref_in)
+
+            fns = {"reference": reference}
+            fns.update({f"v{i}": (lambda m=m: m(*inputs)) for i, m in models.items()})
+            with torch.no_grad():
+                samples = ev.timer.interleaved(
+                    fns, budget_s=job.bench_budget_s * max(1.0, len(models) / 2),
+                    min_trials=job.min_trials, max_trials=job.max_trials)
+            out["ref_stats"] = summarize(samples.pop("reference"))
+            for key, values in samples.items():
+                rows[int(key[1:])]["stats"] = summarize(values)
+    except EvaluatorFault as fault:
+        out["fault"] = {"where": fault.where, "kind": fault.kind, "error": fault.error}
+    changed = ev.guard.changed()
+    if changed:
+        out["patched"] = changed
+    out["memory"] = ev.memory_report()
+    return out
+
+
+def _safe_import(path: str, index: int):
+    try:
+        return _import(path, index), ""
+    except BaseException as err:  # a variant that does not build is its own row, not the sweep's
+        sys.stderr.write(f"variant {index}: {type(err).__name__}: {err}\n")
+        return None, f"import failed:\n{_tail(err)}"

@@ -1,0 +1,165 @@
+"""Templated kernels (issue 13): the form, its instantiation and sampling, bad templates, and a
+templated Triton kernel judged at every combination under the interpreter."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from openkernel.config import build_config
+from openkernel.evaluation.host.executor import Evaluator
+from openkernel.schemas import Status
+from openkernel.task import load_task
+from openkernel.templating import TemplateError, combinations, instantiate, parse, variants
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+GELU = '''"""A templated Triton GELU."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+TEMPLATE_PARAMS = {
+    "BLOCK": [64, 128, 256],
+    "NUM_WARPS": [2, 4],
+}
+BLOCK = 128
+NUM_WARPS = 4
+
+
+@triton.jit
+def gelu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476)), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        gelu_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, out, x.numel(), BLOCK=BLOCK,
+                                                     num_warps=NUM_WARPS)
+        return out
+'''
+
+
+def test_parse_reads_the_space_without_running_the_code():
+    space = parse(GELU + "\nraise SystemExit('never run')\n")
+    assert space.options == {"BLOCK": [64, 128, 256], "NUM_WARPS": [2, 4]}
+    assert space.defaults == {"BLOCK": 128, "NUM_WARPS": 4} and space.size == 6
+    assert parse("x = 1\n") is None
+
+
+def test_instantiate_rewrites_only_the_parameters():
+    code = instantiate(GELU, {"BLOCK": 256, "NUM_WARPS": 2})
+    tree = ast.parse(code)
+    values = {n.targets[0].id: n.value.value for n in tree.body if isinstance(n, ast.Assign)}
+    assert values == {"BLOCK": 256, "NUM_WARPS": 2}  # TEMPLATE_PARAMS is gone, a comment says
+    assert "# instantiated from a template (TEMPLATE_PARAMS): BLOCK=256, NUM_WARPS=2" in code
+    assert parse(code) is None  # the concrete code is a plain candidate
+    assert code.count("gelu_kernel[") == 1 and "BLOCK=BLOCK" in code
+
+
+def test_combinations_past_the_bound_are_a_seeded_sample_with_the_defaults():
+    space = parse(GELU)
+    every, sampled = combinations(space, 16, "x")
+    assert len(every) == 6 and not sampled
+    some, sampled = combinations(space, 3, "seed")
+    assert sampled and len(some) == 3 and {"BLOCK": 128, "NUM_WARPS": 4} in some
+    assert len({tuple(c.items()) for c in some}) == 3
+    assert combinations(space, 3, "seed")[0] == some  # the same template, the same sample
+
+
+@pytest.mark.parametrize("change,message", [
+    (('"BLOCK": [64, 128, 256]', '"BLOCK": []'), "BLOCK has an empty option list"),
+    (('"NUM_WARPS": [2, 4]', '"NUM_STAGES": [2, 4]'), "unknown parameter NUM_STAGES"),
+    (('"BLOCK": [64, 128, 256]', '"BLOCK": [64, 64]'), "lists an option twice"),
+    (("TEMPLATE_PARAMS = {", "TEMPLATE_PARAMS = dict(**{"), "must be a literal dict"),
+    (("BLOCK = 128", "BLOCK = 2 ** 7"), "must be assigned a literal default"),
+])
+def test_bad_templates_say_what_is_wrong(change, message):
+    code = GELU.replace(*change)
+    if change[0] == "TEMPLATE_PARAMS = {":
+        code = code.replace('"NUM_WARPS": [2, 4],\n}', '"NUM_WARPS": [2, 4],\n})')
+    with pytest.raises(TemplateError, match=message):
+        variants(code, 16)
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("templates")
+    config = build_config({"paths": {"scratch_dir": str(tmp / "scratch")},
+                           "eval_config": {"correctness_seeds": 1},
+                           "prompt": {"allow_templated": True}})
+    ev = Evaluator(load_task(EXAMPLES / "gelu"), config, bench_budget_s=0.1)
+    assert ev.probe().ok
+    yield ev
+    ev.close()
+
+
+def test_every_combination_is_timed_and_the_fastest_correct_one_wins(evaluator):
+    result, code = evaluator.evaluate_template(GELU, "triton", "t")
+    assert result.get_status() in (Status.CORRECT, Status.FASTER), result.eval_log
+    rows = result.template_results["combinations"]
+    assert len(rows) == 6 and {tuple(r["params"].values()) for r in rows} == {
+        (b, w) for b in (64, 128, 256) for w in (2, 4)}
+    assert all(r["status"] in ("correct", "faster") and r["runtime_stats"]["n_trials"] >= 3
+               for r in rows)
+    winner = result.template_results["winner"]
+    fastest = max(rows, key=lambda r: r["speedup"])
+    assert winner == fastest["params"] and result.metadata["template"]["params"] == winner
+    assert code == instantiate(GELU, winner)
+    assert "had the full checks" in result.eval_log and "held-out" in result.eval_log
+
+
+def test_a_combination_that_fails_is_its_own_row(evaluator):
+    # BLOCK=96 is no power of two: that combination fails to compile, the others are judged.
+    code = GELU.replace('"BLOCK": [64, 128, 256]', '"BLOCK": [64, 96]').replace(
+        '"NUM_WARPS": [2, 4]', '"NUM_WARPS": [4]')
+    result, winner_code = evaluator.evaluate_template(code, "triton", "t2")
+    rows = {r["params"]["BLOCK"]: r for r in result.template_results["combinations"]}
+    assert rows[96]["status"] in ("compile_error", "incorrect") and rows[96]["error"]
+    assert rows[64]["status"] in ("correct", "faster")
+    assert result.correctness and "BLOCK = 64" in winner_code
+    assert "BLOCK=96" in result.eval_log
+
+
+def test_a_bad_template_is_stored_with_its_reason(evaluator):
+    result, code = evaluator.evaluate_template(GELU.replace('"BLOCK": [64, 128, 256]', '"BLOCK": []'),
+                                               "triton", "bad")
+    assert code is None and result.get_status() is Status.COMPILE_ERROR
+    assert "Bad template" in result.eval_log and "empty option list" in result.eval_log
+
+
+WORKED = Path(__file__).resolve().parents[1] / "src" / "openkernel" / "generators"
+
+
+def test_the_worked_triton_example_runs_as_documented(evaluator):
+    code = (WORKED / "templated_triton.py.tmpl").read_text()
+    space = parse(code)
+    assert space.size == 16
+    small = code.replace('"BLOCK": [256, 512, 1024, 2048]', '"BLOCK": [512, 2048]').replace(
+        '"NUM_STAGES": [1, 2]', '"NUM_STAGES": [1]')
+    result, winner = evaluator.evaluate_template(small, "triton", "worked")
+    assert result.correctness and len(result.template_results["combinations"]) == 4, result.eval_log
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="needs nvcc")
+def test_the_worked_cuda_example_compiles_at_every_combination(tmp_path):
+    config = build_config({"paths": {"scratch_dir": str(tmp_path)}, "backend": "cuda"})
+    ev = Evaluator(load_task(EXAMPLES / "gelu"), config)
+    try:
+        if ev.hardware.device != "cpu":
+            pytest.skip("a GPU is present: the GPU test runs these for real")
+        code = (WORKED / "templated_cuda.py.tmpl").read_text()
+        result, winner = ev.evaluate_template(code, "cuda", "worked-cuda")
+    finally:
+        ev.close()
+    rows = result.template_results["combinations"]
+    assert len(rows) == 6 and all(r["status"] == "not_run" for r in rows), result.eval_log
+    assert winner is None and "6 compiled" in result.eval_log
