@@ -55,12 +55,16 @@ def _kernel(rng: random.Random, run_id: int, task: str, job: str, n: int, branch
             prev: list[str], t: datetime) -> dict:
     it, br = divmod(n, branches)
     status = rng.choices(STATUSES, WEIGHTS)[0]
+    if n == 0:  # program 0, as the search stores it: the reference, "ref", 1.0x by definition
+        it, br, status = -1, 0, "correct"
     correct = status in ("faster", "correct")
     speed = rng.uniform(1.01, 3.0) if status == "faster" else rng.uniform(0.3, 1.0) if correct else -1.0
+    speed = 1.0 if n == 0 else speed
     kid = f"{run_id:06x}{n:06x}{rng.getrandbits(32):08x}"
     code = f"@triton.jit\ndef k(x_ptr, BLOCK: tl.constexpr = {64 << (n % 4)}):\n    pass  # {n}"
     return dict(
-        id=kid, run_id=run_id, task_name=task, job_name=job, iteration=it, branch=br, label=f"i{it}-b{br}",
+        id=kid, run_id=run_id, task_name=task, job_name=job, iteration=it, branch=br,
+        label="ref" if n == 0 else f"i{it}-b{br}",
         parent_id=rng.choice(prev) if prev else None, inspiration_ids=prev[-2:], is_program0=n == 0,
         origin="llm", model="openai/gpt-5", hardware="NVIDIA H200 (sm_90)", gpu_arch="sm_90",
         backend="triton", language="python", description="fuse + vectorize, BLOCK sweep",
@@ -68,11 +72,15 @@ def _kernel(rng: random.Random, run_id: int, task: str, job: str, n: int, branch
         user_instructions="", status=status, compiled=status not in ("compile_error", "build_timeout"),
         correctness=correct, runtime=0.1 / speed if correct else -1.0,
         runtime_stats={"median": 0.1 / speed, "mean": 0.1 / speed, "std": 0.001, "min": 0.09 / speed,
-                       "max": 0.12 / speed, "cv": 0.01, "n_trials": 100} if correct else {},
+                       "max": 0.12 / speed, "cv": 0.01, "n_trials": 100, "unit": "ms",
+                       "reference": {"median": 0.1, "mean": 0.1, "std": 0.001, "min": 0.09,
+                                     "max": 0.12, "cv": 0.01, "n_trials": 100}} if correct else {},
         runtime_improvement=speed, improve_over_compile=speed * 0.8 if correct else -1.0,
         perf_score=4 if status == "faster" else 3 if correct else 0, score=(3 + speed) if correct else 0.0,
-        features={"block": 64 << (n % 4), "warps": 1 + n % 8, "vec": 1 + n % 3},
-        profiler_data={"flops": 1e9, "bytes": 4e8, "dram_throughput_pct": 70.0, "estimate": True} if correct else {},
+        features={"tile": n % 8, "warps": n % 6},  # the archive's two dimensions
+        profiler_data={"estimate": True, "source": "analytic", "flops": 1e9, "bytes": 4e8,
+                       "arithmetic_intensity": 2.5, "gflops": 1e9 * speed / 1e5, "achieved_gbs": 4e8 * speed / 1e5,
+                       "peak_bandwidth_gbs": 4800.0, "dram_throughput_pct": 70.0} if correct else {},
         meta={"timing_method": "do_bench"},
         eval_log=("error: expected ';' before '}' token\n" if status == "compile_error" else "ok\n") * 4,
         generation_log="", tokens_used=3000, generation_s=4.2, evaluation_s=1.3, created_at=t, evaluated_at=t)

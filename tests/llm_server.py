@@ -9,6 +9,10 @@ runs out, ``default`` answers (text or a function). Every request body is record
 Like the real services it streams when asked (``"stream": true``): server-sent events, one
 chunk per ``chunk_chars`` characters, ``chunk_delay_s`` apart, then the usage when
 ``stream_options.include_usage`` is set. Usage counts words (prompt and answer).
+
+The generator's preflight (a one-token request, ``max_tokens == 1``) is answered by ``ping``
+instead ("OK", or ``(status, error_message)``) and recorded in ``pings``, so scripts stay about
+the run's own requests.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class ChatServer:
         self.requests: list[dict] = []
         self.chunk_chars = chunk_chars
         self.chunk_delay_s = chunk_delay_s
+        self.ping: str | tuple = "OK"
+        self.pings: list[dict] = []
         self._lock = threading.Lock()
         server = self
 
@@ -59,9 +65,14 @@ class ChatServer:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 body["_auth"] = self.headers.get("Authorization", "")
                 with server._lock:
-                    server.requests.append(body)
-                    step = server.script.pop(0) if server.script else server.default
-                    n = len(server.requests)
+                    if body.get("max_tokens") == 1:
+                        server.pings.append(body)
+                        step = server.ping
+                        n = f"ping-{len(server.pings)}"
+                    else:
+                        server.requests.append(body)
+                        step = server.script.pop(0) if server.script else server.default
+                        n = len(server.requests)
                 if not self.path.endswith("/chat/completions"):
                     return self._send(404, {"error": {"message": "not found"}})
                 if isinstance(step, tuple):

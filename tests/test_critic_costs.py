@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import sqlite3
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,9 @@ from openkernel.generators.base import ProposalRequest
 from openkernel.generators.llm import LLMGenerator
 from openkernel.generators.prompt import build_prompt, critic_text
 from openkernel.records import Hardware, TaskProbe
-from openkernel.schemas import EvalResult, Program
+from openkernel.schemas import EvalResult, Program, Status
 from openkernel.search.critic import judge_by_rules
-from openkernel.search.llm_critic import LLMCritic, parse_answer
+from openkernel.search.llm_critic import LLMCritic, RulesCritic, critic_prompt, parse_answer
 from openkernel.store import Store
 from openkernel.task import load_task
 
@@ -111,6 +112,28 @@ def test_llm_critic_falls_back_to_the_rules_kernel_by_kernel(critic_server):
     assert "critic model openai/critic-m failed" in report.warning and "500" in report.warning
     with pytest.raises(ValueError):
         parse_answer('{"verdict": "fine"}')
+
+
+def test_candidates_never_judged_are_said_as_such_by_both_critics():
+    """Not run, no kernel, an evaluator fault: the rules (through either critic's judge) say
+    so rather than "read the failures"; the LLM critic's prompt marks them not judged, and a
+    task whose FLOPs were not counted has an unknown intensity, never a KeyError or a 0."""
+    outcomes = Counter({Status.NOT_RUN: 2})
+    (said,) = RulesCritic().judge(0, None, [], [], PROBE, H200, "gelu", "cuda",
+                                  outcomes=outcomes).diagnoses
+    assert said.text.startswith("No candidate judged yet: 2 compiled but not run here")
+    (mixed,) = judge_by_rules(None, [], PROBE, H200, Counter({Status.NOT_RUN: 1,
+                                                              Status.COMPILE_ERROR: 1}))
+    assert "No correct kernel yet" in mixed.text and "Not judged: 1 compiled" in mixed.text
+    no_flops = TaskProbe(ok=True, flops=0, bytes_moved=PROBE.bytes_moved,
+                         output_dtypes=["torch.float32"])
+    best = _program("b", "i1-b0", 1.4)
+    failed = Program(id="g", code="", metadata={"label": "i1-b1", "description": "no kernel"})
+    failed.add_eval_results(EvalResult(metadata={"generation_failed": "service"}))
+    asked = critic_prompt(1, [(best, "best")], [best, failed], no_flops, H200, "gelu", "triton")
+    assert "arithmetic intensity unknown" in asked and "FLOPs not counted" in asked
+    assert "0 FLOPs" not in asked and "GFLOP/s" not in asked
+    assert "- i1-b1: generation_failed (not judged: says nothing about its code)" in asked
 
 
 def test_critic_model_resolution():

@@ -38,8 +38,46 @@ def test_event_stream_shape(gelu_run):
     evaluated = [e for e in events if isinstance(e, ev.CandidateEvaluated)]
     assert sorted(e.label for e in evaluated) == ["i0-b0", "i0-b1", "i1-b0", "i1-b1"]
     assert events[-1].reason == "completed" and events[-1].candidates == 4
+    assert events[-1].new_candidates == 4
     assert any(e.program.kernel_exec_result.correctness for e in evaluated)
     assert any(isinstance(e, ev.CriticDiagnosed) for e in events)
+
+
+def test_each_candidate_goes_through_named_phases(gelu_run):
+    """Queued, building, testing and timing are told apart (not one "running")."""
+    _, events = gelu_run
+    phases: dict[str, list[str]] = {}
+    for e in events:
+        if isinstance(e, ev.CandidatePhaseChanged):
+            phases.setdefault(e.label, []).append(e.phase)
+            assert e.phase in ev.PHASES
+        elif isinstance(e, ev.CandidateEvaluated):
+            seen = phases[e.label]
+            assert seen[:3] == ["generating", "queued", "building"], seen
+            if e.program.kernel_exec_result.correctness:
+                assert seen[-2:] == ["testing", "timing"], seen
+    assert sorted(phases) == ["i0-b0", "i0-b1", "i1-b0", "i1-b1"]
+    # CPU: no GPU turn to wait for, so no candidate is ever "waiting_for_gpu"
+    assert not any("waiting_for_gpu" in p for p in phases.values())
+
+
+def test_one_worker_leaves_the_other_candidate_queued(tmp_path, examples_dir):
+    """With one worker, the second candidate waits "queued" while the first builds and runs."""
+    events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
+        tmp_path, "job_name=one-worker", "max_iters=1", "branches_per_iteration=2",
+        "eval_config.max_workers=1")))
+    now: dict[str, str] = {}
+    overlap = False
+    for e in events:
+        if isinstance(e, ev.CandidatePhaseChanged):
+            now[e.label] = e.phase
+            busy = [label for label, phase in now.items() if phase in ("building", "testing", "timing")]
+            waiting = [label for label, phase in now.items() if phase == "queued"]
+            overlap = overlap or bool(busy and waiting)
+            assert len(busy) <= 1  # one worker: never two candidates in it at once
+        elif isinstance(e, ev.CandidateEvaluated):
+            now[e.label] = "judged"
+    assert overlap
 
 
 def test_database_holds_every_candidate(gelu_run, examples_dir):
@@ -61,12 +99,38 @@ def test_database_holds_every_candidate(gelu_run, examples_dir):
         assert row.prompt and row.answer and "ModelNew" in row.code and row.eval_log
     correct = [r for r in rows if r.correctness and not r.is_program0]
     assert correct
+    numel = 1 << 16  # examples/gelu/task.py on the CPU: one float32 tensor in, one out
     for row in correct:
         assert row.runtime > 0 and row.runtime_stats.get("n_trials", 0) >= 1
         assert row.runtime_improvement > 0
+        # the roofline estimate counts GELU's pointwise work: never a wrong zero intensity
+        assert row.profiler_data["flops"] == numel
+        assert row.profiler_data["arithmetic_intensity"] == pytest.approx(1 / 8)
+        assert "arithmetic intensity 0.00" not in row.prompt
     with store.session() as s:
         run = s.scalars(select(Run)).one()
     assert run.status == "completed" and run.finished_at is not None
+
+
+def test_cli_runs_says_the_best_the_run_said(gelu_run):
+    """One "best" everywhere: the correct candidate with the highest score, never the
+    reference, whose 1.00x `openkernel runs` used to print for every job."""
+    tmp, events = gelu_run
+    finished = events[-1]
+    r = _cli("runs", "--db", str(tmp / "k.sqlite3"))  # piped: tab-separated, whole names
+    assert r.returncode == 0, r.stderr
+    header, *lines = r.stdout.splitlines()
+    assert header.split("\t") == ["task", "job", "state", "candidates", "best", "hardware",
+                                  "last activity"]
+    task, job, state, candidates, best, hardware, _ = next(
+        line.split("\t") for line in lines if line.split("\t")[1] == "e2e")
+    best_label = next(e.label for e in events if isinstance(e, ev.CandidateEvaluated)
+                      and e.program.id == finished.best_program_id)
+    assert (task, state, candidates) == ("gelu", "completed", "4")
+    assert best == f"{finished.best_speedup:.2f}x ({best_label})" and "1.00x" not in best
+    assert hardware.startswith("CPU")
+    row = next(j for j in Store(tmp / "k.sqlite3").list_jobs() if j["job_name"] == "e2e")
+    assert row["best_id"] == finished.best_program_id and row["candidates"] == 4
 
 
 def test_each_iteration_stores_its_critic_line(gelu_run):
@@ -84,9 +148,12 @@ def test_resume_runs_only_what_is_missing(gelu_run, examples_dir):
     tmp, _ = gelu_run
     events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
         tmp, "job_name=e2e", "max_iters=3", "branches_per_iteration=2")))
-    assert events[0].resumed_candidates == 5
+    assert events[0].resumed_candidates == 4  # the reference is not a candidate
+    resumed = [e.message for e in events if isinstance(e, ev.LogEmitted) and "Resuming" in e.message]
+    assert resumed and "4 candidates stored" in resumed[0]
     labels = [e.label for e in events if isinstance(e, ev.CandidateEvaluated)]
     assert sorted(labels) == ["i2-b0", "i2-b1"]
+    assert (events[-1].candidates, events[-1].new_candidates) == (6, 2)  # the job's, this run's
     rows = Store(tmp / "k.sqlite3").job_kernels("gelu", "e2e")
     assert len(rows) == 7 and sum(r.is_program0 for r in rows) == 1
     critiques = Store(tmp / "k.sqlite3").job_critiques("gelu", "e2e")
@@ -120,13 +187,88 @@ def test_cli_bad_input_is_one_message(tmp_path, examples_dir):
     assert r.returncode == 2 and "no such database" in r.stderr
 
 
-def test_cli_runs_and_show(gelu_run):
+def test_cli_runs_never_cuts_a_job_name(tmp_path, examples_dir):
+    name = "a-long-job-name-that-a-table-would-cut-" + "x" * 40
+    list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
+        tmp_path, f"job_name={name}", "max_iters=1", "branches_per_iteration=1")))
+    r = _cli("runs", "--db", str(tmp_path / "k.sqlite3"))
+    assert r.returncode == 0 and f"\t{name}\t" in r.stdout
+    # the same in a narrow terminal: folded over lines, never cut with an ellipsis
+    from rich.console import Console
+
+    import openkernel.cli as cli
+
+    narrow = Console(width=60, force_terminal=True, record=True)
+    old, cli.console = cli.console, narrow
+    try:
+        assert cli.main(["runs", "--db", str(tmp_path / "k.sqlite3")]) == 0
+    finally:
+        cli.console = old
+    cells = [line.split("│")[2].strip() for line in narrow.export_text().splitlines()
+             if line.startswith("│")]
+    assert "".join(cells) == name  # folded over lines, never cut with an ellipsis
+
+
+def test_cli_show_prints_every_field(gelu_run):
     tmp, events = gelu_run
-    r = _cli("runs", "--db", str(tmp / "k.sqlite3"))
-    assert r.returncode == 0 and "gelu" in r.stdout and "e2e" in r.stdout
-    kid = next(e.program.id for e in events if isinstance(e, ev.CandidateEvaluated))
+    kid = next(e.program.id for e in events if isinstance(e, ev.CandidateEvaluated)
+               and e.program.kernel_exec_result.correctness)
     r = _cli("show", kid, "--db", str(tmp / "k.sqlite3"))
     assert r.returncode == 0 and kid in r.stdout and "ModelNew" in r.stdout
+    row = Store(tmp / "k.sqlite3").get_kernel(kid)
+    for name in ("prompt:", "answer:", "metadata:", "features:", "profiler_data:", "runtime_stats:",
+                 "generation_log:", "reference_code:", "inspiration_ids:", "tokens_used:"):
+        assert f"\n{name}" in "\n" + r.stdout, name
+    assert row.prompt.splitlines()[0] in r.stdout and '"tile"' in r.stdout
+    assert '"integrity_checks"' in r.stdout  # the metadata column, not SQLAlchemy's MetaData
+    data = json.loads(_cli("show", kid, "--db", str(tmp / "k.sqlite3"), "--json").stdout)
+    assert data["id"] == kid and data["metadata"]["integrity_checks"] and data["prompt"] == row.prompt
+    r = _cli("show", kid, "--db", str(tmp / "k.sqlite3"), "--field", "code")
+    assert r.stdout.rstrip("\n") == row.code.rstrip("\n")
+    r = _cli("show", kid, "--db", str(tmp / "k.sqlite3"), "--field", "nope")
+    assert r.returncode == 2 and "no field 'nope'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_run_words(tmp_path, examples_dir):
+    """One candidate is "1 candidate"; the generator line says what it is, once."""
+    args = ["run", str(examples_dir / "gelu"), "--set", "job_name=words", "--set", "max_iters=1",
+            "--set", "branches_per_iteration=1", *sum((["--set", o] for o in _overrides(tmp_path)), [])]
+    r = _cli(*args)
+    assert r.returncode == 0, r.stderr
+    assert "completed: 1 candidate," in r.stdout and "offline templates" in r.stdout
+    assert "offline (offline)" not in r.stdout
+    args[args.index("max_iters=1")] = "max_iters=2"
+    r = _cli(*args)  # resumed: the job's count, and this run's
+    assert "completed: 2 candidates (1 judged in this run)," in r.stdout, r.stdout
+
+
+def test_cli_task_that_fails_to_load_says_so_once(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                   "        return x.relu()\n\ndef get_inputs():\n    raise ValueError('no inputs here')\n\n"
+                   "def get_init_inputs():\n    return []\n")
+    r = _cli("run", str(bad), *sum((["--set", o] for o in _overrides(tmp_path)), []))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    out = r.stdout + r.stderr
+    assert out.count("no inputs here") == 1, out
+
+
+def test_cli_eval_points_at_the_users_file_and_line(tmp_path, examples_dir):
+    """A build error's log names the user's file and line, not the scratch copy, nor
+    openkernel's or importlib's frames."""
+    cand = tmp_path / "my_kernel.py"
+    cand.write_text("import torch\n\n\ndef helper(x:\n    return x\n")
+    r = _cli("eval", str(examples_dir / "gelu"), str(cand), "--set", f"paths.scratch_dir={tmp_path / 's'}")
+    assert r.returncode == 0, r.stderr
+    assert "compile_error" in r.stdout and f'File "{cand}", line 4' in r.stdout, r.stdout
+    for noise in ("importlib", "/openkernel/", "candidate.py"):
+        assert noise not in r.stdout, noise
+    cand.write_text("import torch\n\n\ndef oops():\n    raise RuntimeError('broken at import')\n\n\noops()\n")
+    r = _cli("eval", str(examples_dir / "gelu"), str(cand), "--set", f"paths.scratch_dir={tmp_path / 's'}")
+    assert f'File "{cand}", line 8' in r.stdout and f'File "{cand}", line 5, in oops' in r.stdout
+    assert "RuntimeError: broken at import" in r.stdout
+    for noise in ("importlib", "/openkernel/", "candidate.py"):
+        assert noise not in r.stdout, noise
 
 
 def test_cli_eval_json(tmp_path, gelu_run, examples_dir):
@@ -159,17 +301,32 @@ def test_kill_9_keeps_candidates_and_resumes(tmp_path, examples_dir):
             count = len(Store(db).job_kernels("gelu", "killed"))
             if count >= 3:  # program 0 + 2 judged candidates
                 break
+    state = _cli("runs", "--db", str(db)).stdout
+    assert "\tkilled\trunning\t" in state  # alive: its heartbeat and pid say so
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert count >= 3
+    # Its engine is gone: the job reads interrupted at once, not "running" forever.
+    assert "\tkilled\tinterrupted\t" in _cli("runs", "--db", str(db)).stdout
+    from kernelcode.dashboard.queries import list_jobs
+    from openkernel.store import open_readonly
+
+    assert list_jobs(open_readonly(db))[0][0]["state"] == "interrupted"  # the dashboard's too
     stored = {r.id for r in Store(db).job_kernels("gelu", "killed")}
     assert len(stored) >= count
     r = _cli(*args)
     assert r.returncode == 0, r.stderr
+    assert f"completed: 6 candidates ({6 - (len(stored) - 1)} judged in this run)" in r.stdout
     rows = Store(db).job_kernels("gelu", "killed")
     assert stored <= {r.id for r in rows}
     labels = sorted(r.label for r in rows if not r.is_program0)
     assert labels == sorted({f"i{i}-b{b}" for i in range(3) for b in range(2)})
+    # Resumed and finished: the job is completed, and the killed run is stored as interrupted.
+    assert "\tkilled\tcompleted\t6\t" in _cli("runs", "--db", str(db)).stdout
+    with Store(db).session() as s:
+        runs = list(s.scalars(select(Run).order_by(Run.id)))
+    assert [r.status for r in runs] == ["interrupted", "completed"]
+    assert runs[0].finished_at is not None and runs[0].engine_pid == proc.pid
 
 
 def test_start_from_best_and_from_a_file(gelu_run, examples_dir):
@@ -190,3 +347,43 @@ def test_start_from_best_and_from_a_file(gelu_run, examples_dir):
         f"kernels_iter_0_path={kernel}")))
     rows = Store(tmp / "k.sqlite3").job_kernels("gelu", "from-file")
     assert [r.origin for r in rows if r.label == "start"] == ["file"]
+
+
+def test_flops_are_counted_or_said_unknown(tmp_path, examples_dir):
+    """The probe counts pointwise and reduction work (torch's FLOP counter sees only matmuls),
+    and a task with no arithmetic gets no intensity rather than a wrong 0.00 FLOP/byte."""
+    from openkernel.config import build_config
+    from openkernel.evaluation.host.executor import Evaluator
+    from types import SimpleNamespace
+
+    from openkernel.generators.prompt import _probe_summary
+    from openkernel.search.critic import roofline_estimate
+    from openkernel.task import load_task
+
+    copy = tmp_path / "copy.py"
+    copy.write_text("import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return x.t().contiguous()\n\ndef get_inputs():\n    return [torch.randn(64, 32)]\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")}})
+    probes = {}
+    for name, path in (("gelu", examples_dir / "gelu"), ("softmax", examples_dir / "softmax"),
+                       ("copy", copy)):
+        evaluator = Evaluator(load_task(path), config)
+        try:
+            probes[name] = evaluator.probe()
+        finally:
+            evaluator.close()
+        assert probes[name].ok, probes[name].error
+    gelu, softmax, copied = probes["gelu"], probes["softmax"], probes["copy"]
+    assert gelu.flops == 64 * 1024  # one per element of the pointwise GELU
+    numel = 1
+    for n in softmax.input_shapes[0]:
+        numel *= n
+    assert softmax.flops == 5 * numel  # max, subtract, exp, sum, divide
+    assert copied.flops == 0.0
+    hw = gelu.hardware
+    assert roofline_estimate(1.0, gelu, hw)["arithmetic_intensity"] == pytest.approx(0.125)
+    unknown = roofline_estimate(1.0, copied, hw)
+    assert "arithmetic_intensity" not in unknown and "flops" not in unknown and unknown["bytes"] > 0
+    facts = _probe_summary(SimpleNamespace(probe=copied))
+    assert "FLOPs not counted" in facts and "intensity 0.00" not in facts

@@ -93,7 +93,7 @@ def test_probe_describes_the_task(tmp_path):
     assert any("mm" in op for op in probe.aten_ops)
     assert probe.input_shapes == [[64, 128], [128, 96], [96]]
     assert probe.output_shapes == [[64, 96]] and probe.output_dtypes == ["torch.float32"]
-    assert probe.flops == 2 * 64 * 128 * 96
+    assert probe.flops == 2 * 64 * 128 * 96 + 2 * 64 * 96  # the matmul, then + b and relu
     assert probe.hardware is not None and probe.hardware.label == "CPU (Triton interpreter)"
 
 

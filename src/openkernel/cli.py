@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -31,12 +32,17 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
     ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 
-    runs = sub.add_parser("runs", help="list tasks and jobs in the database")
+    runs = sub.add_parser("runs", help="list tasks and jobs in the database (tab-separated "
+                          "when piped)")
     runs.add_argument("--db", default=None, help="database (default runs/kernels.sqlite3)")
+    runs.add_argument("--search", default="", help="only jobs whose task or job name holds this")
 
-    show = sub.add_parser("show", help="print one stored kernel")
+    show = sub.add_parser("show", help="print one stored kernel: every field")
     show.add_argument("kernel_id")
     show.add_argument("--db", default=None)
+    show.add_argument("--json", action="store_true", help="every field as one JSON object")
+    show.add_argument("--field", default=None, metavar="NAME",
+                      help="print one field alone (e.g. code, prompt, answer, metadata)")
 
     export = sub.add_parser("export", help="write traces or fine-tuning pairs from a database")
     what = export.add_subparsers(dest="what", required=True)
@@ -77,6 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("interrupted: every candidate judged so far is stored")
         return 130
+    except BrokenPipeError:  # `openkernel show ID | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def cmd_run(args) -> int:
@@ -91,25 +104,28 @@ def cmd_run(args) -> int:
     import openkernel
     from openkernel import events as ev
 
-    finished = None
+    finished = started = None
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[best]}"), TimeElapsedColumn(), console=console,
                   transient=False) as progress:
         bar = None
         for event in openkernel.optimize(args.target, overrides=args.overrides):
             if isinstance(event, ev.RunStarted):
+                started = event
                 total = event.max_iters * event.branches_per_iteration
                 bar = progress.add_task(f"{event.task_name}/{event.job_name}", total=total,
-                                        best="best: -", completed=event.resumed_candidates and min(
-                                            event.resumed_candidates - 1, total))
-                progress.console.print(
-                    f"{event.hardware} | {event.backend} | generator: {event.generator}"
-                    f" ({', '.join(event.models) or 'offline'}) | db: {event.db_path}", highlight=False)
+                                        best="best: -",
+                                        completed=min(event.resumed_candidates, total))
+                generator = ("offline templates" if event.generator == "offline"
+                             else f"model{'s' if len(event.models) > 1 else ''}: "
+                                  f"{', '.join(event.models)}")
+                progress.console.print(f"{event.hardware} | {event.backend} | {generator} | "
+                                       f"db: {event.db_path}", highlight=False)
             elif isinstance(event, ev.CandidateEvaluated) and bar is not None:
                 sp = f"{event.speedup:.2f}x" if event.speedup > 0 else "-"
                 best = f"best: {event.best_speedup:.2f}x" if event.best_speedup > 0 else "best: -"
                 progress.update(bar, advance=1, best=best)
-                progress.console.print(f"  {event.label:8} {event.status.value:14} {sp:>8}  "
+                progress.console.print(f"  {event.label:8} {event.status.value:17} {sp:>8}  "
                                        f"{event.program.metadata.get('description', '')}", highlight=False)
             elif isinstance(event, ev.LogEmitted):
                 style = {"error": "red", "warning": "yellow"}.get(event.level, "dim")
@@ -123,12 +139,16 @@ def cmd_run(args) -> int:
     if finished is None:
         return 1
     if finished.reason == "failed":
+        if started is None:  # it never started: bad input (a key, the task, the generator)
+            raise OpenKernelError(finished.error or "the run could not start")
         err_console.print(f"[bold red]run failed:[/] {finished.error}", highlight=False)
-        return 2 if finished.candidates == 0 else 1
+        return 1
     best = f"{finished.best_speedup:.2f}x" if finished.best_speedup > 0 else "none correct"
-    console.print(f"\n[bold]{finished.reason}[/]: {finished.candidates} candidates, best speedup "
-                  f"{best} (kernel {finished.best_program_id or '-'}), database {finished.db_path}",
-                  highlight=False)
+    new = (f" ({finished.new_candidates} judged in this run)"
+           if finished.new_candidates != finished.candidates else "")
+    console.print(f"\n[bold]{finished.reason}[/]: {_plural(finished.candidates, 'candidate')}{new}, "
+                  f"best speedup {best} (kernel {finished.best_program_id or '-'}), database "
+                  f"{finished.db_path}", highlight=False)
     _print_spend(finished)
     return 0
 
@@ -168,7 +188,7 @@ def cmd_eval(args) -> int:
         if not probe.ok:
             raise OpenKernelError(probe.error)
         result = evaluator.evaluate(candidate.read_text(encoding="utf-8"), config.backend,
-                                    label=candidate.name)
+                                    label=candidate.name, source_name=str(candidate))
     finally:
         evaluator.close()
     if args.json:
@@ -195,29 +215,73 @@ def _store(db: str | None):
 
 def cmd_runs(args) -> int:
     store = _store(args.db)
-    table = Table("task", "job", "kernels", "best speedup", "hardware", "last")
-    for row in store.list_jobs():
-        best = f"{row['best_speedup']:.2f}x" if row["best_speedup"] and row["best_speedup"] > 0 else "-"
-        table.add_row(row["task_name"], row["job_name"], str(row["kernels"]), best,
-                      row["hardware"] or "", str(row["last"])[:19])
+    rows = store.list_jobs(args.search or "")
+    columns = ("task", "job", "state", "candidates", "best", "hardware", "last activity")
+
+    def cells(row: dict) -> tuple[str, ...]:
+        best = (f"{row['best_speedup']:.2f}x ({row['best_label']})" if row["best_speedup"] > 0
+                else "-")
+        return (row["task_name"], row["job_name"], row["state"], str(row["candidates"]), best,
+                row["hardware"] or "-", row["last"])
+
+    if not console.is_terminal:  # piped: whole names, one tab-separated line per job
+        print("\t".join(columns))
+        for row in rows:
+            print("\t".join(cells(row)))
+        return 0
+    table = Table(*columns)
+    for name, share in (("task", 4), ("job", 2)):  # the names you resume by: never cut
+        column = table.columns[columns.index(name)]
+        column.overflow = "fold"
+        longest = max((len(r[f"{name}_name"]) for r in rows), default=0)
+        column.min_width = min(longest, console.width // share)
+    for row in rows:
+        table.add_row(*cells(row))
     console.print(table)
+    if not rows:
+        console.print("no runs in this database yet", highlight=False)
     return 0
 
 
+# Long text fields, printed last, each under its name.
+_TEXT_FIELDS = ("description", "user_instructions", "prompt", "answer", "code", "eval_log",
+                "generation_log", "reference_code")
+
+
 def cmd_show(args) -> int:
+    from sqlalchemy import inspect
+
+    from openkernel.store.tables import Kernel
+
     store = _store(args.db)
     row = store.get_kernel(args.kernel_id)
     if row is None:
         raise OpenKernelError(f"no kernel with id {args.kernel_id!r} in {store.path}")
-    fields = ["id", "task_name", "job_name", "label", "iteration", "branch", "parent_id", "origin",
-              "model", "hardware", "backend", "status", "runtime", "runtime_improvement",
-              "improve_over_compile", "perf_score", "score", "description"]
-    for name in fields:
-        console.print(f"[bold]{name}:[/] {getattr(row, name)}", highlight=False)
-    console.print(f"[bold]runtime_stats:[/] {json.dumps(row.runtime_stats)}", highlight=False)
-    for name in ("code", "eval_log"):
-        console.print(f"[bold]{name}:[/]", highlight=False)
-        console.print(getattr(row, name) or "(empty)", highlight=False, markup=False)
+    names = [a.key for a in inspect(Kernel).column_attrs]  # "meta": the metadata column
+    values = {name: getattr(row, name) for name in names}
+    if args.field:
+        key = "meta" if args.field == "metadata" else args.field
+        if key not in values:
+            known = sorted("metadata" if n == "meta" else n for n in names)
+            raise OpenKernelError(f"no field {args.field!r}; fields: {', '.join(known)}")
+        value = values[key]
+        print(value if isinstance(value, str) else json.dumps(value, indent=2, default=str))
+        return 0
+    if args.json:
+        print(json.dumps({("metadata" if k == "meta" else k): v for k, v in values.items()},
+                         indent=2, default=str))
+        return 0
+    for name in names:
+        if name in _TEXT_FIELDS:
+            continue
+        value = values[name]
+        shown = json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
+        console.print(f"[bold]{'metadata' if name == 'meta' else name}:[/] ", end="",
+                      highlight=False)
+        console.print(str(shown), highlight=False, markup=False)  # values are not markup
+    for name in _TEXT_FIELDS:
+        console.print(f"\n[bold]{name}:[/]", highlight=False)
+        console.print(values[name] or "(empty)", highlight=False, markup=False)
     return 0
 
 

@@ -71,7 +71,7 @@ class LLMCall:
     """One model call that returned an answer (failed calls cost nothing and are not counted)."""
 
     model: str
-    purpose: str  # "generate" | "critic" | "feedback"
+    purpose: str  # "generate" | "critic" | "feedback" ("preflight": the one-token check, not stored)
     prompt_tokens: int
     completion_tokens: int
     cost_usd: float

@@ -31,13 +31,15 @@ class RunStarted(Event):
     db_path: str
     max_iters: int
     branches_per_iteration: int
-    resumed_candidates: int = 0  # candidates already stored for this job (a resumed run)
+    resumed_candidates: int = 0  # candidates already stored for this job (a resumed run; the
+    # reference is not a candidate)
     reference_code: str = ""
     skills: tuple = ()  # offline templates matching the task (generators.offline.skill_matches)
     peak_bandwidth_gbs: float | None = None  # hardware ceilings for roofline views
     peak_tflops: dict = field(default_factory=dict)
     max_usd: float | None = None  # the job's budget (budget.max_usd, budget.max_tokens)
     max_tokens: int | None = None
+    peak_gflops: float | None = None  # the compute ceiling for this task's dtype
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,23 @@ class CandidateStarted(Event):
     branch: int
     parent_id: str | None
     model: str
+
+
+# Where a candidate in flight is, in order (CandidatePhaseChanged.phase): its generator is
+# writing it; it waits for a free worker (or for the run to be resumed); its worker imports
+# and compiles it (and makes the first call); it waits for its GPU's turn; its correctness
+# tests run; its timed trials run; it is re-run under Nsight Compute. "abandoned": it will not
+# be judged (an internal error, or no GPU left; the log says which).
+PHASES = ("generating", "queued", "building", "waiting_for_gpu", "testing", "timing", "profiling",
+          "abandoned")
+
+
+@dataclass(frozen=True)
+class CandidatePhaseChanged(Event):
+    """A candidate in flight moved to another phase (one of ``PHASES``)."""
+
+    label: str
+    phase: str
 
 
 @dataclass(frozen=True)
@@ -116,7 +135,7 @@ class BestImproved(Event):
 class IterationFinished(Event):
     iteration: int
     best_speedup: float
-    evaluated: int
+    evaluated: int  # the job's candidates judged so far (a resumed job: its earlier runs' too)
 
 
 @dataclass(frozen=True)
@@ -162,8 +181,9 @@ class RunFinished(Event):
     reason: str  # "completed" | "stopped" | "failed"
     best_program_id: str | None
     best_speedup: float
-    candidates: int
+    candidates: int  # the job's candidates now stored (a resumed job: all its runs')
     db_path: str
     error: str | None = None  # why it failed, or why it stopped by itself (a budget)
     extra: dict = field(default_factory=dict)
     spend: Spend | None = None  # the job's model calls, per model (None: no model used)
+    new_candidates: int = 0  # of which this run judged

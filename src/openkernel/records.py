@@ -42,6 +42,8 @@ class TaskProbe:
     input_dtypes: list[str] = field(default_factory=list)
     output_shapes: list[list[int]] = field(default_factory=list)
     output_dtypes: list[str] = field(default_factory=list)
+    # FLOPs of one forward: matmuls and convolutions (torch.utils.flop_counter), plus one per
+    # element of each pointwise op and reduction (worker/probe.py); 0.0: none counted, unknown.
     flops: float = 0.0
     bytes_moved: float = 0.0  # inputs read once + outputs written once
     warnings: list[str] = field(default_factory=list)

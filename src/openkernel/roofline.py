@@ -19,6 +19,11 @@ _PEAKS: dict[str, tuple[float, dict[str, float]]] = {
 }
 
 
+def arithmetic_intensity(flops: float, bytes_moved: float) -> float | None:
+    """FLOP per byte, or None when either is unknown (0: nothing counted, never a real zero)."""
+    return flops / bytes_moved if flops > 0 and bytes_moved > 0 else None
+
+
 def peaks_for(name: str) -> tuple[float | None, dict[str, float]]:
     for fragment, (bw, tflops) in _PEAKS.items():
         if fragment in name:

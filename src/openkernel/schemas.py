@@ -29,6 +29,9 @@ class Status(str, Enum):
     # memory in a check, the reference failing, a CUDA error before the candidate ran); it
     # says nothing about the candidate, which was retried once with a smaller plan.
     EVALUATOR_FAULT = "evaluator_fault"
+    # purple, outside the seed's colours too: no kernel to judge, because generating failed
+    # (the model's service answered with an error, or its answer held no kernel).
+    GENERATION_FAILED = "generation_failed"
 
     @property
     def label(self) -> str:
@@ -44,10 +47,12 @@ STATUS_LABELS = {
     Status.BUILD_TIMEOUT: "The build itself timed out",
     Status.NOT_RUN: "Compiled, but not runnable on this machine",
     Status.EVALUATOR_FAULT: "The evaluator failed, not the candidate",
+    Status.GENERATION_FAILED: "Generation failed: no kernel to judge",
 }
 
-# Statuses that say nothing about the candidate's code: never counted as its errors.
-NOT_JUDGED = frozenset({Status.NOT_RUN, Status.EVALUATOR_FAULT})
+# Statuses that say nothing about a candidate's code (none was run, or none came back): never
+# counted as its errors.
+NOT_JUDGED = frozenset({Status.NOT_RUN, Status.EVALUATOR_FAULT, Status.GENERATION_FAILED})
 
 # perf_score: the discrete quality ladder that compute_performance_score starts from.
 PERF_NONE = 0  # nothing usable (build failed or timed out)
@@ -66,7 +71,8 @@ class EvalResult(BaseModel):
     ``improve_over_compile`` is the same against ``torch.compile`` of the reference.
     ``metadata`` carries what the seed leaves open: ``timeout`` ("build" | "test"),
     ``runnable`` (False when the hardware cannot run the candidate), ``integrity_violation``
-    (the name of the check that caught it), ``hardware``, ``timing_method``.
+    (the name of the check that caught it), ``hardware``, ``timing_method``,
+    ``generation_failed`` ("service" | "no_code": no kernel came back to be judged).
     """
 
     compiled: bool = False
@@ -112,6 +118,8 @@ class EvalResult(BaseModel):
 
     def get_status(self) -> Status:
         """The colour class of this result (timeouts and speed included)."""
+        if self.metadata.get("generation_failed"):
+            return Status.GENERATION_FAILED
         if self.metadata.get("evaluator_fault"):
             return Status.EVALUATOR_FAULT
         timeout = self.metadata.get("timeout")
@@ -203,9 +211,20 @@ class Program:
         return EvalResult.compute_performance_score(self.kernel_exec_result)
 
     @property
+    def can_be_best(self) -> bool:
+        """The one rule for a job's best kernel (``openkernel.store.summary`` says it in SQL):
+        a correct candidate, never the reference; the highest ``score`` is the best. (Failing
+        the held-out shapes is an integrity violation, so such a kernel is not correct; the
+        flag is checked too, in case a result says otherwise.)"""
+        result = self.kernel_exec_result
+        return bool(result is not None and result.correctness and not self.is_program0
+                    and result.metadata.get("heldout_ok", True) is not False)
+
+    @property
     def label(self) -> str:
-        """``i<N>-b<M>``: iteration N, branch M."""
-        return f"i{self.iteration_found}-b{self.metadata.get('branch', 0)}"
+        """``i<N>-b<M>``: iteration N, branch M; or the stored label (``ref``, ``start``)."""
+        return str(self.metadata.get("label") or
+                   f"i{self.iteration_found}-b{self.metadata.get('branch', 0)}")
 
     def to_dict(self) -> dict[str, Any]:
         """Convert to dictionary representation."""

@@ -1,4 +1,4 @@
-"""Fixtures of the dashboard tests: a small realistic database, written by the engine's Store."""
+"""Fixtures of the dashboard tests: a database written by real engine runs on the CPU."""
 
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ import sample_db  # noqa: E402
 
 @pytest.fixture(scope="session")
 def sample(tmp_path_factory) -> dict:
-    """A database with one job of ten kernels (every status, parents, one best) and an empty job."""
+    """A database written by real runs (sample_db): an LLM job with every status, an offline
+    job run twice, a killed one. ``ids``: the LLM job's kernel ids by status."""
     path = tmp_path_factory.mktemp("dash") / "kernels.sqlite3"
     info = sample_db.build(path)
-    return {"path": path, **info}
+    ids = {status: [r.id for r in rows] for status, rows in sample_db.by_status(path).items()}
+    return {"path": path, "ids": ids, **info}
 
 
 @pytest.fixture(scope="session")

@@ -1,82 +1,143 @@
-"""A small, realistic results database written through the engine's own Store."""
+"""A results database written by real ``openkernel.optimize`` runs on the CPU: what users have.
+
+Three jobs of the shipped GELU example:
+
+- ``JOB`` ("llm job": a space exercises URL quoting): the LLM generator against a real
+  OpenAI-compatible server on 127.0.0.1 (tests/llm_server.py) answering with the test
+  candidates, so every status occurs: correct ones (the best among them), a compile error, an
+  incorrect one, an integrity violation (inputs_modified), a test and a build timeout, a
+  service error (generation_failed), an answer without a kernel, and, after the backend
+  switches to CUDA for the last iteration, CUDA C++ that is compiled but not run here (not_run)
+  and CUDA C++ that does not compile.
+- ``OFFLINE_JOB``: the offline generator, run and then resumed (two runs, completed).
+- ``KILLED_JOB``: an ``openkernel run`` killed with SIGKILL after its first candidate: its
+  engine is gone, so it reads interrupted (and it has no critic line yet).
+
+The answers of one iteration go to its branches in whatever order their requests arrive, so
+tests find kernels by status, not by label.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
-from openkernel.store import Store
+import openkernel
+from openkernel import events as ev
+from openkernel.search.control import RunControl
+from openkernel.store import open_readonly
+from openkernel.store.db import iter_kernels
 
-TASK, JOB = "gelu_mul_add", "demo job"  # a space in the job name exercises URL quoting
-REFERENCE = "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x, a, b):\n" \
-            "        return torch.nn.functional.gelu(x) * a + b\n"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from llm_server import ChatServer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "gelu"
+CANDIDATES = ROOT / "tests" / "candidates"
+TASK, JOB, OFFLINE_JOB, KILLED_JOB = "gelu", "llm job", "offline", "killed"
+MODEL = "openai/test-model"
+BRANCHES, ITERS = 4, 3
+KEY_ENV = "OPENKERNEL_SAMPLE_KEY"
 
 
-def _code(i: int) -> str:
-    return ("import triton\nimport triton.language as tl\n\n@triton.jit\n"
-            f"def gelu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr = {64 << (i % 4)}):\n"
-            "    pid = tl.program_id(0)\n    offs = pid * BLOCK + tl.arange(0, BLOCK)\n"
-            f"    x = tl.load(x_ptr + offs, mask=offs < n)  # variant {i}\n"
-            "    tl.store(out_ptr + offs, x, mask=offs < n)\n")
+def _answer(name: str, plan: str) -> str:
+    code = (CANDIDATES / f"{name}.py").read_text(encoding="utf-8")
+    return f"Plan: {plan}\n\n```python\n{code}```\n"
 
 
-# (label suffix, status, speedup) per candidate, four branches per iteration, parents chained
-PLAN = [
-    ("i0-b0", "correct", 1.0, None), ("i0-b1", "compile_error", -1, None),
-    ("i0-b2", "incorrect", -1, None), ("i0-b3", "faster", 1.3, None),
-    ("i1-b0", "faster", 1.8, "i0-b3"), ("i1-b1", "test_timeout", -1, "i0-b3"),
-    ("i1-b2", "build_timeout", -1, "i0-b0"), ("i1-b3", "not_run", -1, "i0-b0"),
-    ("i2-b0", "faster", 2.4, "i1-b0"), ("i2-b1", "correct", 0.9, "i1-b0"),
+def _faster_gelu() -> str:
+    """good_gelu with twice the block: another correct kernel, timed apart."""
+    code = (CANDIDATES / "good_gelu.py").read_text(encoding="utf-8")
+    return code.replace("triton.cdiv(n, 4096)", "triton.cdiv(n, 8192)").replace("BLOCK=4096", "BLOCK=8192")
+
+
+# One entry per request, iteration by iteration (the last one runs with the cuda backend).
+SCRIPT = [
+    _answer("good_gelu", "one masked elementwise pass, BLOCK=4096 (ANSWER-MARKER)"),
+    _answer("bad_triton", "a block size from the input"),
+    _answer("wrong", "a cheaper approximation"),
+    (503, "The server is overloaded (SERVICE-MARKER)"),
+    f"Plan: wider blocks.\n\n```python\n{_faster_gelu()}```\n",
+    _answer("mutate_inputs", "reuse the input buffer"),
+    _answer("loop_forward", "a persistent loop"),
+    _answer("loop_import", "tune at import"),
+    _answer("cuda_ok", "CUDA C++ with one thread per element"),
+    _answer("cuda_broken", "CUDA C++ with a fused constant"),
+    "I would rather not write a kernel for this one.",
+    _answer("cuda_ok", "the same CUDA C++ again"),
 ]
 
 
+def _overrides(path: Path, scratch: Path, job: str, *extra: str) -> list[str]:
+    return [f"paths.kernels_db_path={path}", f"paths.scratch_dir={scratch}", f"job_name={job}",
+            "search.seed=1", *extra]
+
+
+def _llm_job(path: Path, scratch: Path) -> list[object]:
+    os.environ.setdefault(KEY_ENV, "sk-sample-not-a-key")
+    control = RunControl()
+    events: list[object] = []
+    with ChatServer(default="no more answers") as server:
+        server.script = list(SCRIPT)
+        inference = ('[{"model": "%s", "api_base": "%s", "api_key_env": "%s", "num_retries": 0}]'
+                     % (MODEL, server.url, KEY_ENV))
+        for event in openkernel.optimize(EXAMPLE, control=control, overrides=_overrides(
+                path, scratch, JOB, f"inference={inference}", f"max_iters={ITERS}",
+                f"branches_per_iteration={BRANCHES}", "eval_config.max_workers=2",
+                "eval_config.correctness_seeds=1", "eval_config.build_timeout_s=20",
+                "eval_config.test_timeout_s=10", "user_instructions=PROMPT-MARKER, one pass over memory.")):
+            events.append(event)
+            if isinstance(event, ev.IterationFinished) and event.iteration == ITERS - 2:
+                control.set_backend("cuda")  # taken when the last iteration starts
+    return events
+
+
+def _killed_job(path: Path, scratch: Path) -> int:
+    """An engine process killed with SIGKILL once it stored its first candidate (the second is
+    still being judged, so no iteration ended and no critic line was written); returns its pid."""
+    args = ["run", str(EXAMPLE), *sum((["--set", o] for o in _overrides(
+        path, scratch, KILLED_JOB, "max_iters=3", "branches_per_iteration=2",
+        "eval_config.max_workers=1")), [])]
+    proc = subprocess.Popen([sys.executable, "-m", "openkernel.cli", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline:
+            time.sleep(0.5)
+            if path.exists() and sum(not r.is_program0 for r in iter_kernels(
+                    open_readonly(path), TASK, KILLED_JOB)) >= 1:
+                break
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return proc.pid
+
+
 def build(path: Path) -> dict:
-    """Write the sample job (kernels and critic lines); return {label: kernel id} and the best id."""
-    store = Store(path)
-    # Fixed times, before the kernels': "last activity" must not depend on the day tests run.
-    t0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
-    run = store.start_run(task_name=TASK, job_name=JOB, backend="triton", gpu_arch="sm_90",
-                          hardware="NVIDIA H200 (sm_90)", models=["offline"], status="completed",
-                          started_at=t0 - timedelta(minutes=1),
-                          config={"branches_per_iteration": 4,
-                                  "hardware": {"peak_bandwidth_gbs": 4000.0, "peak_tflops": {"fp32": 60.0}}})
-    store.start_run(task_name="softmax", job_name="other job", backend="cuda", hardware="CPU", status="failed",
-                    started_at=t0 - timedelta(hours=1))
-    ids = {}
-    for n, (label, status, speedup, parent) in enumerate(PLAN):
-        it, br = int(label[1]), int(label[-1])
-        correct = status in ("faster", "correct")
-        kid = f"k{n:03d}{label.replace('-', '')}"
-        ids[label] = kid
-        profiler = {}
-        if correct:
-            profiler = {"flops": 2e6, "bytes": 8e6, "dram_throughput_pct": 30 + 5 * n,
-                        "achieved_occupancy": 0.6, "registers_per_thread": 32,
-                        "shared_mem_per_block": 4096, "l2_hit_rate_pct": 55.0, "bottleneck": "memory_bound"}
-        if label == "i2-b0":
-            profiler["memory_heatmap"] = [[1, 2, 3], [4, 5, 6]]
-        store.add_kernel(
-            id=kid, run_id=run.id, task_name=TASK, job_name=JOB, iteration=it, branch=br, label=label,
-            parent_id=ids.get(parent) if parent else None, origin="offline", model="offline-templates",
-            hardware="NVIDIA H200 (sm_90)", gpu_arch="sm_90", description=f"variant {n}: vectorized loads",
-            prompt=f"You are a kernel engineer. PROMPT-MARKER-{n}\n" + "Reference:\n" + REFERENCE,
-            answer=f"I will try BLOCK={64 << (n % 4)}.\n\n```python\n{_code(n)}```\n",
-            reference_code=REFERENCE, code=_code(n), status=status,
-            compiled=status not in ("compile_error", "build_timeout"), correctness=correct,
-            runtime=0.1 / speedup if speedup > 0 else -1.0,
-            runtime_stats={"median": 0.1 / speedup, "mean": 0.101 / speedup, "std": 0.002, "min": 0.09 / speedup,
-                           "max": 0.12 / speedup, "cv": 0.02, "n_trials": 100 + n,
-                           "reference_median": 0.1} if speedup > 0 else {},
-            runtime_improvement=speedup, improve_over_compile=speedup * 0.8 if speedup > 0 else -1.0,
-            perf_score=4 if status == "faster" else 3 if correct else 0,
-            score=(4 if status == "faster" else 3) + speedup if correct else 0.0,
-            features={"block": 64 << (n % 4), "vector_width": 1 + n % 3, "num_warps": 2 + n % 4},
-            profiler_data=profiler,
-            meta={"integrity_violation": "output_aliasing"} if label == "i0-b2" else {"flagged_for_review": label == "i2-b1"},
-            eval_log=f"EVAL-LOG-MARKER-{n}: " + ("error: expected ';'" if status == "compile_error" else "ok"),
-            created_at=t0 + timedelta(seconds=n))
-    for it in range(3):  # the critic's line after each iteration, as the search loop stores it
-        store.add_critique(run_id=run.id, task_name=TASK, job_name=JOB, iteration=it,
-                           text=f"CRITIC-MARKER-{it}: Best so far i{it}-b0. Memory bound (estimate).")
-    store.close()
-    return {"ids": ids, "best": ids["i2-b0"]}
+    """Run the three jobs into ``path``; returns their events, the LLM job's best id and the
+    killed engine's pid."""
+    scratch = path.parent / "scratch"
+    llm = _llm_job(path, scratch)
+    first = list(openkernel.optimize(EXAMPLE, overrides=_overrides(
+        path, scratch, OFFLINE_JOB, "max_iters=1", "branches_per_iteration=2")))
+    resumed = list(openkernel.optimize(EXAMPLE, overrides=_overrides(
+        path, scratch, OFFLINE_JOB, "max_iters=2", "branches_per_iteration=2")))
+    pid = _killed_job(path, scratch)
+    with sqlite3.connect(path) as conn:  # the killed engine's WAL into the file: copies hold all
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return {"events": llm, "offline_events": first + resumed, "best": llm[-1].best_program_id,
+            "best_speedup": llm[-1].best_speedup, "killed_pid": pid}
+
+
+def by_status(path: Path, job: str = JOB) -> dict[str, list]:
+    """The job's kernels (rows, read-only) by status."""
+    out: dict[str, list] = {}
+    for row in iter_kernels(open_readonly(path), TASK, job):
+        out.setdefault(row.status, []).append(row)
+    return out

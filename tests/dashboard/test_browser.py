@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import sample_db
 
-from kernelcode.dashboard import job_url, serve_in_background
+from kernelcode.dashboard import job_url, queries, serve_in_background
+from openkernel.store import Store, open_readonly
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
@@ -59,98 +60,157 @@ def _nodes(page, n: int) -> None:
     page.wait_for_function(f"() => {{ try {{ return {CY}.nodes().length === {n}; }} catch (e) {{ return false; }} }}")
 
 
+N_KERNELS = sample_db.ITERS * sample_db.BRANCHES + 1  # the LLM job's candidates and the reference
+
+
+def _kernel(served, kernel_id: str) -> dict:
+    """One kernel as stored, read-only (the last test checks the file was never written)."""
+    return queries.kernel_detail(open_readonly(served["path"]), kernel_id)
+
+
 def _open_job(page, base: str) -> None:
     page.goto(job_url(base, sample_db.TASK, sample_db.JOB))
-    _nodes(page, len(sample_db.PLAN))
+    _nodes(page, N_KERNELS)
 
 
-def test_runs_page_lists_the_job_and_searches(served, page):
+def test_runs_page_lists_the_jobs_with_their_best_and_state(served, page):
     page.goto(served["base"] + "/")
-    listing = page.wait_for_selector("#runs-listing")
-    text = listing.inner_text()
-    assert sample_db.JOB in text and sample_db.TASK in text and "2.40x" in text and "NVIDIA H200" in text
-    page.fill("#runs-search", "softmax")
-    page.wait_for_function("() => !document.querySelector('#runs-listing').innerText.includes('demo job')")
-    assert "other job" in page.inner_text("#runs-listing")
+    page.wait_for_selector("#runs-listing")
+    head, *body = page.evaluate("() => [...document.querySelectorAll('#runs-listing tr')]"
+                                ".map(tr => [...tr.cells].map(td => td.innerText.trim()))")
+    rows = {cells[1]: dict(zip(head, cells)) for cells in body}
+    llm = rows[sample_db.JOB]
+    best = _kernel(served, served["best"])
+    assert llm["best speedup"] == f"{served['best_speedup']:.2f}x ({best['label']})" != "1.00x"
+    assert llm["hardware"] == "CPU (Triton interpreter)" and llm["state"] == "completed"
+    assert llm["candidates"] == str(sample_db.ITERS * sample_db.BRANCHES)  # not the reference
+    assert "generation failed" in llm["status mix"] and "not run" in llm["status mix"]
+    assert rows[sample_db.KILLED_JOB]["state"] == "interrupted"
+    assert rows[sample_db.OFFLINE_JOB]["runs"] == "2"
+    page.fill("#runs-search", "offline")
+    page.wait_for_function("() => !document.querySelector('#runs-listing').innerText.includes('llm job')")
+    assert sample_db.OFFLINE_JOB in page.inner_text("#runs-listing")
     page.fill("#runs-search", "")
-    page.click("#runs-listing >> text=demo job")
-    _nodes(page, len(sample_db.PLAN))
+    page.click("#runs-listing >> text=llm job")
+    _nodes(page, N_KERNELS)
     assert page.errors == []
 
 
 def test_graph_colours_best_arrows_and_legend(served, page):
     _open_job(page, served["base"])
     ids = served["ids"]
+    rows = queries.job_kernels(open_readonly(served["path"]), sample_db.TASK, sample_db.JOB)
+    known = {r["id"] for r in rows}
     info = page.evaluate(f"""() => {{ const cy = {CY};
         const c = id => cy.getElementById(id).style('background-color');
         return {{edges: cy.edges().length, best: c('{served['best']}'),
                  border: cy.getElementById('{served['best']}').style('border-color'),
-                 red: c('{ids['i0-b1']}'), green: c('{ids['i1-b0']}'), pink: c('{ids['i1-b2']}'),
-                 label: cy.getElementById('{ids['i1-b3']}').data('label'),
-                 y0: cy.getElementById('{ids['i0-b0']}').position('y'),
-                 y2: cy.getElementById('{served['best']}').position('y')}}; }}""")
-    assert info["edges"] == 6
+                 red: c('{ids['compile_error'][0]}'), pink: c('{ids['build_timeout'][0]}'),
+                 purple: c('{ids['generation_failed'][0]}'), grey: c('{ids['not_run'][0]}'),
+                 yellow: c('{ids['test_timeout'][0]}'),
+                 label: cy.getElementById('{ids['not_run'][0]}').data('label'),
+                 y0: cy.getElementById('{ids['correct'][0]}').position('y'),
+                 y2: cy.getElementById('{ids['not_run'][0]}').position('y')}}; }}""")
+    assert info["edges"] == sum(1 for r in rows if r["parent_id"] in known)
     assert info["best"] == "rgb(255,255,255)" and info["border"] == "rgb(0,0,0)"
-    assert (info["red"], info["green"], info["pink"]) == ("rgb(214,39,40)", "rgb(44,160,44)", "rgb(255,105,180)")
-    assert info["label"] == "i1-b3" and info["y0"] < info["y2"]
+    assert (info["red"], info["pink"], info["yellow"]) == ("rgb(214,39,40)", "rgb(255,105,180)", "rgb(242,197,0)")
+    assert (info["purple"], info["grey"]) == ("rgb(148,103,189)", "rgb(158,158,158)")
+    assert info["label"].startswith("i2-b") and info["y0"] < info["y2"]
     legend = page.inner_text("#graph-legend")
     assert "Did not compile" in legend and "The best kernel of the job" in legend
+    assert "Generation failed: no kernel to judge" in legend
     assert "Zoom in" not in legend  # a small job draws every arrow from the start
     critic = page.inner_text("#job-critic")
-    assert critic.startswith("Critic") and critic.index("CRITIC-MARKER-0") < critic.index("CRITIC-MARKER-2")
+    stored = queries.job_critiques(open_readonly(served["path"]), sample_db.TASK, sample_db.JOB)
+    assert critic.startswith("Critic") and len(stored) == sample_db.ITERS
+    assert critic.index(stored[0]["text"][:60]) < critic.rindex(stored[-1]["text"][:60])
+    facts = page.inner_text("#job-facts")
+    assert f"{sample_db.ITERS * sample_db.BRANCHES} candidates" in facts and "models: openai/test-model" in facts
     assert page.errors == []
+
+
+def _click(page, kernel_id: str) -> None:
+    box = page.locator("#job-graph").bounding_box()
+    pos = page.evaluate(f"() => {CY}.getElementById('{kernel_id}').renderedPosition()")
+    page.mouse.click(box["x"] + pos["x"], box["y"] + pos["y"])
 
 
 def test_clicking_a_node_shows_every_field_with_highlighted_code(served, page):
     _open_job(page, served["base"])
-    kid = served["ids"]["i0-b2"]
-    box = page.locator("#job-graph").bounding_box()
-    pos = page.evaluate(f"() => {CY}.getElementById('{kid}').renderedPosition()")
-    page.mouse.click(box["x"] + pos["x"], box["y"] + pos["y"])
-    page.wait_for_selector("#kernel-info")
+    row = next(r for r in (_kernel(served, i) for i in served["ids"]["incorrect"])
+               if r["meta"].get("integrity_violation") == "inputs_modified")
+    _click(page, row["id"])
+    page.wait_for_function(f"() => (document.querySelector('#kernel-info') || {{innerText: ''}})"
+                           f".innerText.includes('{row['label']}')")
     info = page.inner_text("#kernel-info")
-    for expected in ("i0-b2", sample_db.TASK, sample_db.JOB, "offline-templates", "NVIDIA H200 (sm_90)", "incorrect"):
+    for expected in (row["label"], sample_db.TASK, sample_db.JOB, sample_db.MODEL,
+                     "CPU (Triton interpreter)", "incorrect"):
         assert expected in info
-    assert "output_aliasing" in page.inner_text("#kernel-integrity")
+    assert "inputs_modified" in page.inner_text("#kernel-integrity")
     panel = page.locator("#kernel-panel-body")
-    assert "PROMPT-MARKER-2" in panel.text_content() and "EVAL-LOG-MARKER-2" in panel.text_content()
-    assert "I will try BLOCK" in panel.text_content() and "class Model" in panel.text_content()
+    assert "PROMPT-MARKER" in panel.text_content() and row["eval_log"].splitlines()[0] in panel.text_content()
+    assert "reuse the input buffer" in panel.text_content() and "class Model" in panel.text_content()
     # highlight.js is served by Dash itself: keywords get hljs spans with no network
     page.wait_for_selector("#kernel-panel-body .code .hljs-keyword", state="attached")
-    best = served["best"]
-    pos = page.evaluate(f"() => {CY}.getElementById('{best}').renderedPosition()")
-    page.mouse.click(box["x"] + pos["x"], box["y"] + pos["y"])
-    page.wait_for_function("() => document.querySelector('#kernel-info').innerText.includes('i2-b0')")
+    best = _kernel(served, served["best"])
+    _click(page, best["id"])
+    page.wait_for_function(f"() => document.querySelector('#kernel-info').innerText.includes('{best['label']}')")
     runtime = page.inner_text("#kernel-runtime")
-    assert "n_trials" in runtime and "108" in runtime and "2.4x" in runtime and "1.92x" in runtime
+    stats = best["runtime_stats"]
+    assert "n_trials" in runtime and str(stats["n_trials"]) in runtime
+    assert f"{best['runtime_improvement']:.4g}x" in runtime
+    assert f"{stats['reference']['median']:.4g}" in runtime  # the reference median, as stored
+    assert page.errors == []
+
+
+def test_a_generation_failure_says_what_happened(served, page):
+    _open_job(page, served["base"])
+    row = next(r for r in (_kernel(served, i) for i in served["ids"]["generation_failed"])
+               if r["meta"]["generation_failed"] == "service")
+    _click(page, row["id"])
+    page.wait_for_function(f"() => (document.querySelector('#kernel-info') || {{innerText: ''}})"
+                           f".innerText.includes('{row['label']}')")
+    assert "generation_failed" in page.inner_text("#kernel-info")
+    text = page.locator("#kernel-panel-body").text_content()
+    assert "service answered with an error" in text and "SERVICE-MARKER" in text
     assert page.errors == []
 
 
 def test_experiment_table_quick_filter_and_row_click(served, page):
     _open_job(page, served["base"])
     page.click(".tab >> text=Experiment table")
-    page.wait_for_function("() => document.querySelectorAll('#exp-grid .ag-center-cols-container .ag-row').length === 10")
-    page.fill("#table-search", "compile_error")
+    page.wait_for_function("() => document.querySelectorAll('#exp-grid .ag-center-cols-container .ag-row')"
+                           f".length === {N_KERNELS}")
+    page.fill("#table-search", "build_timeout")
     page.wait_for_function("() => document.querySelectorAll('#exp-grid .ag-center-cols-container .ag-row').length === 1")
     page.locator("#exp-grid .ag-center-cols-container .ag-row").first.click()
-    page.wait_for_function("() => (document.querySelector('#kernel-info') || {innerText: ''}).innerText.includes('i0-b1')")
-    assert "expected ';'" in page.text_content("#kernel-panel-body")
+    label = _kernel(served, served["ids"]["build_timeout"][0])["label"]
+    page.wait_for_function(f"() => (document.querySelector('#kernel-info') || {{innerText: ''}}).innerText.includes('{label}')")
+    assert "build timeout" in page.text_content("#kernel-panel-body").lower()
     assert page.errors == []
 
 
 def test_every_panel_draws(served, page):
+    """A CPU job, as users have it: plots where there is data, and where there is none (no
+    GPU profile, interpreter timings) a note that says why and what to do."""
     _open_job(page, served["base"])
     for tab, selector in [("Optimization trajectory", "#trajectory-body .js-plotly-plot"),
-                          ("Roofline", "#roofline-body .js-plotly-plot"),
-                          ("Resources", "#resources-body .js-plotly-plot"),
+                          ("Roofline", "#roofline-body .note"),
+                          ("Resources", "#resources-body .note"),
                           ("Optimization landscape", "#landscape-body .js-plotly-plot"),
-                          ("Memory heatmap", "#memory-body .js-plotly-plot"),
+                          ("Memory heatmap", "#memory-help"),
                           ("Code diff", "#diff-table"), ("Run health", "#health-table")]:
         page.click(f".tab >> text={tab}")
         page.wait_for_selector(selector)
-    assert "i1-b0" in page.inner_text("#panel-diff") and "i2-b0" in page.inner_text("#panel-diff")
+    page.click(".tab >> text=Roofline")
+    assert "CPU" in page.inner_text("#roofline-body")
+    page.click(".tab >> text=Memory heatmap")
+    assert "openkernel show" in page.inner_text("#memory-help")
+    page.click(".tab >> text=Code diff")
+    assert _kernel(served, served["best"])["label"] in page.inner_text("#panel-diff")
     page.click(".tab >> text=Run health")
-    assert page.locator("#health-table tbody tr").count() == 6  # the seed's five, evaluator faults
+    assert page.locator("#health-table tbody tr").count() == 7
+    assert "got no kernel from the generator" in page.inner_text("#health-table")
     assert page.errors == []
 
 
@@ -170,24 +230,36 @@ def test_missing_database_gets_a_clear_page(tmp_path, page):
 
 
 def test_live_job_page_grows_by_itself(sample, tmp_path, page):
-    from openkernel.store import Store
+    """The offline job resumed by a real engine while its page is open: the new kernels and
+    the new critic line appear within a few refresh ticks, with no reload."""
+    import threading
+
+    import openkernel
 
     path = tmp_path / "live.sqlite3"
     shutil.copy(sample["path"], path)
     base = serve_in_background(path)
-    _open_job(page, base)
-    store = Store(path)
-    store.add_kernel(id="live0001", run_id=1, task_name=sample_db.TASK, job_name=sample_db.JOB, iteration=3,
-                     branch=0, label="i3-b0", parent_id=sample["best"], origin="llm", status="faster",
-                     compiled=True, correctness=True, runtime=0.03, runtime_improvement=3.3, score=7.3)
-    store.close()
-    _nodes(page, len(sample_db.PLAN) + 1)  # within a few refresh ticks, no reload
-    page.wait_for_function("() => document.querySelector('#job-facts').innerText.includes('11 kernels')")
-    store = Store(path)  # the critic's line comes after the iteration's last kernel: shown too
-    store.add_critique(run_id=1, task_name=sample_db.TASK, job_name=sample_db.JOB, iteration=3,
-                       text="CRITIC-MARKER-3: live")
-    store.close()
-    page.wait_for_function("() => document.querySelector('#job-critic').innerText.includes('CRITIC-MARKER-3')")
+    page.goto(job_url(base, sample_db.TASK, sample_db.OFFLINE_JOB))
+    _nodes(page, 5)  # the reference and 2 x 2 candidates
+    page.wait_for_function("() => document.querySelector('#job-live').innerText.startsWith('completed')")
+    done: list = []
+    control = openkernel.RunControl()
+    control.pause()  # the run starts, then holds before its first candidate: it reads running
+    engine = threading.Thread(target=lambda: done.extend(openkernel.optimize(
+        sample_db.EXAMPLE, control=control, overrides=[
+            f"paths.kernels_db_path={path}", f"paths.scratch_dir={tmp_path / 's'}",
+            f"job_name={sample_db.OFFLINE_JOB}", "max_iters=3", "branches_per_iteration=2",
+            "search.seed=1"])))
+    engine.start()
+    page.wait_for_function("() => document.querySelector('#job-live').innerText.startsWith('running')")
+    control.resume()
+    _nodes(page, 7)
+    engine.join(timeout=240)
+    assert done and done[-1].reason == "completed"
+    page.wait_for_function("() => document.querySelector('#job-facts').innerText.includes('6 candidates')")
+    text = Store(path).job_critiques(sample_db.TASK, sample_db.OFFLINE_JOB)[-1].text
+    page.wait_for_function(f"() => document.querySelector('#job-critic').innerText.includes({text[:40]!r})")
+    page.wait_for_function("() => document.querySelector('#job-live').innerText.startsWith('completed')")
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,14 @@ def _row(i, status="faster", it=0, br=0, parent=None, speed=1.5, **extra):
 
 
 def test_status_colours_follow_the_seed_table():
+    from openkernel.schemas import Status
+
     assert graph.STATUS_COLORS == {
         "faster": "#2ca02c", "correct": "#1f77b4", "incorrect": "#ff7f0e", "test_timeout": "#f2c500",
         "compile_error": "#d62728", "build_timeout": "#ff69b4", "not_run": "#9e9e9e",
-        "evaluator_fault": "#5f6368"}
+        # outside the seed's table: no verdict on the candidate's code
+        "evaluator_fault": "#5f6368", "generation_failed": "#9467bd"}
+    assert set(graph.STATUS_COLORS) == {s.value for s in Status} == set(graph.STATUS_MEANINGS)
     styles = {s["selector"]: s["style"] for s in graph.stylesheet()}
     assert styles[".best"]["background-color"] == "#ffffff"
     assert styles[".best"]["border-color"] == "#000000"
@@ -36,6 +40,9 @@ def test_best_kernel_is_highest_score_among_correct_and_never_program0():
             _row(3, "incorrect"), _row(4, "correct", speed=0.9)]
     assert graph.best_kernel_id(rows) == "k2"
     assert graph.best_kernel_id([_row(0, "compile_error")]) is None
+    # a tie goes to the earlier kernel, as in the search's archive and openkernel.store.summary
+    tie = [_row(5, speed=2.0, created_at="2026-12-01 10:00:02"), _row(6, speed=2.0, created_at="2026-12-01 10:00:01")]
+    assert graph.best_kernel_id(tie) == "k6"
 
 
 def test_elements_layers_arrows_sizes_and_best_class():
@@ -76,19 +83,25 @@ def test_layout_places_children_under_their_parents_and_scales():
 
 
 def test_trajectory_has_every_candidate_and_best_so_far():
-    rows = [_row(0, it=0, speed=1.2), _row(1, "compile_error", it=0, br=1), _row(2, it=1, speed=2.0),
-            _row(3, "correct", it=2, speed=0.9)]
+    ref = _row(9, "correct", it=-1, speed=1.0, is_program0=True)
+    rows = [ref, _row(0, "correct", it=0, speed=0.4), _row(1, "compile_error", it=0, br=1),
+            _row(2, it=1, speed=2.0), _row(3, "correct", it=2, speed=0.9),
+            _row(4, "not_run", it=2, br=1)]
     fig = figures.trajectory_figure(rows)
     best = next(t for t in fig.data if t.name == "best so far")
-    assert list(best.y) == [1.2, 2.0, 2.0]
+    assert list(best.x) == [0, 1, 2]  # the reference is the dotted line, not a point
+    assert list(best.y) == [0.4, 2.0, 2.0]  # never the reference's 1.0
+    assert "iteration 0: best so far 0.400x" in best.text[0]
     assert "iteration 1: best so far 2.000x" in best.text[1]
-    assert sum(len(t.x) for t in fig.data if t.name != "best so far") == 4
-    assert figures.trajectory_figure([]) is None
+    assert sum(len(t.x) for t in fig.data if t.name != "best so far") == 5
+    hollow = next(t for t in fig.data if t.name.startswith("not_run"))
+    assert hollow.name == "not_run (not judged)" and hollow.marker.symbol == "circle-open"
+    assert figures.trajectory_figure([]) is None and figures.trajectory_figure([ref]) is None
 
 
 def test_roofline_ceilings_points_and_estimate_note():
     rows = [_row(0, profiler_data={"arithmetic_intensity": 2.0, "gflops": 500.0}),
-            _row(1, profiler_data={"flops": 1e9, "bytes": 1e8, "estimate": True})]
+            _row(1, profiler_data={"flops": 1e9, "bytes": 1e8, "gflops": 100.0, "estimate": True})]
     fig, note = figures.roofline_figure(rows, {"gflops": 60000.0, "bandwidth_gbs": 4000.0})
     assert any(t.name.startswith("roof") for t in fig.data)
     assert {t.name for t in fig.data} >= {"measured", "estimate"}
@@ -99,17 +112,22 @@ def test_roofline_ceilings_points_and_estimate_note():
 
 
 def test_profile_units_and_peaks():
-    assert profile.metric_value({"achieved_occupancy": 0.5}, "achieved_occupancy") == 50.0
+    assert profile.metric_value({"achieved_occupancy_pct": 50.0}, "achieved_occupancy") == 50.0
     assert profile.metric_value({"shared_mem_per_block": 49152}, "shared_mem_per_block") == 48.0
     assert profile.metric_value({}, "l2_hit_rate_pct") is None
-    assert profile.roofline_point(_row(0, profiler_data={"flops": 2e9, "bytes": 1e9})) == (2.0, 2e9 / (0.1 / 1.5 * 1e-3) / 1e9, False)
-    peaks = profile.hardware_peaks([], [{"hardware": {"peak_bandwidth_gbs": 4800, "peak_tflops": {"fp32": 67, "bf16": 990}}}])
-    assert peaks == {"gflops": 67000.0, "bandwidth_gbs": 4800.0}
+    assert profile.roofline_point(_row(0, profiler_data={"flops": 2e9, "bytes": 1e9, "gflops": 30.0})) == (2.0, 30.0, False)
+    # no rate from the engine (a CPU estimate: interpreter timings): not placed
+    assert profile.roofline_point(_row(0, profiler_data={"flops": 2e9, "bytes": 1e9, "estimate": True})) is None
+    # a run config as the search stores it: the hardware record, and the compute ceiling the
+    # engine's roofline uses for the task's dtype (TF32 for float32)
+    hardware = {"peak_bandwidth_gbs": 4800, "peak_tflops": {"float32": 67.0, "tf32": 495.0}}
+    peaks = profile.hardware_peaks([], [{"hardware": hardware, "peak_gflops": 495000.0}])
+    assert peaks == {"gflops": 495000.0, "bandwidth_gbs": 4800.0}
     assert profile.hardware_peaks([_row(0, profiler_data={"peak_gflops": 1.0})], []) == {"gflops": 1.0, "bandwidth_gbs": None}
 
 
 def test_gauges_only_for_present_metrics():
-    fig = figures.gauges_figure({"achieved_occupancy": 0.7, "registers_per_thread": 40, "l2_hit_rate_pct": 80})
+    fig = figures.gauges_figure({"achieved_occupancy_pct": 70.0, "registers_per_thread": 40, "l2_hit_rate_pct": 80})
     assert [t.value for t in fig.data] == [70.0, 40, 80]
     assert figures.gauges_figure({"flops": 1.0}) is None
     rows = [_row(0, speed=1.1, profiler_data={"l2_hit_rate_pct": 1}), _row(1, speed=2.0, profiler_data={"sm_throughput_pct": 3})]
@@ -118,13 +136,12 @@ def test_gauges_only_for_present_metrics():
 
 
 def test_landscape_uses_features_then_fills_axes():
-    rows = [_row(i, features={"block": 64 * i, "warps": i}) for i in range(1, 5)] + [_row(9, "incorrect", features={"block": 1, "warps": 2})]
+    # the archive's features (search/features.py): tile and warps
+    rows = [_row(i, features={"tile": i, "warps": i % 3}) for i in range(1, 5)] + [_row(9, "incorrect", features={"tile": 1, "warps": 2})]
     fig = figures.landscape_figure(rows)
-    assert fig.layout.scene.xaxis.title.text == "features.block"
+    assert {fig.layout.scene.xaxis.title.text, fig.layout.scene.yaxis.title.text} == {"features.tile", "features.warps"}
     assert fig.layout.scene.zaxis.title.text == "iteration"
     assert {t.name for t in fig.data} == {"correct", "not correct"}
-    assert figures.heatmap_figure([[1, 2], [3, 4]], "i0-b0").data[0].z is not None
-    assert figures.heatmap_figure("bad", "x") is None
 
 
 def test_code_block_fence_survives_backticks_and_diff_marks_changes():
@@ -138,7 +155,7 @@ def test_code_block_fence_survives_backticks_and_diff_marks_changes():
 
 
 def test_table_rows_flags_and_blanks():
-    rows = table_rows([_row(0, meta={"integrity_violation": "aliasing", "flagged_for_review": True}),
+    rows = table_rows([_row(0, meta={"integrity_violation": "inputs_modified", "flagged_for_review": True}),
                        _row(1, "compile_error")])
-    assert rows[0]["integrity"] == "violation: aliasing, flagged"
+    assert rows[0]["integrity"] == "violation: inputs_modified, flagged"
     assert rows[1]["speedup"] is None and rows[1]["runtime"] is None

@@ -22,29 +22,70 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_list_jobs_counts_mix_best_and_search(sample):
+    """The listing counts candidates (never the reference) and says the run's own best."""
     engine = open_readonly(sample["path"])
     rows, total = queries.list_jobs(engine)
-    assert total == 2
-    demo = next(r for r in rows if r["job_name"] == sample_db.JOB)
-    assert demo["kernels"] == 10 and demo["best_speedup"] == 2.4
-    assert demo["status"]["faster"] == 3 and demo["status"]["compile_error"] == 1
-    assert demo["hardware"] == "NVIDIA H200 (sm_90)" and demo["last"].startswith("2026-11-30 10:00:09")
-    assert [r["job_name"] for r in queries.list_jobs(engine, "GELU")[0]] == [sample_db.JOB]
+    assert total == 3
+    jobs = {r["job_name"]: r for r in rows}
+    llm = jobs[sample_db.JOB]
+    stored = sample_db.by_status(sample["path"])
+    assert llm["candidates"] == sample_db.ITERS * sample_db.BRANCHES == sum(
+        len(v) for v in stored.values()) - 1
+    assert llm["best_id"] == sample["best"] and llm["best_speedup"] == sample["best_speedup"]
+    assert llm["best_speedup"] != 1.0 and llm["status"]["correct"] == len(stored["correct"]) - 1
+    for status in ("incorrect", "build_timeout", "test_timeout", "compile_error", "not_run",
+                   "generation_failed"):
+        assert llm["status"][status] == len(stored[status]), status
+    assert llm["hardware"] == "CPU (Triton interpreter)" and llm["state"] == "completed"
+    assert jobs[sample_db.OFFLINE_JOB]["runs"] == 2 and jobs[sample_db.OFFLINE_JOB]["state"] == "completed"
+    assert jobs[sample_db.KILLED_JOB]["state"] == "interrupted"  # its engine was killed
+    assert [r["job_name"] for r in queries.list_jobs(engine, "LLM")[0]] == [sample_db.JOB]
     assert queries.list_jobs(engine, "no_such_%_job") == ([], 0)
     assert len(queries.list_jobs(engine, offset=1, limit=1)[0]) == 1
 
 
-def test_job_rows_are_light_and_the_heatmap_stays_behind(sample):
+def test_job_rows_are_light_and_hold_what_the_engine_wrote(sample):
     engine = open_readonly(sample["path"])
     rows = queries.job_kernels(engine, sample_db.TASK, sample_db.JOB)
-    assert len(rows) == 10 and "prompt" not in rows[0] and "code" not in rows[0]
+    n = sample_db.ITERS * sample_db.BRANCHES + 1
+    assert len(rows) == n and "prompt" not in rows[0] and "code" not in rows[0]
     best = next(r for r in rows if r["id"] == sample["best"])
-    assert best["has_heatmap"] and "memory_heatmap" not in best["profiler_data"]
-    assert queries.memory_heatmap(engine, sample["best"]) == [[1, 2, 3], [4, 5, 6]]
-    assert queries.job_signature(engine, sample_db.TASK, sample_db.JOB)[0] == 10
-    detail = queries.kernel_detail(engine, sample["ids"]["i0-b2"])
-    assert detail["meta"]["integrity_violation"] == "output_aliasing" and "PROMPT-MARKER-2" in detail["prompt"]
+    assert set(best["features"]) == {"tile", "warps"}  # the archive's feature dimensions
+    assert best["profiler_data"]["estimate"] and best["profiler_data"]["arithmetic_intensity"] > 0
+    assert queries.job_signature(engine, sample_db.TASK, sample_db.JOB)[0] == n
+    violation = [queries.kernel_detail(engine, i) for i in sample["ids"]["incorrect"]]
+    assert [d["meta"].get("integrity_violation") for d in violation].count("inputs_modified") == 1
+    assert all("PROMPT-MARKER" in d["prompt"] for d in violation)
     assert queries.kernel_detail(engine, "nope") is None
+    runs = queries.job_runs(engine, sample_db.TASK, sample_db.KILLED_JOB)
+    assert [r["state"] for r in runs] == ["interrupted"] and runs[0]["engine_pid"] == sample["killed_pid"]
+
+
+def test_a_database_from_before_the_run_liveness_columns_still_reads(sample, tmp_path):
+    """An older database (no engine_host/engine_pid/heartbeat_at): the dashboard reads it as it
+    is; the engine's Store adds the columns when it opens it."""
+    import shutil
+
+    from openkernel.store import Store
+
+    old = tmp_path / "old.sqlite3"
+    shutil.copy(sample["path"], old)
+    with sqlite3.connect(old) as conn:
+        conn.execute("DROP INDEX ix_kernels_job_candidates")
+        for column in ("engine_host", "engine_pid", "heartbeat_at"):
+            conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        conn.execute("UPDATE runs SET started_at = '2026-11-30 10:00:00.000000'")  # old runs
+    rows, total = queries.list_jobs(open_readonly(old))
+    jobs = {r["job_name"]: r for r in rows}
+    assert total == 3 and jobs[sample_db.JOB]["best_id"] == sample["best"]
+    assert jobs[sample_db.KILLED_JOB]["state"] == "interrupted"  # "running", silent for a day
+    assert DataSource(old).job(sample_db.TASK, sample_db.JOB).state == "completed"
+    Store(old).close()
+    with sqlite3.connect(old) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(kernels)")}
+    assert {"engine_host", "engine_pid", "heartbeat_at"} <= columns
+    assert "ix_kernels_job_candidates" in indexes
 
 
 def test_routes_give_clear_pages_for_bad_input(sample, tmp_path):
@@ -53,9 +94,9 @@ def test_routes_give_clear_pages_for_bad_input(sample, tmp_path):
     assert "Unknown job" in str(route(src, "/job/x/y", ""))
     assert "Unknown kernel" in str(route(src, "/kernel/nope", ""))
     assert "Page not found" in str(route(src, "/a/b/c/d", ""))
-    assert "job-graph" in str(route(src, f"/job/{sample_db.TASK}/demo%20job", ""))
+    assert "job-graph" in str(route(src, f"/job/{sample_db.TASK}/llm%20job", ""))
     kernel_page = str(route(src, f"/kernel/{sample['best']}", ""))
-    assert "PROMPT-MARKER-8" in kernel_page and "kernel-runtime" in kernel_page
+    assert "PROMPT-MARKER" in kernel_page and "kernel-runtime" in kernel_page
     missing = route(DataSource(tmp_path / "none.sqlite3"), "/", "")
     assert "Cannot open the results database" in str(missing) and "no such database" in str(missing)
 

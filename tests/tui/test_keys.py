@@ -92,8 +92,20 @@ async def test_steering_input_reaches_control_and_says_offline_cannot_use_it(hel
         await pilot.pause()
         assert held_app.control.take_instructions() == ["use vector loads"]
         await chat_says(pilot, "Free-text steering needs an LLM")
-        await pilot.press("escape")
+        assert held_app.focused.id == "experiment-log"  # sent: the keys are the app's again
+        assert held_app.query_one("#steer", Input).value == ""
+        await pilot.press("q")  # quits, rather than typing a q into the input
+        assert held_app.control.stopped and held_app.stopping
+
+
+async def test_empty_steering_line_also_gives_the_keys_back(held_app, demo):
+    async with held_app.run_test(size=SIZE) as pilot:
+        await settle(pilot, len(demo))
+        await pilot.press("slash", "enter")
+        await pilot.pause()
         assert held_app.focused.id == "experiment-log"
+        await pilot.press("p")
+        assert held_app.control.paused
 
 
 async def test_row_selection_opens_candidate_detail(held_app, demo):

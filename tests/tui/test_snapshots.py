@@ -6,6 +6,7 @@ Update after an intended change with: pytest tests/tui/test_snapshots.py --snaps
 from __future__ import annotations
 
 from kernelcode.tui.app import create_app
+from kernelcode.tui.demo import in_flight
 
 from .conftest import SIZE, held_run, settle, wait_until
 
@@ -78,3 +79,9 @@ def test_chat_streams_model_answers(snap_compare):
         await pilot.pause()
 
     assert snap_compare(_app(events), terminal_size=SIZE, run_before=run_before)
+
+
+def test_candidates_in_flight(snap_compare, demo):
+    """Mid-iteration: one candidate timed, one building, one queued for a worker."""
+    events = in_flight(demo)
+    assert snap_compare(_app(events), terminal_size=SIZE, run_before=_after(events))

@@ -20,15 +20,18 @@ def test_state_folds_the_demo_run():
     assert state.phase == "running" and state.iteration == 2 and len(state.evaluated) == 9
     assert state.best.metadata["label"] == "i2-b0" and state.best_speedup == 1.84
     marks = [c.mark for c in state.evaluated]
-    # i0-b0 is correct but slower than the reference (1.0x): a discard, not a keep.
-    assert marks[:3] == ["discard", "keep", "error"] and marks.count("keep") == 3
+    # i0-b0 is correct, slower than the reference (0.92x), and the first best: the reference
+    # is never the best, so it is a keep.
+    assert marks[:3] == ["keep", "keep", "error"] and marks.count("keep") == 4
     assert state.best_before["i2-b0"].metadata["label"] == "i1-b0"
-    assert state.trajectory[0] == 1.0 and state.trajectory[-1] == 1.84
+    assert state.trajectory[0] == 0.92 and state.trajectory[-1] == 1.84
 
 
 def test_chat_lines_say_outcomes_and_speedup_moves():
     lines = [str(t) for e in demo_events() for t in narrate(e)]
     assert "✓ i0-b1 faster  1.31x" in lines
+    assert any(line.startswith("↑ first best 0.92x") for line in lines)
+    assert any(line.startswith("↑ 0.92x → 1.31x") for line in lines)
     assert any(line.startswith("↑ 1.31x → 1.62x") for line in lines)
     assert "✗ i0-b2 build error" in lines
     assert any(line.startswith("Critic: ") for line in lines)
@@ -120,3 +123,23 @@ def test_state_streams_an_answer_restarts_on_retry_and_counts_the_spend():
     assert any(line.startswith("  ▸ The parent reads") for line in lines)
     state.apply(ev.RunFinished("stopped", None, 1.31, 1, "db", error="budget.max_usd reached"))
     assert state.streaming() == []  # nothing to wait for once the run is over
+
+
+def test_not_judged_candidates_are_marked_apart_from_errors():
+    """not_run, evaluator_fault and generation_failed say nothing about a candidate's code."""
+    from openkernel.schemas import NOT_JUDGED, EvalResult, Program
+
+    state = RunState()
+    for n, status in enumerate([Status.COMPILE_ERROR, *sorted(NOT_JUDGED)]):
+        program = Program(id=f"p{n}", code="", metadata={"label": f"i0-b{n}", "branch": n})
+        program.add_eval_results(EvalResult())
+        state.apply(ev.CandidateEvaluated(program, status, f"i0-b{n}", -1.0, -1.0))
+    assert state.marks == {"keep": 0, "discard": 0, "error": 1, "not_judged": 3}
+
+
+def test_rows_left_in_flight_when_the_run_ends_say_not_judged():
+    state = RunState()
+    state.apply(ev.CandidateStarted("i0-b0", 0, 0, None, "offline"))
+    state.apply(ev.CandidatePhaseChanged("i0-b0", "queued"))
+    rows = state.apply(ev.RunFinished("stopped", None, -1.0, 0, "db"))
+    assert [r.label for r in rows] == ["i0-b0"] and rows[0].phase == "abandoned"

@@ -16,12 +16,22 @@ from kernelcode.dashboard.profile import metric_value, roofline_point
 _LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50), height=420)
 
 
+# Statuses that are no verdict on a candidate's code (openkernel.schemas.NOT_JUDGED): drawn
+# hollow, never as failures.
+NOT_JUDGED = ("not_run", "evaluator_fault", "generation_failed")
+
+
 def trajectory_figure(rows: list[dict]) -> go.Figure | None:
     """Best speedup so far over iterations, with every candidate as a coloured point.
 
-    Failed candidates sit at speedup 0 so red walls stay visible; the step line's hover gives
-    the per-iteration summary (best so far, how many candidates of each status).
+    Failed candidates sit at speedup 0 so red walls stay visible; candidates never judged (not
+    run here, an evaluator fault, no kernel generated) sit there hollow. The reference is the
+    dotted line at 1.0, not a point, and never the best. The step line's hover gives the
+    per-iteration summary (best so far, how many candidates of each status).
     """
+    from kernelcode.dashboard.graph import best_kernel_id
+
+    rows = [r for r in rows if not r.get("is_program0")]
     if not rows:
         return None
     fig = go.Figure()
@@ -33,32 +43,36 @@ def trajectory_figure(rows: list[dict]) -> go.Figure | None:
             x=[r["iteration"] for r in members],
             y=[max(r.get("runtime_improvement") or 0.0, 0.0) if r.get("correctness") else 0.0
                for r in members],
-            mode="markers", name=status,
+            mode="markers", name=status + (" (not judged)" if status in NOT_JUDGED else ""),
             marker=dict(color=STATUS_COLORS.get(status, UNKNOWN_COLOR), size=8,
-                        line=dict(width=0.5, color="#333")),
+                        symbol="circle-open" if status in NOT_JUDGED else "circle",
+                        line=dict(width=1.5 if status in NOT_JUDGED else 0.5, color=(
+                            STATUS_COLORS.get(status, UNKNOWN_COLOR) if status in NOT_JUDGED
+                            else "#333"))),
             customdata=[[r["label"], r.get("runtime") or -1, r.get("description") or ""] for r in members],
             hovertemplate="%{customdata[0]}<br>speedup %{y:.3f}x<br>runtime %{customdata[1]:.4f} ms"
                           "<br>%{customdata[2]}<extra>" + status + "</extra>"))
-    iterations = sorted({r["iteration"] for r in rows})
     per_iter = defaultdict(list)
     for r in rows:
         per_iter[r["iteration"]].append(r)
-    best, best_label, ys, texts = 0.0, "-", [], []
+    iterations = sorted(per_iter)
+    ys, texts, best = [], [], None
     for it in iterations:
-        for r in per_iter[it]:
-            s = r.get("runtime_improvement") or 0.0
-            if r.get("correctness") and s > best:
-                best, best_label = s, r["label"]
-        mix = Counter(r.get("status") for r in per_iter[it])
-        ys.append(best)
-        texts.append(f"iteration {it}: best so far {best:.3f}x ({best_label})<br>"
-                     + ", ".join(f"{n} {s}" for s, n in mix.most_common()))
+        members = per_iter[it]
+        best_id = best_kernel_id(([best] if best else []) + members)  # the job's one rule
+        best = next((r for r in [best, *members] if r and r["id"] == best_id), None)
+        speed = best["runtime_improvement"] if best and (best.get("runtime_improvement") or 0) > 0 else 0.0
+        mix = Counter(r.get("status") for r in members)
+        ys.append(speed)
+        texts.append(f"iteration {it}: best so far " + (f"{speed:.3f}x ({best['label']})" if best
+                                                         else "none correct")
+                     + "<br>" + ", ".join(f"{n} {s}" for s, n in mix.most_common()))
     fig.add_trace(go.Scatter(x=iterations, y=ys, mode="lines+markers", name="best so far",
                              line=dict(shape="hv", color="#111", width=2), text=texts,
                              hovertemplate="%{text}<extra></extra>"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#888", annotation_text="reference")
-    fig.update_layout(title="Optimization trajectory", xaxis_title="iteration", xaxis_tickformat="d",
-                      yaxis_title="speedup over the reference (x)", **_LAYOUT)
+    fig.update_layout(title="Optimization trajectory", xaxis_title="iteration (the N of i<N>-b<M>)",
+                      xaxis_tickformat="d", yaxis_title="speedup over the reference (x)", **_LAYOUT)
     return fig
 
 
@@ -204,14 +218,4 @@ def landscape_figure(rows: list[dict]) -> go.Figure | None:
     fig.update_layout(title="Optimization landscape", template="plotly_white", height=520,
                       margin=dict(l=0, r=0, t=50, b=0),
                       scene=dict(xaxis_title=keys[0], yaxis_title=keys[1], zaxis_title=keys[2]))
-    return fig
-
-
-def heatmap_figure(matrix: list, label: str) -> go.Figure | None:
-    """The deep-profiling memory-access heatmap of one kernel (rows x columns of counts)."""
-    if not matrix or not isinstance(matrix, list) or not all(isinstance(r, list) for r in matrix):
-        return None
-    fig = go.Figure(go.Heatmap(z=matrix, colorscale="Inferno", colorbar=dict(title="accesses")))
-    fig.update_layout(title=f"Memory access heatmap: {label}", xaxis_title="address block",
-                      yaxis_title="warp", **_LAYOUT)
     return fig

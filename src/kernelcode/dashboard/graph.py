@@ -20,6 +20,7 @@ STATUS_COLORS = {
     "build_timeout": "#ff69b4",  # pink: the build itself timed out
     "not_run": "#9e9e9e",  # grey: compiled, this machine cannot run it
     "evaluator_fault": "#5f6368",  # dark grey, not a candidate colour: the evaluator failed
+    "generation_failed": "#9467bd",  # purple, not a candidate colour: no kernel came back
 }
 STATUS_MEANINGS = {
     "faster": "Correct and faster than the reference",
@@ -30,6 +31,7 @@ STATUS_MEANINGS = {
     "build_timeout": "The build itself timed out",
     "not_run": "Compiled, but not runnable on this machine",
     "evaluator_fault": "The evaluator failed, not the candidate",
+    "generation_failed": "Generation failed: no kernel to judge",
 }
 BEST_MEANING = "The best kernel of the job"
 UNKNOWN_COLOR = "#9e9e9e"
@@ -44,18 +46,15 @@ EDGE_BUDGET = 1000
 
 
 def best_kernel_id(rows: list[dict]) -> str | None:
-    """The id of the best kernel of a job: the highest score among correct candidates.
-
-    The starting program (``is_program0``) never counts, as in ``Store.best_kernel``; ties go
-    to the faster runtime so the choice is stable.
-    """
+    """The id of the best kernel of a job, as ``openkernel.store.summary`` defines it: the
+    highest score among correct candidates, never the reference (``is_program0``); the
+    earliest wins a tie."""
     best, key = None, None
     for r in rows:
         if not r.get("correctness") or r.get("is_program0"):
             continue
-        runtime = r.get("runtime") or -1.0
-        candidate = (r.get("score") or 0.0, -(runtime if runtime > 0 else float("inf")))
-        if key is None or candidate > key:
+        candidate = (-(r.get("score") or 0.0), r.get("created_at") or "", r["id"])
+        if key is None or candidate < key:
             best, key = r["id"], candidate
     return best
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-BUILT = ("incorrect", "test_timeout", "not_run", "correct", "faster")
+from kernelcode.dashboard.graph import best_kernel_id
+
+BUILT = ("incorrect", "test_timeout", "correct", "faster")  # compiled and then judged
 CORRECT = ("correct", "faster")
+# No verdict on the candidate's code (openkernel.schemas.NOT_JUDGED): never counted as failures.
+NOT_JUDGED = ("not_run", "evaluator_fault", "generation_failed")
 
 
 @dataclass(frozen=True)
@@ -52,24 +56,28 @@ def job_health(rows: list[dict], branches_per_iteration: int | None = None) -> l
         branches_per_iteration: from the run's config, when it was stored.
 
     Returns:
-        One ``HealthCheck`` per symptom, in the seed's order, and last "Evaluator faults":
-        candidates the evaluator could not judge because its own code failed (grey, never
-        the candidate's failure).
+        One ``HealthCheck`` per symptom, in the seed's order, then "Generation failed"
+        (candidates with no kernel to judge) and last "Evaluator faults": candidates the
+        evaluator could not judge because its own code failed (grey, never the candidate's
+        failure).
     """
     cands = _candidates(rows)
     n = len(cands)
     status = Counter(r.get("status") for r in cands)
+    unjudged = sum(status[s] for s in NOT_JUDGED)
+    judged = n - unjudged
     built = sum(status[s] for s in BUILT)
     correct = sum(status[s] for s in CORRECT)
     no_build = status["compile_error"] + status["build_timeout"]
+    aside = f"; {unjudged} not judged" if unjudged else ""
     checks = []
 
-    if n == 0:
-        state, ev = "n/a", "no candidates yet"
+    if judged == 0:
+        state, ev = "n/a", "no candidate judged yet" + aside
     else:
-        state = "warn" if no_build == n else "ok"
-        ev = f"{no_build} of {n} candidates did not build ({status['compile_error']} compile errors, " \
-             f"{status['build_timeout']} build timeouts)"
+        state = "warn" if no_build == judged else "ok"
+        ev = f"{no_build} of {judged} judged candidates did not build ({status['compile_error']} " \
+             f"compile errors, {status['build_timeout']} build timeouts){aside}"
     checks.append(HealthCheck("All red", state, ev, "Build environment or missing includes",
                               "Evaluation log, build errors"))
 
@@ -78,8 +86,9 @@ def job_health(rows: list[dict], branches_per_iteration: int | None = None) -> l
         state, ev = "n/a", "no candidate reached the correctness tests"
     else:
         state = "warn" if correct == 0 else "ok"
-        ev = f"{correct} correct of {built} that compiled ({status['incorrect']} incorrect, " \
-             f"{status['test_timeout']} test timeouts)"
+        ev = f"{correct} correct of {built} that compiled and were tested " \
+             f"({status['incorrect']} incorrect, {status['test_timeout']} test timeouts)" + (
+                 f"; {status['not_run']} compiled but not run here" if status["not_run"] else "")
     checks.append(HealthCheck("Compiles, never correct", state, ev,
                               "Reference mismatch, or tolerances too tight",
                               "Correctness output, assert_allclose usage"))
@@ -87,7 +96,8 @@ def job_health(rows: list[dict], branches_per_iteration: int | None = None) -> l
     if correct == 0:
         state, ev = "n/a", "no correct candidate yet"
     else:
-        best = max((r.get("runtime_improvement") or -1.0) for r in cands if r.get("status") in CORRECT)
+        best_id = best_kernel_id(cands)  # the job's one "best"
+        best = next((r.get("runtime_improvement") or -1.0) for r in cands if r["id"] == best_id)
         state = "warn" if status["faster"] == 0 else "ok"
         ev = f"{status['faster']} of {correct} correct candidates are faster; best speedup " + (
             f"{best:.2f}x" if best > 0 else "not measured")
@@ -122,6 +132,18 @@ def job_health(rows: list[dict], branches_per_iteration: int | None = None) -> l
             f"; branches_per_iteration = {branches_per_iteration}" if branches_per_iteration else "")
     checks.append(HealthCheck("One lineage, no branches", state, ev,
                               "branches_per_iteration is 1", "Config parameters"))
+
+    failed = status["generation_failed"]
+    if n == 0:
+        state, ev = "n/a", "no candidates yet"
+    else:
+        state = "warn" if failed else "ok"
+        ev = f"{failed} of {n} candidates got no kernel from the generator"
+    checks.append(HealthCheck(
+        "Generation failed", state, ev,
+        "The model's service answered with an error (after retries), or its answer held no "
+        "fenced kernel: nothing was built, and no build status applies",
+        "Generation log and Answer of those candidates"))
 
     faults = status["evaluator_fault"]
     if n == 0:

@@ -32,19 +32,17 @@ def metric_value(profiler_data: dict, key: str) -> float | None:
 def roofline_point(row: dict) -> tuple[float, float, bool] | None:
     """``(arithmetic intensity, GFLOP/s, is_estimate)`` of a kernel, or None.
 
-    Uses the profiler's own figures when present, otherwise derives them from ``flops``,
-    ``bytes`` and the kernel's measured median runtime (ms).
+    The rate is the engine's (``gflops``, from Nsight Compute or the estimate on a GPU), never
+    re-derived from the runtime here: on the CPU the engine leaves it out on purpose, since
+    Triton-interpreter timings say nothing about a GPU's FLOP/s.
     """
     data = row.get("profiler_data") or {}
     ai = _num(data.get("arithmetic_intensity"))
     gflops = _num(data.get("gflops"))
     flops = _num(data.get("flops"))
-    moved = _num(data.get("bytes")) or _num(data.get("bytes_moved"))
+    moved = _num(data.get("bytes"))
     if ai is None and flops and moved:
         ai = flops / moved
-    runtime = _num(row.get("runtime"))
-    if gflops is None and flops and runtime and runtime > 0:
-        gflops = flops / (runtime * 1e-3) / 1e9
     if not ai or not gflops or ai <= 0 or gflops <= 0:
         return None
     return ai, gflops, bool(data.get("estimate", False))

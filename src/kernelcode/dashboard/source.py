@@ -3,8 +3,8 @@
 The engine is opened on first use and again after a failure, so a dashboard started before
 the engine has created its database (the TUI's ``d`` early in a run) shows a clear message and
 then the data once it exists. Job data is cached by the job's signature (count and newest
-kernel, count of critic lines): the live refresh asks only for the signature every tick and
-reloads the job's rows only when it changed.
+kernel, count of critic lines, the latest run's state): the live refresh asks only for the
+signature every tick and reloads the job's rows only when it changed.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class JobData:
 
     task_name: str
     job_name: str
-    signature: tuple[int, str, int]
+    signature: tuple[int, str, int, str]
     rows: list[dict]
     runs: list[dict]
     best_id: str | None
@@ -54,9 +54,14 @@ class JobData:
         self.by_id = {r["id"]: r for r in self.rows}
 
     @property
+    def state(self) -> str:
+        """The job's state: its latest run's (interrupted when a running one's engine is gone)."""
+        return self.runs[-1]["state"] if self.runs else "no run row"
+
+    @property
     def running(self) -> bool:
-        """True while the job's latest run has not finished."""
-        return bool(self.runs) and self.runs[-1].get("status") == "running"
+        """True while the job's latest run is going on."""
+        return self.state == "running"
 
 
 class DataSource:
@@ -89,8 +94,8 @@ class DataSource:
             return str(err)
         return None
 
-    def signature(self, task: str, job: str) -> tuple[int, str, int]:
-        """``(kernels, newest created_at, critiques)`` of a job."""
+    def signature(self, task: str, job: str) -> tuple[int, str, int, str]:
+        """``(kernels, newest created_at, critiques, state)`` of a job."""
         return queries.job_signature(self.engine(), task, job)
 
     def job(self, task: str, job: str, signature: tuple | None = None) -> JobData | None:
@@ -118,10 +123,6 @@ class DataSource:
     def kernel(self, kernel_id: str) -> dict | None:
         """Every field of one kernel, or None."""
         return queries.kernel_detail(self.engine(), kernel_id)
-
-    def heatmap(self, kernel_id: str) -> list | None:
-        """The memory heatmap of one kernel, if deep profiling stored one."""
-        return queries.memory_heatmap(self.engine(), kernel_id)
 
     def suites(self) -> list[dict]:
         """Every benchmark suite, newest first (see ``openkernel.bench.summary``)."""

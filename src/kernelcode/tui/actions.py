@@ -99,8 +99,10 @@ class KeyActions:
                           "the reference, whose code this run did not send.")
 
     def action_roofline(self) -> None:
-        self._toggle(RooflineView,
-                     lambda: RooflineView(self.state.programs(), on_cpu=self.state.on_cpu))
+        started = self.state.started
+        peaks = (started.peak_bandwidth_gbs, started.peak_gflops) if started else (None, None)
+        self._toggle(RooflineView, lambda: RooflineView(self.state.programs(),
+                                                        on_cpu=self.state.on_cpu, peaks=peaks))
 
     def action_skills(self) -> None:
         if isinstance(self.overlay, SkillsView):
@@ -160,6 +162,8 @@ class KeyActions:
             return
         text = event.value.strip()
         event.input.clear()
+        # Sent: the keys are the app's again (q quits, p pauses), as after Escape.
+        self.query_one("#experiment-log").focus()
         if not text:
             return
         self.say(f"you: {text}", "bold")

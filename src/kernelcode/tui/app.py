@@ -172,14 +172,14 @@ class KernelCodeApp(KeyActions, App[int]):
         touched = self._touched  # label -> row: a row changed many times is drawn once
         lines = []
         for event in batch:
-            row = self.state.apply(event)
-            if row is not None:
+            rows = self.state.apply(event)
+            for row in rows:
                 touched[row.label] = row
             if isinstance(event, ev.IterationStarted):
                 self.pending_backend = ""  # the engine took (or refused) the switch by now
             elif isinstance(event, ev.RunPaused):
                 self.set_reactive(KernelCodeApp.paused, True)
-            lines.extend(narrate(event, row))
+            lines.extend(narrate(event, rows[0] if len(rows) == 1 else None))
         self.query_one(ChatPanel).queue(lines)
         self.events_applied += len(batch)
         self._events_since_show += len(batch)

@@ -8,11 +8,18 @@ from __future__ import annotations
 
 from openkernel import events as ev
 from openkernel.costs import LLMCall, ModelSpend, Spend
+from openkernel.evaluation.host import ncu
+from openkernel.records import Hardware, TaskProbe
 from openkernel.schemas import EvalResult, Program, Status
+from openkernel.search.critic import roofline_estimate
 
 H200 = "NVIDIA H200 (sm_90)"
 CPU = "CPU (Triton interpreter)"
 PEAKS = {"peak_bandwidth_gbs": 4000.0, "peak_gflops": 60000.0}  # made-up round ceilings
+# Its records have the shapes the engine writes (tests/tui/test_demo.py holds it to a real
+# run): profiles made by the engine's own functions (Nsight Compute's summary on a GPU, the
+# analytic estimate on the CPU), runtime_stats as the evaluator times them, the offline
+# generator's params; the ceilings come with RunStarted.
 
 KERNEL = '''import torch
 import triton
@@ -65,17 +72,26 @@ def _result(status: Status, speedup: float, block: int, gpu: bool) -> EvalResult
            Status.BUILD_TIMEOUT: "The build timed out after 180 s"}.get(
                status, f"Correct on 3 seeds. Median {0.412 / speedup:.3f} ms over 100 trials.")
     prof = {}
-    if ok and gpu:
-        gflops = 8192 * 8192 * 14 / (0.412 / speedup / 1e3) / 1e9
-        prof = {"source": "ncu", "estimate": False, "bottleneck": "memory_bound",
-                "dram_throughput_pct": min(38.0 * speedup, 96.0), "l2_hit_rate_pct": 30 + block / 200,
-                "achieved_occupancy_pct": 62.0 + 8 * speedup, "headroom": 2.4 / speedup,
-                "flops": 8192 * 8192 * 14, "bytes": 8192 * 8192 * 8,
-                "arithmetic_intensity": 1.75, "gflops": gflops, **PEAKS}
+    ms = 0.412 / speedup
+    flops, moved = 8192 * 8192 * 14, 8192 * 8192 * 8
+    if ok and gpu:  # made by the engine's own summary of an Nsight Compute report
+        launch = {"kernel": "gelu_kernel", "duration_us": ms * 1e3,
+                  "dram_throughput_pct": min(38.0 * speedup, 96.0), "sm_throughput_pct": 21.0,
+                  "l2_hit_rate_pct": 30 + block / 200, "achieved_occupancy_pct": 62.0 + 8 * speedup,
+                  "registers_per_thread": 24, "dram_bytes": moved}
+        prof = ncu.summarize([launch], flops, moved, PEAKS["peak_bandwidth_gbs"],
+                             PEAKS["peak_gflops"] / 1e3)
+    elif ok:  # the engine's analytic estimate, as the search stores it on the CPU
+        probe = TaskProbe(ok=True, flops=flops, bytes_moved=moved, output_dtypes=["torch.float32"])
+        prof = roofline_estimate(ms, probe, Hardware(CPU, "cpu", "cpu", interpreter=True))
+    reference = {"median": 0.412, "mean": 0.414, "std": 0.004, "min": 0.405, "max": 0.43,
+                 "cv": 0.01, "n_trials": 100}
     return EvalResult(
         compiled=status not in (Status.COMPILE_ERROR, Status.BUILD_TIMEOUT), correctness=ok,
-        metadata=meta, runtime=0.412 / speedup if ok else -1.0,
-        runtime_stats={"mean": 0.412 / speedup, "std": 0.004, "trials": 100} if ok else {},
+        metadata=meta, runtime=ms if ok else -1.0,
+        runtime_stats={"median": ms, "mean": ms * 1.004, "std": 0.004, "min": ms * 0.98,
+                       "max": ms * 1.05, "cv": 0.01, "n_trials": 100, "unit": "ms",
+                       "reference": reference} if ok else {},
         runtime_improvement=speedup if ok else -1.0, perf_score=4 if speedup > 1 else 3,
         profiler_data=prof, eval_log=log)
 
@@ -83,17 +99,23 @@ def _result(status: Status, speedup: float, block: int, gpu: bool) -> EvalResult
 def demo_events(hardware: str = H200, iterations: int = 3) -> list[object]:
     """The events of a small gelu run (3 branches per iteration), critic lines included."""
     gpu = hardware != CPU
+    peaks = PEAKS if gpu else {}
     out: list[object] = [ev.RunStarted(
         run_id=1, task_name="gelu", job_name="demo", backend="triton", hardware=hardware,
-        models=(), generator="offline", db_path="runs/kernels.sqlite3", max_iters=5,
-        branches_per_iteration=3)]
-    best, best_program, parent = 1.0, None, None
+        models=("offline",), generator="offline", db_path="runs/kernels.sqlite3", max_iters=5,
+        branches_per_iteration=3, peak_bandwidth_gbs=peaks.get("peak_bandwidth_gbs"),
+        peak_gflops=peaks.get("peak_gflops"))]
+    # The engine's rule: the best is the best correct candidate, never the reference, so the
+    # first correct one (even slower than the reference) is the first best.
+    best, best_program, parent = -1.0, None, None
     for it, plan in enumerate(PLAN[:iterations]):
         out.append(ev.IterationStarted(it))
         for branch, block, warps, status, speedup, desc, why in plan:
             label = f"i{it}-b{branch}"
             out.append(ev.CandidateStarted(label, it, branch, parent, "offline"))
+            out.append(ev.CandidatePhaseChanged(label, "generating"))
             out.append(ev.CandidateGenerated(label, "offline", desc, why))
+            out.extend(ev.CandidatePhaseChanged(label, phase) for phase in _phases(status, gpu))
             code = KERNEL.format(block=block, warps=warps,
                                  other=", other=0.0" if branch else "")
             program = Program(id=f"p{it}{branch}", code=code, parent_id=parent, timestamp=0.0,
@@ -103,9 +125,9 @@ def demo_events(hardware: str = H200, iterations: int = 3) -> list[object]:
                                   "params": {"template": "elementwise", "BLOCK": block,
                                              "num_warps": warps}})
             program.add_eval_results(_result(status, speedup, block, gpu))
-            improved = speedup > best
+            improved = status in (Status.FASTER, Status.CORRECT) and speedup > best
             out.append(ev.CandidateEvaluated(program, status, label, program.kernel_exec_result
-                                             .runtime_improvement, max(best, speedup)))
+                                             .runtime_improvement, speedup if improved else best))
             if improved:
                 out.append(ev.BestImproved(program, best, speedup))
                 best, best_program = speedup, program
@@ -113,6 +135,32 @@ def demo_events(hardware: str = H200, iterations: int = 3) -> list[object]:
         out.append(ev.IterationFinished(it, best, 3 * (it + 1)))
         out.append(ev.CriticDiagnosed(it, f"Best so far {best_program.metadata['label']}: "
                                       f"{best:.2f}x. Memory bound: try wider loads."))
+    return out
+
+
+def _phases(status: Status, gpu: bool) -> list[str]:
+    """The phases a candidate with this outcome went through (openkernel.events.PHASES)."""
+    if status in (Status.COMPILE_ERROR, Status.BUILD_TIMEOUT):
+        return ["queued", "building"]
+    tests = (["waiting_for_gpu"] if gpu else []) + ["testing"]
+    if status in (Status.INCORRECT, Status.TEST_TIMEOUT):
+        return ["queued", "building", *tests]
+    return ["queued", "building", *tests, "timing"] + (["profiling"] if gpu else [])
+
+
+def in_flight(events: list[object]) -> list[object]:
+    """The demo cut in the middle of its last iteration: one candidate being timed, one
+    building, one queued for a worker (for the snapshot of candidates in flight)."""
+    last = max(i for i, e in enumerate(events) if isinstance(e, ev.IterationStarted))
+    out = list(events[:last + 1])
+    stops = {0: "timing", 1: "building", 2: "queued"}
+    for e in events[last + 1:]:
+        if isinstance(e, (ev.CandidateStarted, ev.CandidateGenerated)):
+            out.append(e)
+        elif isinstance(e, ev.CandidatePhaseChanged):
+            stop = stops[int(e.label.rsplit("b", 1)[1])]
+            if ev.PHASES.index(e.phase) <= ev.PHASES.index(stop):
+                out.append(e)
     return out
 
 
@@ -138,7 +186,8 @@ def llm_demo_events() -> list[object]:
     out: list[object] = [ev.RunStarted(
         run_id=2, task_name="gelu", job_name="llm-demo", backend="triton", hardware=H200,
         models=(GPT,), generator="llm", db_path="runs/kernels.sqlite3", max_iters=3,
-        branches_per_iteration=3, max_usd=0.5), ev.IterationStarted(0)]
+        branches_per_iteration=3, max_usd=0.5, peak_bandwidth_gbs=PEAKS["peak_bandwidth_gbs"],
+        peak_gflops=PEAKS["peak_gflops"]), ev.IterationStarted(0)]
     plans = [("one masked program per 1024 elements, 4 warps", "Start with BLOCK=1024.", 1024),
              ("vectorised 16-byte loads, BLOCK=4096, 8 warps", "Four floats per thread.", 4096),
              ("BLOCK=2048 with evict_first streaming loads", "Stream past L2.", 2048)]
@@ -146,6 +195,7 @@ def llm_demo_events() -> list[object]:
         block=block, warps=8, other=", other=0.0")) for idea, plan, block in plans]
     for branch in range(3):
         out.append(ev.CandidateStarted(f"i0-b{branch}", 0, branch, None, GPT))
+        out.append(ev.CandidatePhaseChanged(f"i0-b{branch}", "generating"))
     calls = 0
     for branch, answer in enumerate(answers):
         label = f"i0-b{branch}"
@@ -157,12 +207,17 @@ def llm_demo_events() -> list[object]:
         call = LLMCall(GPT, "generate", 2100, 640, 0.00932, "litellm", 6.4)
         out.append(ev.ModelCalled(label, 0, call, _spend(calls), f"q0{branch}"))
         out.append(ev.CandidateGenerated(label, GPT, plans[branch][0]))
+        if branch == 2:  # answered, now in its tests
+            out.extend(ev.CandidatePhaseChanged(label, phase) for phase in
+                       ("queued", "building", "waiting_for_gpu", "testing"))
         if branch == 0:
+            out.extend(ev.CandidatePhaseChanged(label, phase)
+                       for phase in _phases(Status.FASTER, True))
             program = Program(id="q00", code=KERNEL.format(block=1024, warps=4, other=""),
                               raw_llm_code=answer, timestamp=0.0, iteration_found=0, metadata={
                                   "branch": 0, "label": label, "model": GPT, "origin": "llm",
                                   "backend": "triton", "description": plans[0][0]})
             program.add_eval_results(_result(Status.FASTER, 1.31, 1024, True))
             out.append(ev.CandidateEvaluated(program, Status.FASTER, label, 1.31, 1.31))
-            out.append(ev.BestImproved(program, 1.0, 1.31))
+            out.append(ev.BestImproved(program, -1.0, 1.31))
     return out

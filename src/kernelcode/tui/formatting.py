@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from openkernel.schemas import Program, Status
+from openkernel.schemas import NOT_JUDGED, Program, Status
 
 # Hex values rather than theme variables: the seed fixes the meaning of each colour, and the
 # same hue must show in every theme (and in the exported SVG).
@@ -21,6 +21,7 @@ STATUS_COLOURS: dict[Status, str] = {
     Status.BUILD_TIMEOUT: "#ff7eb6",  # pink
     Status.NOT_RUN: "#8b949e",  # grey
     Status.EVALUATOR_FAULT: "#6e7681",  # dark grey: the evaluator's fault, not the candidate's
+    Status.GENERATION_FAILED: "#a371f7",  # purple: no kernel came back to judge
 }
 
 STATUS_WORDS: dict[Status, str] = {
@@ -32,6 +33,7 @@ STATUS_WORDS: dict[Status, str] = {
     Status.BUILD_TIMEOUT: "build timeout",
     Status.NOT_RUN: "not run",
     Status.EVALUATOR_FAULT: "evaluator fault",
+    Status.GENERATION_FAILED: "generation failed",
 }
 
 # One glyph per outcome for the chat panel: the eye finds failures by shape, not only colour.
@@ -44,9 +46,14 @@ STATUS_GLYPHS: dict[Status, str] = {
     Status.BUILD_TIMEOUT: "✗",
     Status.NOT_RUN: "∅",
     Status.EVALUATOR_FAULT: "⚠",
+    Status.GENERATION_FAILED: "∅",
 }
 
 RUNNING_STYLE = "#8b949e italic"
+# A candidate in flight, by phase (openkernel.events.PHASES): what its status cell says.
+PHASE_WORDS = {"generating": "generating", "queued": "queued", "building": "building",
+               "waiting_for_gpu": "GPU queue", "testing": "testing", "timing": "timing",
+               "profiling": "profiling", "abandoned": "not judged"}
 
 
 def speedup_str(value: float | None) -> str:
@@ -56,21 +63,23 @@ def speedup_str(value: float | None) -> str:
     return f"{value:.2f}x"
 
 
-def status_text(status: Status | None) -> Text:
-    """The status word in its seed colour; ``running`` while the candidate is in flight."""
+def status_text(status: Status | None, phase: str = "") -> Text:
+    """The status word in its seed colour; while the candidate is in flight, its phase
+    (queued, building, testing, timing...)."""
     if status is None:
-        return Text("running", style=RUNNING_STYLE)
+        return Text(PHASE_WORDS.get(phase, phase or "starting"), style=RUNNING_STYLE)
     return Text(STATUS_WORDS[status], style=STATUS_COLOURS[status])
 
 
 def is_error(status: Status | None) -> bool:
-    """True for candidates that produced no usable kernel (the trajectory's ``error`` mark)."""
-    return status not in (None, Status.FASTER, Status.CORRECT)
+    """True for candidates whose code failed (the trajectory's ``error`` mark); not for those
+    never judged (not run here, an evaluator fault, no kernel generated)."""
+    return status not in (None, Status.FASTER, Status.CORRECT) and status not in NOT_JUDGED
 
 
 def label_of(program: Program) -> str:
     """``i<N>-b<M>`` as the engine stored it (``ref`` and ``start`` included)."""
-    return str(program.metadata.get("label") or program.label)
+    return program.label
 
 
 def pretty_backend(backend: str) -> str:

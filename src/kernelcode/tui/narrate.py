@@ -68,10 +68,12 @@ def _started(e: ev.RunStarted) -> list[Text]:
     models = ", ".join(e.models) or e.generator
     lines = [Text.assemble(("▶ ", ACCENT), f"Optimizing {e.task_name} ({e.job_name}) with ",
                            (models, "bold"), f" on {pretty_hardware(e.hardware)}, ",
-                           f"{pretty_backend(e.backend)} backend: {e.max_iters} iterations × "
-                           f"{e.branches_per_iteration} branches.")]
+                           f"{pretty_backend(e.backend)} backend: "
+                           f"{_plural(e.max_iters, 'iteration')} × "
+                           f"{_plural(e.branches_per_iteration, 'branch')}.")]
     if e.resumed_candidates:
-        lines.append(Text(f"  Resuming: {e.resumed_candidates} candidates already stored.", DIM))
+        lines.append(Text(f"  Resuming: {_plural(e.resumed_candidates, 'candidate')} already "
+                          "stored.", DIM))
     if e.generator == "offline":
         lines.append(Text("  Offline generator: templates and tunables, no LLM.", DIM))
     return lines
@@ -113,7 +115,7 @@ def _best(e: ev.BestImproved) -> list[Text]:
 
 
 def _iteration_done(e: ev.IterationFinished) -> list[Text]:
-    return [Text(f"  iteration {e.iteration} done: {e.evaluated} judged, "
+    return [Text(f"  iteration {e.iteration} done: {e.evaluated} judged so far, "
                  f"best {speedup_str(e.best_speedup)}", DIM)]
 
 
@@ -151,8 +153,14 @@ def _log(e: ev.LogEmitted) -> list[Text]:
 
 
 def _finished(e: ev.RunFinished) -> list[Text]:
-    stored = f"{e.candidates} candidates stored in {e.db_path}"
+    stored = f"{_plural(e.candidates, 'candidate')} stored in {e.db_path}"
+    if e.new_candidates != e.candidates:
+        stored += f" ({e.new_candidates} judged in this run)"
     if e.reason == "failed":
+        if e.candidates == 0:  # it never got to a candidate: the cause is what to fix
+            return [Text(f"✗ Run failed: {e.error or 'no reason given'}", ERROR),
+                    Text("  Nothing was judged. Fix the cause and run kernel-code again "
+                         "(q quits).", DIM)]
         return [Text(f"✗ Run failed: {e.error or 'no reason given'}", ERROR),
                 Text(f"  What was judged is kept: {stored}.", DIM)]
     verb = "stopped" if e.reason == "stopped" else "finished"
@@ -164,6 +172,10 @@ def _finished(e: ev.RunFinished) -> list[Text]:
         lines.append(Text(f"  Model calls: {e.spend.calls}, {format_tokens(e.spend.tokens)} "
                           f"tokens, {e.spend.cost_text()}.", DIM))
     return lines
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 'es' if word.endswith('ch') else 's'}"
 
 
 def _could_not_start(e: RunCouldNotStart) -> list[Text]:

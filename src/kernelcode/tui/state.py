@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from kernelcode.tui.formatting import is_error
 from openkernel import events as ev
 from openkernel.costs import Spend
-from openkernel.schemas import Program, Status
+from openkernel.schemas import NOT_JUDGED, Program, Status
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,8 @@ class Candidate:
     program: Program | None = None
     status: Status | None = None  # None while in flight
     speedup: float = -1.0
-    mark: str = ""  # "keep" | "discard" | "error", once evaluated
+    mark: str = ""  # "keep" | "discard" | "error" | "not_judged", once evaluated
+    phase: str = ""  # while in flight: one of openkernel.events.PHASES
     generated: bool = False  # the generator answered (the candidate is being judged)
     answer: str = ""  # the model's answer as streamed so far (the whole of it once generated)
     attempt: int = 0  # the call's attempt the streamed answer belongs to (0: nothing streamed)
@@ -79,17 +80,21 @@ class RunState:
     # with the best it was up against.
     best_before: dict[str, Program | None] = field(default_factory=dict)
     trajectory: list[float] = field(default_factory=list)  # best speedup after each candidate
-    marks: dict[str, int] = field(default_factory=lambda: {"keep": 0, "discard": 0, "error": 0})
+    marks: dict[str, int] = field(
+        default_factory=lambda: {"keep": 0, "discard": 0, "error": 0, "not_judged": 0})
     error: str = ""
     reference_code: str = ""
     spend: Spend | None = None  # the job's model calls so far (None: no model called yet)
     budget_reached: str = ""  # why a budget stopped the job, once it did
     streams_version: int = 0  # bumped by every streamed piece, so the chat redraws only then
 
-    def apply(self, event: object) -> Candidate | None:
-        """Fold one event in; returns the Experiment Log row it touched, if any."""
+    def apply(self, event: object) -> list[Candidate]:
+        """Fold one event in; returns the Experiment Log rows it touched."""
         handler = getattr(self, f"_on_{type(event).__name__}", None)
-        return handler(event) if handler else None
+        touched = handler(event) if handler else None
+        if touched is None:
+            return []
+        return touched if isinstance(touched, list) else [touched]
 
     # -- handlers, one per event type that changes what is shown ------------------------------
     def _on_RunStarted(self, e: ev.RunStarted) -> None:
@@ -105,6 +110,11 @@ class RunState:
     def _on_CandidateStarted(self, e: ev.CandidateStarted) -> Candidate:
         row = Candidate(e.label, e.iteration, e.branch, model=e.model)
         self.candidates[e.label] = row
+        return row
+
+    def _on_CandidatePhaseChanged(self, e: ev.CandidatePhaseChanged) -> Candidate:
+        row = self._row(e.label)
+        row.phase = e.phase
         return row
 
     def _on_CandidateGenerated(self, e: ev.CandidateGenerated) -> Candidate:
@@ -137,13 +147,14 @@ class RunState:
         row.description = row.description or str(p.metadata.get("description") or "")
         row.model = row.model or str(p.metadata.get("model") or "")
         self.best_before[row.label] = self.best
-        # The engine's archive starts from the reference (1.0x), so a candidate is a keep only
-        # when it is now the best *and* it raised the best.
+        # A keep is a candidate that became the job's best (the best correct candidate, never
+        # the reference, as the engine's archive says): the first correct one is a keep.
         improved = (e.status in (Status.FASTER, Status.CORRECT) and e.speedup > 0
                     and e.speedup >= e.best_speedup > self.best_speedup)
         if improved:
             self.best, self.best_speedup = p, e.speedup
-        row.mark = "error" if is_error(e.status) else ("keep" if improved else "discard")
+        row.mark = ("not_judged" if e.status in NOT_JUDGED else "error" if is_error(e.status)
+                    else "keep" if improved else "discard")
         self.marks[row.mark] += 1
         self.best_speedup = max(self.best_speedup, e.best_speedup)
         self.evaluated.append(row)
@@ -159,11 +170,18 @@ class RunState:
     def _on_BackendSwitched(self, e: ev.BackendSwitched) -> None:
         self.backend = e.backend
 
-    def _on_RunFinished(self, e: ev.RunFinished) -> None:
+    def _on_RunFinished(self, e: ev.RunFinished) -> list[Candidate]:
         self.finished = e
         self.spend = e.spend or self.spend
-        self.phase = {"completed": "finished"}.get(e.reason, e.reason)
+        # A run that failed before it started was refused its input (a key, the task): the
+        # same "error" as a bad config, and kernel-code exits 2 for it.
+        failed = "error" if self.started is None and e.candidates == 0 else "failed"
+        self.phase = {"completed": "finished", "failed": failed}.get(e.reason, e.reason)
         self.error = e.error or ""
+        unjudged = [row for row in self.candidates.values() if row.status is None]
+        for row in unjudged:
+            row.phase = "abandoned"  # the run ended before it was judged
+        return unjudged
 
     def _on_RunCouldNotStart(self, e: RunCouldNotStart) -> None:
         self.phase, self.error = "error", e.message

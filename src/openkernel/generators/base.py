@@ -48,6 +48,9 @@ class Proposal:
     description: str = ""  # one line: what this candidate tries
     reasoning: str = ""  # the model's plan / diagnosis, for the chat panel
     log: str = ""  # extraction or generation problems
+    # Set when no kernel came back because generating failed: "service" (the model's service
+    # answered with an error, after any retries) or "no_code" (the answer held no kernel).
+    failed: str = ""
     tokens_used: int = 0
     latency_s: float = 0.0
     calls: list[LLMCall] = field(default_factory=list)  # every answered model call it made
@@ -65,5 +68,9 @@ class Generator(Protocol):
 
     def supports(self, task: Task, probe: TaskProbe, backend: str) -> str | None:
         """None when it can write candidates for this task; otherwise the plain reason why not."""
+
+    def preflight(self) -> str | None:
+        """None when it can generate at all (its models answer); otherwise one message naming
+        what to fix. Called once, before the run's first candidate."""
 
     def propose(self, request: ProposalRequest) -> Proposal: ...

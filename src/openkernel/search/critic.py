@@ -11,10 +11,11 @@ nothing about a GPU, and the critic says so.
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from openkernel.records import Diagnosis, Hardware, TaskProbe
-from openkernel.roofline import floor_seconds, peak_tflops_for
-from openkernel.schemas import Program, Status
+from openkernel.roofline import arithmetic_intensity, floor_seconds, peak_tflops_for
+from openkernel.schemas import NOT_JUDGED, Program, Status
 
 _FIRST_ERROR = re.compile(r"error|exception|mismatch|violation|timed out|exceeded|killed|signal",
                           re.IGNORECASE)
@@ -26,15 +27,19 @@ def roofline_estimate(runtime_ms: float, probe: TaskProbe, hw: Hardware) -> dict
         return {}
     est = {
         "estimate": True,
-        "source": "analytic (FLOPs from torch.utils.flop_counter, minimum bytes)",
-        "flops": probe.flops,
+        "source": "analytic (FLOPs counted from the reference's ops, minimum bytes)",
         "bytes": probe.bytes_moved,
-        "arithmetic_intensity": probe.flops / probe.bytes_moved if probe.bytes_moved else 0.0,
     }
+    intensity = arithmetic_intensity(probe.flops, probe.bytes_moved)
+    if probe.flops > 0:  # 0 means not counted: no FLOP figure rather than a wrong zero
+        est["flops"] = probe.flops
+    if intensity is not None:
+        est["arithmetic_intensity"] = intensity
     if hw.interpreter:  # interpreter timings say nothing about achieved GPU rates
         return est
     seconds = runtime_ms / 1e3
-    est["gflops"] = probe.flops / seconds / 1e9
+    if probe.flops > 0:
+        est["gflops"] = probe.flops / seconds / 1e9
     est["achieved_gbs"] = probe.bytes_moved / seconds / 1e9
     dtype = probe.output_dtypes[0] if probe.output_dtypes else "float32"
     peak_tflops = peak_tflops_for(hw, dtype)
@@ -51,18 +56,44 @@ def roofline_estimate(runtime_ms: float, probe: TaskProbe, hw: Hardware) -> dict
     return est
 
 
-def diagnose(best: Program | None, probe: TaskProbe, hw: Hardware) -> str:
-    """One or two sentences about the best kernel, for the chat panel and the dashboard."""
-    return diagnose_kernel(best, "best", probe, hw).text
+# Why candidates were not judged (schemas.NOT_JUDGED), in the critic's words.
+_UNJUDGED = {
+    Status.NOT_RUN: "compiled but not run here (CUDA C++ needs a GPU: press b for Triton, or "
+                    "run on a GPU)",
+    Status.GENERATION_FAILED: "no kernel came back from the generator (see their generation "
+                              "logs)",
+    Status.EVALUATOR_FAULT: "the evaluator itself failed (see their evaluation logs)",
+}
+
+
+def diagnose(best: Program | None, probe: TaskProbe, hw: Hardware,
+             outcomes: Counter | None = None) -> str:
+    """One or two sentences about the best kernel, for the chat panel and the dashboard;
+    ``outcomes`` counts the job's candidates by status, so candidates never judged are not
+    read as failures."""
+    return diagnose_kernel(best, "best", probe, hw, outcomes).text
+
+
+def no_kernel_text(outcomes: Counter | None = None) -> str:
+    """What to say while there is no correct kernel: failures to read, or candidates that were
+    never judged (not run here, no kernel generated, an evaluator fault), said as such."""
+    outcomes = outcomes or Counter()
+    unjudged = [f"{outcomes[s]} {why}" for s, why in _UNJUDGED.items() if outcomes[s]]
+    failed = sum(n for s, n in outcomes.items() if s not in NOT_JUDGED
+                 and s not in (Status.FASTER, Status.CORRECT))
+    if unjudged and not failed:
+        return "No candidate judged yet: " + "; ".join(unjudged) + "."
+    return ("No correct kernel yet. Read the evaluation logs of the failures: build errors "
+            "first, then correctness (shapes, dtypes, masks on ragged tails)."
+            + (" Not judged: " + "; ".join(unjudged) + "." if unjudged else ""))
 
 
 def diagnose_kernel(program: Program | None, role: str, probe: TaskProbe,
-                    hw: Hardware) -> Diagnosis:
-    """The rules' diagnosis of one kernel (``role`` "best" or "parent")."""
+                    hw: Hardware, outcomes: Counter | None = None) -> Diagnosis:
+    """The rules' diagnosis of one kernel (``role`` "best" or "parent"); with none, what the
+    job's ``outcomes`` (candidates by status) say."""
     if program is None or program.kernel_exec_result is None:
-        return Diagnosis(None, "", role, "No correct kernel yet. Read the evaluation logs of the "
-                         "failures: build errors first, then correctness (shapes, dtypes, masks "
-                         "on ragged tails).")
+        return Diagnosis(None, "", role, no_kernel_text(outcomes))
     label = program.metadata.get("label", program.label)
     result = program.kernel_exec_result
     if not result.correctness:
@@ -86,10 +117,11 @@ def subjects(best: Program | None, parents: list[Program]) -> list[tuple[Program
 
 
 def judge_by_rules(best: Program | None, parents: list[Program], probe: TaskProbe,
-                   hw: Hardware) -> list[Diagnosis]:
-    """The best kernel's diagnosis (or the generic one), then one per judged parent."""
+                   hw: Hardware, outcomes: Counter | None = None) -> list[Diagnosis]:
+    """The best kernel's diagnosis (or the generic one, from the job's ``outcomes``), then one
+    per judged parent."""
     found = [diagnose_kernel(p, role, probe, hw) for p, role in subjects(best, parents)]
-    return found if best is not None else [diagnose_kernel(None, "best", probe, hw)] + found
+    return found if best is not None else [diagnose_kernel(None, "best", probe, hw, outcomes)] + found
 
 
 def first_error(log: str, limit: int = 220) -> str:
@@ -120,6 +152,8 @@ def _failure_text(program: Program, label: str, role: str) -> str:
         return f"{label} built but could not run on this machine; its speed is unknown."
     if status == Status.EVALUATOR_FAULT:
         return f"{label} was not judged (the evaluator failed, not the kernel){quoted}."
+    if status == Status.GENERATION_FAILED:
+        return f"{label} has no kernel: generating it failed (see its generation log)."
     if violation:
         return (f"{label} failed the integrity check {violation}{quoted}: compute the result "
                 "with a real kernel on every call, from the inputs given.")

@@ -48,6 +48,10 @@ class JobTraces:
         self._update("running", archive, spend)
         self.writer.add(fields, became_best)
 
+    def drop(self, kernel_id: str) -> None:
+        """A candidate's row is gone from the database (a retried generation failure)."""
+        self.writer.drop(kernel_id)
+
     def finish(self, status: str, archive: Archive, spend: Spend) -> int:
         """The final session values in every file of the job; returns how many files."""
         self._update(status, archive, spend)

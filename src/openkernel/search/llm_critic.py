@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from openkernel.config import ModelConfig
 from openkernel.costs import LLMCall
 from openkernel.records import Diagnosis, Hardware, TaskProbe
-from openkernel.schemas import Program
+from openkernel.schemas import NOT_JUDGED, Program
 from openkernel.search.critic import first_error, judge_by_rules, roofline_estimate, subjects
 
 CODE_LINES = 120  # the critic needs the kernel's shape, not every line of a long one
@@ -63,8 +64,11 @@ def _metrics(program: Program, probe: TaskProbe, hw: Hardware) -> tuple[str, str
         place = ("Timed under the Triton interpreter on the CPU: no roofline placement (these "
                  "timings say nothing about a GPU).")
     elif est.get("bottleneck"):
-        place = (f"arithmetic intensity {est['arithmetic_intensity']:.3g} FLOP/byte, achieved "
-                 f"{est.get('achieved_gbs', 0):.4g} GB/s and {est.get('gflops', 0):.4g} GFLOP/s"
+        # No FLOPs counted (a task without matmuls or pointwise ops): the intensity is unknown.
+        intensity = (f"arithmetic intensity {est['arithmetic_intensity']:.3g} FLOP/byte"
+                     if "arithmetic_intensity" in est else "arithmetic intensity unknown")
+        rate = f" and {est['gflops']:.4g} GFLOP/s" if "gflops" in est else ""
+        place = (f"{intensity}, achieved {est.get('achieved_gbs', 0):.4g} GB/s{rate}"
                  + (f" ({est['dram_throughput_pct']:.0f}% of the measured bandwidth)"
                     if "dram_throughput_pct" in est else "")
                  + f"; roofline says {est['bottleneck']}"
@@ -107,9 +111,11 @@ def critic_prompt(iteration: int, subjects: list[tuple[Program, str]], recent: l
                   probe: TaskProbe, hw: Hardware, task_name: str, backend: str) -> str:
     """The whole prompt of one critic call."""
     work = ""
-    if probe.flops or probe.bytes_moved:
+    if probe.flops > 0:
         work = (f" Work per call: {probe.flops:.3g} FLOPs, {probe.bytes_moved:.3g} bytes at "
                 "least.")
+    elif probe.bytes_moved:
+        work = f" Work per call: {probe.bytes_moved:.3g} bytes at least (FLOPs not counted)."
     ceilings = []
     if hw.peak_bandwidth_gbs:
         ceilings.append(f"{hw.peak_bandwidth_gbs:.0f} GB/s")
@@ -121,7 +127,9 @@ def critic_prompt(iteration: int, subjects: list[tuple[Program, str]], recent: l
     for p in recent:
         r = p.kernel_exec_result
         speed = f" {r.runtime_improvement:.3f}x" if r and r.runtime_improvement > 0 else ""
-        status = r.get_status().value if r else "not judged"
+        status = r.get_status() if r else None
+        status = ("not judged" if status is None else status.value
+                  + (" (not judged: says nothing about its code)" if status in NOT_JUDGED else ""))
         results.append(f"- {p.metadata.get('label', p.label)}: {status}{speed}; "
                        f"{p.metadata.get('description') or ''}".rstrip("; "))
     return "\n\n".join([
@@ -159,8 +167,8 @@ class LLMCritic:
 
     def judge(self, iteration: int, best: Program | None, parents: list[Program],
               recent: list[Program], probe: TaskProbe, hw: Hardware, task_name: str,
-              backend: str) -> CriticReport:
-        rules = judge_by_rules(best, parents, probe, hw)
+              backend: str, outcomes: Counter | None = None) -> CriticReport:
+        rules = judge_by_rules(best, parents, probe, hw, outcomes)
         read = subjects(best, parents)
         if not read:  # nothing judged to read yet: the rules' generic advice
             return CriticReport(rules)
@@ -202,5 +210,7 @@ class RulesCritic:
 
     def judge(self, iteration: int, best: Program | None, parents: list[Program],
               recent: list[Program], probe: TaskProbe, hw: Hardware, task_name: str,
-              backend: str) -> CriticReport:
-        return CriticReport(judge_by_rules(best, parents, probe, hw))
+              backend: str, outcomes: Counter | None = None) -> CriticReport:
+        """``outcomes``: the job's candidates by status (candidates never judged are said as
+        such while there is no correct kernel)."""
+        return CriticReport(judge_by_rules(best, parents, probe, hw, outcomes))

@@ -18,6 +18,7 @@ import queue
 import random
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import datetime
@@ -33,6 +34,7 @@ from openkernel.events import (
     BestImproved,
     CandidateEvaluated,
     CandidateGenerated,
+    CandidatePhaseChanged,
     CandidateStarted,
     CriticDiagnosed,
     Event,
@@ -50,7 +52,8 @@ from openkernel.generators import make_generator
 from openkernel.generators.base import Generator, ProposalRequest
 from openkernel.generators.offline import skill_matches
 from openkernel.records import Diagnosis
-from openkernel.schemas import EvalResult, Program, new_program_id
+from openkernel.roofline import peak_tflops_for
+from openkernel.schemas import EvalResult, Program, Status, new_program_id
 from openkernel.search.archive import Archive
 from openkernel.search.control import RunControl
 from openkernel.search.critic import roofline_estimate
@@ -62,10 +65,20 @@ from openkernel.targets import TargetPlan
 from openkernel.task import Task
 
 _DONE = object()
+# The worker's phases (evaluation.protocol.PHASES, and "profile") as a candidate's phase.
+_WORKER_PHASES = {"setup": "building", "build": "building", "warmup": "building",
+                  "queued": "waiting_for_gpu", "test": "testing", "benchmark": "timing",
+                  "profile": "profiling"}
 
 
 def _digest(code: str, backend: str) -> str:
     return hashlib.sha256(f"{backend}\0{code}".encode()).hexdigest()
+
+
+def _peak_gflops(hw, probe) -> float | None:
+    dtype = probe.output_dtypes[0] if probe.output_dtypes else "float32"
+    peak = peak_tflops_for(hw, dtype)
+    return peak * 1e3 if peak else None
 
 
 def _missing_archs_warning(targets: TargetPlan) -> str:
@@ -85,6 +98,7 @@ class Search:
         self.control = control or RunControl()
         self.task_name = config.task_name or task.name
         self.job_name = config.job_name or datetime.now().strftime("run-%Y%m%d-%H%M%S")
+        self._own_store = store is None  # closed at the end (SQLite checkpoints its WAL then)
         self.store = store or Store(config.paths.kernels_db_path)
         self.evaluator = Evaluator(task, config, self.store)
         self.generator = generator or make_generator(config)
@@ -93,7 +107,10 @@ class Search:
         self.rng = random.Random(seed)
         self.backend = config.backend
         self.instructions: list[str] = []
-        self.candidates = 0
+        self.candidates = 0  # judged in this run
+        self.outcomes: Counter = Counter()  # the job's candidates by status (for the critic)
+        self.stored_candidates = 0  # already stored for the job when it started (a resume)
+        self._retried: dict[str, str] = {}  # label -> id of a stored generation failure
         self.spending = Spending(config, self.store, self.task_name, self.job_name)
         self.traces = None  # JobTraces when traces.enabled
         self.rules_critic = RulesCritic()
@@ -115,24 +132,48 @@ class Search:
         try:
             yield from self._run()
         except GeneratorExit:  # the consumer stopped listening (a UI quit): record it
-            if getattr(self, "run_id", None) is not None:
-                self.store.finish_run(self.run_id, "stopped")
-                self._finish_traces("stopped")
+            self._finish("stopped")
+            raise
+        except BaseException:  # Ctrl+C and the like: what is stored stays, the run says so
+            self._finish("interrupted")
             raise
         finally:
+            if getattr(self, "_heartbeat", None) is not None:
+                self._heartbeat.stop()
             self.evaluator.close()
+            if self._own_store:
+                self.store.close()
+
+    def _finish(self, status: str, error: str = "") -> int:
+        """The run row's end (once), and the traces' session values; returns the trace files
+        rewritten."""
+        if getattr(self, "run_id", None) is not None and not getattr(self, "_finished", False):
+            self._finished = True
+            self.store.finish_run(self.run_id, status, error)
+            return self._finish_traces(status)
+        return 0
+
+    def _failed_before_start(self, message: str) -> RunFinished:
+        """The one event of a run that could not start (the front ends print its error once)."""
+        return RunFinished("failed", None, -1.0, 0, str(self.store.path or self.store.url),
+                           error=message)
 
     def _run(self) -> Iterator[Event]:
+        # The model first: a missing key is said at once, not after the task's probe. (A
+        # generator without a preflight has nothing to reach.)
+        preflight = getattr(self.generator, "preflight", None)
+        problem = preflight() if preflight else None
+        if problem:
+            yield self._failed_before_start(problem)
+            return
         probe = self.evaluator.probe()
         hw = probe.hardware or self.evaluator.hardware
         if not probe.ok:
-            yield LogEmitted("error", probe.error)
-            yield RunFinished("failed", None, -1.0, 0, str(self.store.url), error=probe.error)
+            yield self._failed_before_start(probe.error)
             return
         reason = self.generator.supports(self.task, probe, self.backend)
         if reason:
-            yield LogEmitted("error", reason)
-            yield RunFinished("failed", None, -1.0, 0, str(self.store.url), error=reason)
+            yield self._failed_before_start(reason)
             return
         for warning in probe.warnings:
             yield LogEmitted("warning", warning)
@@ -143,28 +184,39 @@ class Search:
             yield LogEmitted("warning", _missing_archs_warning(targets))
 
         stored = self.store.job_kernels(self.task_name, self.job_name)
+        # A branch whose generation failed (no kernel came back) is tried again on resume; its
+        # new row replaces the failed one.
+        failed = Status.GENERATION_FAILED.value
+        self._retried = {r.label: r.id for r in stored if r.status == failed}
+        stored = [r for r in stored if r.status != failed]
+        self.stored_candidates = sum(not r.is_program0 for r in stored)
         run = self.store.start_run(
             task_name=self.task_name, job_name=self.job_name, backend=self.backend,
             gpu_arch=self.gpu_arch, hardware=hw.label, generator=self.generator.name,
             models=self.generator.models,
+            # the compute ceiling for this task's dtype, the same the roofline estimates use
             config={**self.config.model_dump(mode="json"), "hardware": asdict(hw),
+                    "peak_gflops": _peak_gflops(hw, probe),
                     "footprint": asdict(probe.memory) if probe.memory else None},
             task_path=str(self.task.folder or self.task.reference_path),
         )
         self.run_id = run.id
+        self._heartbeat = self.store.heartbeat(run.id)
         yield RunStarted(
             run_id=run.id, task_name=self.task_name, job_name=self.job_name, backend=self.backend,
             hardware=hw.label, models=tuple(self.generator.models), generator=self.generator.name,
             db_path=str(self.store.path or self.store.url), max_iters=self.config.max_iters,
             branches_per_iteration=self.config.branches_per_iteration,
-            resumed_candidates=len(stored), reference_code=self.task.reference_code,
+            resumed_candidates=self.stored_candidates, reference_code=self.task.reference_code,
             skills=tuple(skill_matches(probe, self.backend, self.task)),
             peak_bandwidth_gbs=hw.peak_bandwidth_gbs, peak_tflops=dict(hw.peak_tflops or {}),
             max_usd=self.config.budget.max_usd, max_tokens=self.config.budget.max_tokens,
+            peak_gflops=_peak_gflops(hw, probe),
         )
         if stored:
-            yield LogEmitted("info", f"Resuming job {self.job_name}: {len(stored)} kernels stored; "
-                             "only the missing i<N>-b<M> run.")
+            n = self.stored_candidates
+            yield LogEmitted("info", f"Resuming job {self.job_name}: {n} candidate"
+                             f"{'' if n == 1 else 's'} stored; only the missing i<N>-b<M> run.")
         for warning in self.spending.warnings():
             yield LogEmitted("warning", warning)
         events: list[Event] = []
@@ -180,22 +232,24 @@ class Search:
                 yield from self._seed_archive()
             yield from self._iterations(done)
         except Exception as err:  # a bug: keep what is stored, say why, re-raise for the trace
-            self.store.finish_run(self.run_id, "failed", repr(err))
-            self._finish_traces("failed")
-            yield RunFinished("failed", self._best_id(), self.archive.best_speedup, self.candidates,
-                              str(self.store.path or self.store.url), error=repr(err))
+            self._finish("failed", repr(err))
+            yield RunFinished("failed", self._best_id(), self.archive.best_speedup,
+                              self.stored_candidates + self.candidates,
+                              str(self.store.path or self.store.url), error=repr(err),
+                              new_candidates=self.candidates)
             raise
         budget = self.spending.reason
         reason = "stopped" if self.control.stopped or budget else "completed"
-        self.store.finish_run(self.run_id, reason, budget)
-        written = self._finish_traces(reason)
+        written = self._finish(reason, budget or "")
         if written:
             yield LogEmitted("info", f"Traces: {written} candidates in {self.traces.folder}")
         extra = yield from self._device_report(started)
         spend = self.spending.snapshot()
-        yield RunFinished(reason, self._best_id(), self.archive.best_speedup, self.candidates,
+        yield RunFinished(reason, self._best_id(), self.archive.best_speedup,
+                          self.stored_candidates + self.candidates,
                           str(self.store.path or self.store.url), error=budget or None, extra=extra,
-                          spend=spend if spend.calls or self.generator.name == "llm" else None)
+                          spend=spend if spend.calls or self.generator.name == "llm" else None,
+                          new_candidates=self.candidates)
 
     # traces (opt-in) ----------------------------------------------------------------------
     def _open_traces(self, hw) -> Iterator[Event]:
@@ -263,6 +317,7 @@ class Search:
             self.archive.add(program)
             if not row.is_program0:
                 self._judged_in.setdefault(row.iteration, []).append(program)
+                self.outcomes[program.status] += 1
             if not row.is_program0 and row.code.strip():
                 self._remember(program)
             done.setdefault(row.iteration, set()).add(row.branch)
@@ -321,7 +376,8 @@ class Search:
             yield from self._apply_controls(iteration)
             yield IterationStarted(iteration)
             yield from self._run_branches(iteration, plan, diagnoses)
-            yield IterationFinished(iteration, self.archive.best_speedup, self.candidates)
+            yield IterationFinished(iteration, self.archive.best_speedup,
+                                    self.stored_candidates + self.candidates)
             last = iteration
         if last is not None:  # what to try next, for the user (no model call once stopping)
             yield from self._critique(last, [], cheap=self.control.stopped)
@@ -344,7 +400,7 @@ class Search:
             yield LogEmitted("info", f"Critic {critic.model} reads iteration {iteration}…")
         report = critic.judge(iteration, self.archive.best, parents,
                               self._judged_in.get(iteration, []), self.probe, self.hardware,
-                              self.task_name, self.backend)
+                              self.task_name, self.backend, outcomes=self.outcomes)
         events: list[Event] = []
         for call in report.calls:
             event = self.spending.add(call, "", iteration)
@@ -431,6 +487,7 @@ class Search:
             model_hint = self.generator.models[0] if self.generator.models else self.generator.name
             out.put(CandidateStarted(label, request.iteration, request.branch,
                                      request.parent.id if request.parent else None, model_hint))
+            out.put(CandidatePhaseChanged(label, "generating"))
             program_id = new_program_id()
             stream = request.on_text = AnswerStream(label, out.put)
             t0 = time.perf_counter()
@@ -441,6 +498,16 @@ class Search:
                 out.put(self.spending.add(call, label, request.iteration, program_id))
             self.spending.check(out.put)
             out.put(CandidateGenerated(label, proposal.model, proposal.description, proposal.reasoning))
+            if proposal.code.strip():
+                out.put(CandidatePhaseChanged(label, "queued"))  # for a worker, or a resume
+            phase = [""]
+
+            def on_phase(worker_phase: str) -> None:
+                mapped = _WORKER_PHASES.get(worker_phase)
+                if mapped and mapped != phase[0]:
+                    phase[0] = mapped
+                    out.put(CandidatePhaseChanged(label, mapped))
+
             with slots:
                 if not self.control.wait_while_paused():
                     return
@@ -455,13 +522,17 @@ class Search:
                                        f"its evaluation is reused, nothing was rebuilt.\n"
                                        + result.eval_log)
                 elif proposal.code.strip():
-                    result = self.evaluator.evaluate(proposal.code, request.backend, label=label)
+                    result = self.evaluator.evaluate(proposal.code, request.backend, label=label,
+                                                     on_phase=on_phase, source_name=f"<{label}>")
                     with self._judged_lock:  # before the slot is freed: a twin waiting sees it
                         self._judged.setdefault(key, (program_id, result))
-                else:
-                    result = EvalResult(compiled=False, perf_score=0, eval_log=(
-                        "No kernel was extracted from the answer, so nothing was built.\n"
-                        + (proposal.log or "")).strip())
+                else:  # nothing to build: a generation failure, not a build status
+                    why = ("The model's service gave no answer, so there was no kernel to build."
+                           if proposal.failed == "service" else
+                           "No kernel was extracted from the answer, so nothing was built.")
+                    result = EvalResult(compiled=False, perf_score=0,
+                                        metadata={"generation_failed": proposal.failed or "no_code"},
+                                        eval_log=(why + "\n" + (proposal.log or "")).strip())
                 eval_s = time.perf_counter() - t1
             parent = request.parent
             program = Program(
@@ -485,9 +556,11 @@ class Search:
             out.put(program)
         except NoDeviceLeft as err:  # no GPU can judge anything any more: end the run
             out.put(LogEmitted("error", f"{label}: {err}"))
+            out.put(CandidatePhaseChanged(label, "abandoned"))
             self.control.stop()
         except Exception as err:  # a generator or evaluator bug: say so, keep the run going
             out.put(LogEmitted("error", f"{label}: internal error: {err!r}"))
+            out.put(CandidatePhaseChanged(label, "abandoned"))
         finally:
             out.put(_DONE)
 
@@ -503,6 +576,11 @@ class Search:
             result.profiler_data = roofline_estimate(result.runtime, self.probe, self.hardware)
         previous = self.archive.best_speedup
         is_best = self.archive.add(program)
+        replaced = self._retried.pop(program.metadata.get("label"), None)
+        if replaced is not None:
+            self.store.delete_kernel(replaced)
+            if self.traces is not None:
+                self.traces.drop(replaced)
         fields = kernel_fields(
             program, run_id=self.run_id, task_name=self.task_name, job_name=self.job_name,
             hardware=self.hardware.label, gpu_arch=self.gpu_arch,
@@ -517,6 +595,7 @@ class Search:
             yield LogEmitted("warning", self.evaluator.notes[self._notes_seen])
             self._notes_seen += 1
         self.candidates += 1
+        self.outcomes[program.status] += 1
         result = program.kernel_exec_result
         yield CandidateEvaluated(program, program.status, program.metadata["label"],
                                  result.runtime_improvement, self.archive.best_speedup)

@@ -6,19 +6,21 @@ committed as soon as it is judged, so a killed engine loses at most the candidat
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
-from sqlalchemy import create_engine, event, func, select
+from sqlalchemy import create_engine, event, inspect, select, text, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
 from openkernel.errors import OpenKernelError
-from openkernel.store.migrate import add_missing_columns
+from openkernel.store import summary
+from openkernel.store.liveness import Heartbeat, this_host
 from openkernel.store.tables import (
     Base,
     Critique,
@@ -66,7 +68,7 @@ class Store:
             _sqlite_pragmas(self.engine, readonly=False)
         try:
             Base.metadata.create_all(self.engine)
-            add_missing_columns(self.engine, Base.metadata)
+            _add_missing_columns_and_indexes(self.engine)
         except DatabaseError as err:
             raise OpenKernelError(f"{path_or_url}: not an openkernel database ({err.orig})") from None
         self.session = sessionmaker(self.engine, expire_on_commit=False)
@@ -86,10 +88,31 @@ class Store:
 
     # runs -----------------------------------------------------------------------------------
     def start_run(self, **fields) -> Run:
+        """A new run row for this engine process. Earlier runs of the same job whose engine is
+        gone (killed, say) are stored as interrupted: the job's state is its latest run's."""
+        fields.setdefault("engine_host", this_host())
+        fields.setdefault("engine_pid", os.getpid())
         with self.session() as s, s.begin():
+            if "task_name" in fields and "job_name" in fields:
+                for old in s.scalars(select(Run).where(
+                        Run.task_name == fields["task_name"], Run.job_name == fields["job_name"],
+                        Run.status == "running")):
+                    if summary.state_of(_as_dict(old)) == "interrupted":
+                        old.status = "interrupted"
+                        old.finished_at = old.heartbeat_at or old.started_at
             run = Run(**fields)
             s.add(run)
         return run
+
+    def heartbeat(self, run_id: int) -> Heartbeat:
+        """Keep the run's ``heartbeat_at`` fresh from a thread until the returned beat stops."""
+        def beat() -> None:
+            with self.session() as s, s.begin():
+                s.execute(update(Run).where(Run.id == run_id)
+                          .values(heartbeat_at=datetime.now(timezone.utc)))
+
+        beat()
+        return Heartbeat(beat)
 
     def finish_run(self, run_id: int, status: str, error: str = "") -> None:
         with self.session() as s, s.begin():
@@ -113,6 +136,13 @@ class Store:
             s.add(row)
         return row
 
+    def delete_kernel(self, kernel_id: str) -> None:
+        """Drop one row (a generation failure, replaced by its retry on resume)."""
+        with self.session() as s, s.begin():
+            row = s.get(Kernel, kernel_id)
+            if row is not None:
+                s.delete(row)
+
     def job_kernels(self, task_name: str, job_name: str) -> list[Kernel]:
         with self.session() as s:
             q = (
@@ -127,38 +157,17 @@ class Store:
             return s.get(Kernel, kernel_id)
 
     def best_kernel(self, task_name: str, gpu_arch: str | None = None) -> Kernel | None:
-        """The best correct, non-reference kernel stored for a task (and architecture)."""
+        """The best kernel stored for a task (and architecture), as ``summary`` defines it."""
         with self.session() as s:
-            q = select(Kernel).where(
-                Kernel.task_name == task_name,
-                Kernel.correctness.is_(True),
-                Kernel.is_program0.is_(False),
-            )
+            q = select(Kernel).where(Kernel.task_name == task_name, *summary.BEST_WHERE)
             if gpu_arch:
                 q = q.where(Kernel.gpu_arch == gpu_arch)
-            q = q.order_by(Kernel.score.desc()).limit(1)
-            return s.scalars(q).first()
+            return s.scalars(q.order_by(*summary.BEST_ORDER).limit(1)).first()
 
-    def list_jobs(self) -> list[dict]:
-        """One row per (task_name, job_name): counts, best speedup, last activity."""
-        with self.session() as s:
-            q = (
-                select(
-                    Kernel.task_name,
-                    Kernel.job_name,
-                    func.count(Kernel.id),
-                    func.max(Kernel.runtime_improvement),
-                    func.max(Kernel.created_at),
-                    func.max(Kernel.hardware),
-                )
-                .group_by(Kernel.task_name, Kernel.job_name)
-                .order_by(func.max(Kernel.created_at).desc())
-            )
-            return [
-                {"task_name": t, "job_name": j, "kernels": n, "best_speedup": b or -1.0,
-                 "last": last, "hardware": hw}
-                for t, j, n, b, last, hw in s.execute(q)
-            ]
+    def list_jobs(self, search: str = "") -> list[dict]:
+        """Every job, live ones first, then the most recently active (``summary.list_jobs``)."""
+        with self.engine.connect() as conn:
+            return summary.list_jobs(conn, search, limit=None)[0]
 
     # critiques -------------------------------------------------------------------------------
     def add_critique(self, *, run_id: int, task_name: str, job_name: str, iteration: int, text: str,
@@ -236,6 +245,36 @@ class Store:
             q = (select(Run.status).where(Run.task_name == task_name, Run.job_name == job_name)
                  .order_by(Run.id.desc()).limit(1))
             return s.scalars(q).first() == "completed"
+
+
+def _as_dict(run: Run) -> dict:
+    return {c.name: getattr(run, c.name) for c in Run.__table__.c}
+
+
+def _add_missing_columns_and_indexes(engine: Engine) -> list[str]:
+    """Bring a database made by an older openkernel up to the tables, in place.
+
+    ``create_all`` makes missing tables but leaves existing ones as they are; this adds each
+    column the tables declare and the database lacks, as a nullable column (``ALTER TABLE ...
+    ADD COLUMN``, which SQLite and PostgreSQL do without rewriting the table), then each missing
+    index. Renames and type changes are not migrations this can do: use Alembic for those.
+    Returns ``table.column`` for each column added.
+    """
+    inspector = inspect(engine)
+    added = []
+    with engine.begin() as conn:
+        for table in Base.metadata.sorted_tables:
+            if not inspector.has_table(table.name):
+                continue
+            have = {c["name"] for c in inspector.get_columns(table.name)}
+            for column in table.columns:
+                if column.name not in have:
+                    kind = column.type.compile(engine.dialect)
+                    conn.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
+                    added.append(f"{table.name}.{column.name}")
+            for index in table.indexes:
+                index.create(conn, checkfirst=True)
+    return added
 
 
 def open_readonly(path: str | Path) -> Engine:

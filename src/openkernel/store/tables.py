@@ -2,7 +2,8 @@
 critic diagnosis, one per answered model call.
 
 Columns added after a table first shipped are added to older databases by ``Store`` (see
-``store.migrate``); readers of a database the engine has not opened since check for them.
+``store.db._add_missing_columns_and_indexes``); readers of a database the engine has not
+opened since check for them.
 """
 
 from __future__ import annotations
@@ -47,10 +48,16 @@ class Run(Base):
     models: Mapped[list] = mapped_column(JSON, default=list)
     config: Mapped[dict] = mapped_column(JSON, default=dict)
     task_path: Mapped[str] = mapped_column(Text, default="")
-    status: Mapped[str] = mapped_column(String(20), default="running")  # running|completed|stopped|failed
+    # running|completed|stopped|failed|interrupted; a "running" row whose engine is gone reads
+    # as interrupted (openkernel.store.liveness), and is stored so when the job resumes.
+    status: Mapped[str] = mapped_column(String(20), default="running")
     error: Mapped[str] = mapped_column(Text, default="")
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Which engine process runs it, and when it last said it is alive (every few seconds).
+    engine_host: Mapped[str] = mapped_column(String(200), default="")
+    engine_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class Kernel(Base):
@@ -103,9 +110,10 @@ class Kernel(Base):
     __table_args__ = (
         Index("ix_kernels_task_job", "task_name", "job_name"),
         Index("ix_kernels_task_arch_score", "task_name", "gpu_arch", "score"),
-        # Covers the per-job summaries of the results browser without reading prompt/code.
-        Index("ix_kernels_job_summary", "task_name", "job_name", "status",
-              "runtime_improvement", "created_at"),
+        # Covers the per-job summaries (openkernel.store.summary) without reading prompt/code:
+        # the candidates' status mix, and the best (correct, highest score) by one range.
+        Index("ix_kernels_job_candidates", "task_name", "job_name", "is_program0", "correctness",
+              "score", "status", "runtime_improvement", "created_at"),
     )
 
 

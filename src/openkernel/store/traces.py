@@ -68,7 +68,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("kernel_code", "string", "the extracted kernel module"),
     ("user_instructions", "string", "instructions that shaped it (task, config, steering)"),
     ("status", "string", "faster, correct, incorrect, test_timeout, compile_error, "
-                         "build_timeout, not_run or evaluator_fault"),
+                         "build_timeout, not_run, evaluator_fault or generation_failed"),
     ("compiled", "bool", "it built"),
     ("correctness", "bool", "it matched the reference on every seed and shape"),
     ("runtime_ms", "float64", "median runtime in ms (-1: not timed)"),
@@ -144,8 +144,8 @@ def session_id(task_name: str, job_name: str, first_started: datetime | None) ->
 
 
 def decision(status: str, became_best: bool) -> str:
-    """keep: it became the job's best; error: it failed (not_run and evaluator faults say
-    nothing about the kernel: discard); discard: anything else."""
+    """keep: it became the job's best; error: it failed (not_run, evaluator faults and
+    generation failures say nothing about the kernel: discard); discard: anything else."""
     if became_best:
         return "keep"
     if status in (Status.FASTER.value, Status.CORRECT.value) or status in {
@@ -260,6 +260,14 @@ class TraceWriter:
         name = f"{_slug(str(row['label']))}-{row['kernel_id']}.parquet"
         self.written += 1
         return write_table(self.folder / name, [row])
+
+    def drop(self, kernel_id: str) -> int:
+        """Remove a candidate's file (a generation failure its retry replaces); how many."""
+        gone = 0
+        for path in self.folder.glob(f"*-{kernel_id}.parquet"):
+            path.unlink(missing_ok=True)
+            gone += 1
+        return gone
 
     def finish(self) -> int:
         """Rewrite the session's columns of every file of this job (earlier runs' included)."""

@@ -46,13 +46,16 @@ def header(data) -> list:
     runs = data.runs
     last = runs[-1] if runs else {}
     best = data.by_id.get(data.best_id) if data.best_id else None
-    facts = [f"{len(data.rows)} kernels", f"{len(runs)} run(s)",
+    candidates = sum(not r.get("is_program0") for r in data.rows)  # the reference is none
+    facts = [f"{candidates} candidate{'' if candidates == 1 else 's'}", f"{len(runs)} run(s)",
              f"hardware: {last.get('hardware') or '-'}", f"backend: {last.get('backend') or '-'}",
              f"generator: {last.get('generator') or '-'}",
              f"models: {', '.join(last.get('models') or []) or '-'}",
              f"best: {best['label']} {best['runtime_improvement']:.3f}x" if best and best.get(
                  "runtime_improvement", -1) > 0 else "best: -"]
-    state = "running (refreshes by itself)" if data.running else (last.get("status") or "no run row")
+    state = "running (refreshes by itself)" if data.running else data.state + (
+        " (its engine stopped without finishing it; run the job again to resume)"
+        if data.state == "interrupted" else "")
     if last.get("error") and not data.running:  # why it stopped or failed (a budget reached)
         state += f": {last['error']}"
     models = models_table(data.rows, data.calls)  # per model: calls, tokens, cost, results

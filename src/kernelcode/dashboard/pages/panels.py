@@ -14,7 +14,6 @@ from dash.exceptions import PreventUpdate
 from kernelcode.dashboard.components import diff_table
 from kernelcode.dashboard.figures import (
     gauges_figure,
-    heatmap_figure,
     landscape_figure,
     roofline_figure,
     trajectory_figure,
@@ -26,10 +25,16 @@ from kernelcode.dashboard.profile import best_profiled, hardware_peaks
 TABS = [("trajectory", "Optimization trajectory"), ("roofline", "Roofline"), ("resources", "Resources"),
         ("table", "Experiment table"), ("diff", "Code diff"), ("landscape", "Optimization landscape"),
         ("memory", "Memory heatmap"), ("health", "Run health")]
-HEATMAP_HELP = ("No deep profiling data for this job. The memory-access heatmap comes from Nsight "
-                "Compute's MemoryWorkloadAnalysis section: re-run the job (or the kernel) with deep "
-                "profiling on, e.g. `ncu --section MemoryWorkloadAnalysis_Chart --section "
-                "MemoryWorkloadAnalysis_Tables`, so that profiler_data['memory_heatmap'] is stored.")
+# openkernel's profile (eval_config.profile) records throughput counters, not Nsight Compute's
+# memory workload chart; the tab says how to see that chart for one kernel.
+HEATMAP_HELP = ("openkernel does not record memory access patterns: its profile (on a GPU with "
+                "Nsight Compute) keeps throughput counters only, shown under Resources. To see "
+                "Nsight Compute's memory workload chart for one kernel, on a GPU: save its code "
+                "with `openkernel show KERNEL_ID --field code > kernel.py`, then run `ncu --section "
+                "MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Chart --section "
+                "MemoryWorkloadAnalysis_Tables --target-processes all -o kernel openkernel eval "
+                "TASK kernel.py --set eval_config.profile=false` and open kernel.ncu-rep in "
+                "Nsight Compute.")
 NO_PROFILE = ("No profiler data for this job: its candidates ran on the CPU (no GPU profiler "
               "there), Nsight Compute (ncu) is not installed, or eval_config.profile is off.")
 
@@ -112,8 +117,15 @@ def _trajectory(source, data, selected):
     return _graph(fig) if fig else _note("No kernels yet.")
 
 
+ON_CPU = ("No roofline for a job run on the CPU: Triton ran under its interpreter, whose "
+          "timings give no FLOP/s to place a kernel, and there are no GPU ceilings. Run the job "
+          "on a GPU.")
+
+
 def _roofline(source, data, selected):
     fig, note = roofline_figure(data.rows, hardware_peaks(data.rows, [r.get("config") for r in data.runs]))
+    if fig is None and data.rows and all((r.get("hardware") or "").startswith("CPU") for r in data.rows):
+        note = ON_CPU
     return ([_note(note)] if note else []) + ([_graph(fig)] if fig else [])
 
 
@@ -134,13 +146,7 @@ def _landscape(source, data, selected):
 
 
 def _memory(source, data, selected):
-    with_heat = [r for r in data.rows if r.get("has_heatmap")]
-    if not with_heat:
-        return _note(HEATMAP_HELP)
-    row = next((r for r in with_heat if r["id"] == selected), None) or next(
-        (r for r in with_heat if r["id"] == data.best_id), with_heat[0])
-    fig = heatmap_figure(source.heatmap(row["id"]), row["label"])
-    return _graph(fig) if fig else _note(f"{row['label']}: the stored heatmap is not a 2-D list.")
+    return html.P(HEATMAP_HELP, className="note", id="memory-help")
 
 
 def health_table(source, data, selected=None) -> html.Table:
@@ -157,7 +163,7 @@ def health_table(source, data, selected=None) -> html.Table:
 # Panels drawn into "<name>-body" by the one callback below; the table and the diff have their own.
 BUILDERS = {"trajectory": _trajectory, "roofline": _roofline, "resources": _resources,
             "landscape": _landscape, "memory": _memory, "health": health_table}
-FOLLOW_SELECTION = {"resources", "memory"}
+FOLLOW_SELECTION = {"resources"}
 
 
 def register(app, source) -> None:

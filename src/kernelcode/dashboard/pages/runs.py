@@ -1,7 +1,8 @@
 """The runs page: every (task_name, job_name) with counts, status mix, best speedup, hardware.
 
 Paged (50 jobs) because the per-job figures are computed only for the jobs on screen: that
-is what keeps the query under a second on a million kernels (see ``queries.list_jobs``).
+is what keeps the query under a second on a million kernels (see ``queries.list_jobs``). Counts
+and the best kernel are of candidates (never the reference), as `openkernel runs` says them.
 The listing is one block of escaped HTML in a single ``dcc.Markdown`` rather than hundreds of
 Dash components: the browser-side cost of a Dash component, not the query, was what made
 this page slow. The first page comes with the layout itself (no second round trip).
@@ -55,16 +56,18 @@ def runs_table(rows: list[dict]) -> dcc.Markdown:
     """The listing as one HTML table (every value escaped), each job linking to its page."""
     from kernelcode.dashboard.app import job_path
 
-    head = "".join(f"<th>{h}</th>" for h in ("task", "job", "kernels", "status mix", "best speedup",
-                                             "hardware", "runs", "last activity"))
+    head = "".join(f"<th>{h}</th>" for h in ("task", "job", "candidates", "status mix", "best speedup",
+                                             "hardware", "runs", "state", "last activity"))
     body = []
     for r in rows:
-        best = f"{r['best_speedup']:.2f}x" if r["best_speedup"] > 0 else "-"
-        mix = ", ".join(f"{n} {s}" for s, n in sorted(r["status"].items(), key=lambda kv: -kv[1]))
+        best = f"{r['best_speedup']:.2f}x ({escape(r['best_label'])})" if r["best_speedup"] > 0 else "-"
+        mix = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in
+                        sorted(r["status"].items(), key=lambda kv: -kv[1]))
         href = escape(job_path(r["task_name"], r["job_name"]))
         cells = [escape(r["task_name"]), f'<a class="job-link" href="{href}">{escape(r["job_name"])}</a>',
-                 str(r["kernels"]), status_bar(r["status"]) + f'<div class="small muted">{escape(mix)}</div>',
-                 best, escape(r["hardware"] or "-"), f"{r['runs']}" + (" (running)" if r["running"] else ""),
+                 str(r["candidates"]), status_bar(r["status"]) + f'<div class="small muted">{escape(mix)}</div>',
+                 best, escape(r["hardware"] or "-"), str(r["runs"]),
+                 f'<span class="state-{escape(r["state"])}">{escape(r["state"])}</span>',
                  escape(r["last"])]
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     html_text = (f'<table class="runs" id="runs-listing"><thead><tr>{head}</tr></thead>'

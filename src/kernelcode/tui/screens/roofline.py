@@ -109,8 +109,12 @@ class RooflineView(Overlay):
 
     TITLE_TEXT = "Roofline"
 
-    def __init__(self, programs: list[Program], on_cpu: bool = False) -> None:
-        self.points, self.peak_gbs, self.peak_gflops = points_of(programs)
+    def __init__(self, programs: list[Program], on_cpu: bool = False,
+                 peaks: tuple[float | None, float | None] = (None, None)) -> None:
+        """``peaks``: the run's (GB/s, GFLOP/s) ceilings (RunStarted), for kernels whose
+        profile does not carry them (Nsight Compute's does not)."""
+        self.points, gbs, gflops = points_of(programs)
+        self.peak_gbs, self.peak_gflops = gbs or peaks[0], gflops or peaks[1]
         self.on_cpu = on_cpu
 
     def blocks(self, width: int) -> list[Block]:

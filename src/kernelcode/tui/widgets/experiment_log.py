@@ -38,8 +38,8 @@ from kernelcode.tui.state import Candidate
 
 # (header, width, right-justified). Fixed widths: nothing is measured as rows arrive.
 COLUMNS: tuple[tuple[str, int, bool], ...] = (
-    ("#", 4, False), ("label", 8, False), ("speedup", 8, True), ("status", 13, False),
-    ("what it tried", 60, False))
+    ("#", 4, False), ("label", 8, False), ("speedup", 8, True), ("status", 17, False),
+    ("what it tried", 56, False))
 PADDING = 1  # cells either side of each column, as a DataTable draws them
 ROW_WIDTH = sum(width + 2 * PADDING for _, width, _ in COLUMNS)
 NUMBER_STYLE = Style.parse("#8b949e")
@@ -51,7 +51,7 @@ def _cells(row: Candidate, number: int) -> tuple[Text, ...]:
     if row.mark == "keep":
         speed.stylize("bold")
     return (Text(str(number), style=NUMBER_STYLE), Text(row.label), speed,
-            status_text(row.status), Text(row.description or row.model or ""))
+            status_text(row.status, row.phase), Text(row.description or row.model or ""))
 
 
 class ExperimentLog(ScrollView, can_focus=True):
@@ -139,7 +139,8 @@ class ExperimentLog(ScrollView, can_focus=True):
         grew = False
         for row in rows:
             snapshot = Candidate(row.label, row.iteration, row.branch, row.model,
-                                 row.description, None, row.status, row.speedup, row.mark)
+                                 row.description, None, row.status, row.speedup, row.mark,
+                                 row.phase)
             index = self._index.get(row.label)
             if index is None:
                 index = self._index[row.label] = len(self._labels)

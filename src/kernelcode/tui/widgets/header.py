@@ -56,9 +56,10 @@ class RunHeader(TextLines):
         backend = pretty_backend(self.backend)
         if self.pending_backend and self.pending_backend != self.backend:
             backend += f" → {pretty_backend(self.pending_backend)} (next iteration)"
-        it = "iteration –" if self.iteration < 0 else f"iteration {self.iteration + 1}"
+        # Counted as the i<N> labels are, from 0: "iteration 2 of 0–4" runs i2-b*.
+        it = "iteration –" if self.iteration < 0 else f"iteration {self.iteration}"
         if self.max_iters:
-            it += f"/{self.max_iters}"
+            it += f" of 0–{self.max_iters - 1}"
         line1 = Text.assemble(
             ("kernel code ", "bold"), (f"v{__version__}", "bold"), SEP,
             (pretty_hardware(self.hardware), "bold #58a6ff"), SEP, (backend, "bold"), SEP,

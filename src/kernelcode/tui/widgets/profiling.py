@@ -49,12 +49,22 @@ class ProfilingPanel(Widget):
         if not rows:
             # An analytic estimate without hardware ceilings (e.g. the CPU): show what it knows.
             if data.get("bytes"):
-                table.add_row("Moves", f"{data['bytes'] / 1e6:.1f} MB per call (minimum)")
+                table.add_row("Moves", f"{_si(data['bytes'])}B per call (minimum)")
             if data.get("flops"):
-                table.add_row("FLOPs", f"{data['flops'] / 1e6:.1f} M per call")
-            if data.get("bytes") and data.get("flops") is not None:
-                table.add_row("Intensity", f"{data.get('arithmetic_intensity', 0.0):.2f} FLOP/byte")
+                table.add_row("FLOPs", f"{_si(data['flops'])} per call")
+            intensity = data.get("arithmetic_intensity")
+            if data.get("bytes"):
+                table.add_row("Intensity", f"{intensity:.2f} FLOP/byte" if intensity else
+                              Text("unknown (no FLOPs counted for these ops)", DIM))
             reason = ("no GPU profiler on the CPU: timings are interpreter timings"
                       if state.on_cpu else "no bottleneck metrics (no ncu, no ceilings)")
             table.add_row("", Text(reason, DIM))
         return table
+
+
+def _si(value: float) -> str:
+    """``16.4 k``, ``536.9 M``: three figures at any size (a small task is not "0.0 MB")."""
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= factor:
+            return f"{value / factor:.1f} {prefix}"
+    return f"{value:.0f} "

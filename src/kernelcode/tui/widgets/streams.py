@@ -12,6 +12,7 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widget import Widget
 
+from kernelcode.tui.formatting import PHASE_WORDS
 from kernelcode.tui.narrate import reasoning_view
 from kernelcode.tui.state import Candidate, RunState
 
@@ -30,14 +31,16 @@ class StreamBox(Widget):
         self._key: tuple = ()
 
     def update(self, row: Candidate) -> None:
-        key = (len(row.answer), row.attempt, row.generated, row.model)
+        key = (len(row.answer), row.attempt, row.generated, row.model, row.phase)
         if key != self._key:
             self.row, self._key = row, key
             self.refresh(layout=True)
 
     def render(self) -> Text:
         row = self.row
-        doing = "answered, judging…" if row.generated else "writing…"
+        # once answered, what its judging is at (queued, building, testing...), as the log says
+        judging = PHASE_WORDS.get(row.phase, "judging") if row.phase != "generating" else "judging"
+        doing = f"answered, {judging}…" if row.generated else "writing…"
         if row.attempt > 1:
             doing += f" (attempt {row.attempt})"
         head = Text.assemble(("▸ ", "bold #d2a8ff"), (f"{row.label} ", "bold"),

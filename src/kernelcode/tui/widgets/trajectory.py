@@ -1,4 +1,6 @@
-"""TrajectoryPanel: best speedup after each judged candidate, with keep/discard/error marks."""
+"""TrajectoryPanel: best speedup after each judged candidate, with keep/discard/error marks
+(and "not judged" for candidates nothing was learnt from: not run here, an evaluator fault,
+no kernel generated)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from kernelcode.tui.state import RunState
 from kernelcode.tui.widgets.lines import TextLines
 
 BARS = "▁▂▃▄▅▆▇█"
-MARKS = {"keep": ("↑", "#3fb950"), "discard": ("·", "#8b949e"), "error": ("×", "#f85149")}
+MARKS = {"keep": ("↑", "#3fb950"), "discard": ("·", "#8b949e"), "error": ("×", "#f85149"),
+         "not_judged": ("∅", "#6e7681")}
 
 
 class TrajectoryPanel(TextLines):
@@ -49,16 +52,18 @@ class TrajectoryPanel(TextLines):
             level = BARS[round((value - low) / span * (len(BARS) - 1))]
             bars.append((level * col, "#3fb950" if value > 1 else "#58a6ff"))
             glyph, colour = MARKS[row.mark]
-            if row.mark == "error" and row.status is not None:
+            if row.mark in ("error", "not_judged") and row.status is not None:
                 colour = STATUS_COLOURS[row.status]
             marks.append((glyph.ljust(col), colour))
         counts = state.marks
-        best = label_of(state.best) if state.best is not None else "ref"
+        best = f"({label_of(state.best)})" if state.best is not None else "(none correct yet)"
         summary = Text.assemble(
             ("best ", "#8b949e"), (speedup_str(state.best_speedup), "bold"),
-            (f" ({best})  ", "#8b949e"),
+            (f" {best}  ", "#8b949e"),
             (f"↑keep {counts['keep']}  ", "#3fb950"), (f"·discard {counts['discard']}  ", "#8b949e"),
             (f"×error {counts['error']}", "#f85149"))
+        if counts["not_judged"]:  # not run here, evaluator faults, no kernel: not errors
+            summary.append(f"  ∅not judged {counts['not_judged']}", "#8b949e")
         return Text("\n").join([_runs(bars), _runs(marks), summary])
 
 

@@ -29,10 +29,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import shutil
 import threading
 import uuid
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -178,8 +180,13 @@ class Evaluator:
                              name="reference-compile").start()
         return probe
 
-    def evaluate(self, code: str, backend: str, label: str = "") -> EvalResult:
-        """Build, check and time one candidate; never raises for candidate faults."""
+    def evaluate(self, code: str, backend: str, label: str = "", *,
+                 on_phase: Callable[[str], None] | None = None,
+                 source_name: str | None = None) -> EvalResult:
+        """Build, check and time one candidate; never raises for candidate faults.
+
+        ``on_phase`` hears each phase the worker enters (``protocol.PHASES``, then "profile");
+        ``source_name`` replaces the scratch copy's path in the log (the user's file, say)."""
         hw, primary = self.hardware, self.targets.primary
         job = self._task_job(hw.device, "evaluate", backend=backend,
                              correctness_seeds=self.ec.correctness_seeds, gpu_arch=primary,
@@ -189,7 +196,7 @@ class Evaluator:
         cache = self.build_cache(code, backend)
         plan = self.plan
         run, slot, requeued = self._judge(replace(job, plan=plan.to_json()), code, label, cache,
-                                          primary)
+                                          primary, on_phase)
         result = self._judged(run, hw)
         if result.get_status() is Status.EVALUATOR_FAULT:
             # The evaluator failed, not the candidate: judge it once more, with a smaller plan
@@ -199,7 +206,7 @@ class Evaluator:
             plan = retry_plan(plan, self._probe.memory if self._probe else None, hw,
                               self.ec.gpu_memory_fraction)
             run, slot, more = self._judge(replace(job, plan=plan.to_json()), code, label, cache,
-                                          primary, exclusive=hw.device == "cuda")
+                                          primary, on_phase, exclusive=hw.device == "cuda")
             requeued += more
             result = self._judged(run, hw)
             result.metadata["retried"] = {"first_fault": first, "plan_level": plan.level}
@@ -215,9 +222,14 @@ class Evaluator:
         if hw.device == "cuda" and len(self.config.gpu_archs) > 1:
             self._judge_other_archs(job, code, label, cache, result)
         if hw.device == "cuda" and result.correctness and self.ec.profile:
+            if on_phase is not None:
+                on_phase("profile")
             profile_candidate(self, code, result)
         # Defence in depth: workers never see secrets, but nothing printed may carry one out.
         result.eval_log = environment.redact(result.eval_log, environment.secret_values(os.environ))
+        if source_name:  # tracebacks name the file the user knows, not its scratch copy
+            scratch_copy = re.escape(str(self.scratch_root)) + r"/w-[0-9a-f]+/candidate\.py"
+            result.eval_log = re.sub(scratch_copy, lambda _: source_name, result.eval_log)
         return result
 
     def _judged(self, run: WorkerRun, hw: Hardware) -> EvalResult:
@@ -304,14 +316,16 @@ class Evaluator:
             why = payload.get("fatal") or (f"timed out in {run.phase}" if run.timed_out else "the worker died")
             self.pch = {"pch_dir": None, "why": why}
 
-    def _judge(self, job: Job, code: str, label: str, cache: Path | None,
-               arch: str, exclusive: bool = False) -> tuple[WorkerRun, int | None, list[str]]:
+    def _judge(self, job: Job, code: str, label: str, cache: Path | None, arch: str,
+               on_phase: Callable[[str], None] | None = None, exclusive: bool = False,
+               ) -> tuple[WorkerRun, int | None, list[str]]:
         """Run an evaluate job on a GPU of ``arch`` (or the CPU); returns (run, slot, requeued)."""
         hw, requeued = self.hardware, []
         while True:
             slot = self._acquire(arch, exclusive=exclusive)
             try:
-                run = self._run(job, hw.device, slot, label=label, code=code, build_cache=cache)
+                run = self._run(job, hw.device, slot, label=label, code=code, build_cache=cache,
+                                on_phase=on_phase)
             finally:
                 self._release(slot)
             if slot is None or not is_device_fault(run.log_tail):
@@ -393,7 +407,8 @@ class Evaluator:
 
     def _run(self, job: Job, device: str, gpu_index: int | None, label: str = "",
              code: str | None = None, profiler: str | None = None, build_cache: Path | None = None,
-             spare: bool = True, variants: list[str] | None = None, scale: float = 1.0) -> WorkerRun:
+             spare: bool = True, on_phase: Callable[[str], None] | None = None,
+             variants: list[str] | None = None, scale: float = 1.0) -> WorkerRun:
         """One job in a worker (a spare when one waits); timed phases take the GPU's turn.
 
         ``profiler``: the Nsight Compute binary to run the worker under (a profile job); such
@@ -421,7 +436,7 @@ class Evaluator:
             turn = (lambda: self._slots.turn(gpu_index)) if (
                 gpu_index is not None and self._slots is not None) else None
             run = drive(worker, job, self.ec.build_timeout_s * scale, self.ec.test_timeout_s * scale,
-                        turn=turn, release_on_result=profiler is not None)
+                        turn=turn, release_on_result=profiler is not None, on_phase=on_phase)
             run.prestarted = prestarted
             if profiler is not None:
                 run.full_log = read_full_log(worker)

@@ -122,7 +122,8 @@ def summarize(launches: list[dict], flops: float = 0.0, bytes_moved: float = 0.0
         data["gflops"] = flops / seconds / 1e9
     if bytes_moved:
         data["bytes"] = bytes_moved
-        data["arithmetic_intensity"] = flops / bytes_moved if flops else 0.0
+        if flops:  # no FLOPs counted: the intensity is unknown, not zero
+            data["arithmetic_intensity"] = flops / bytes_moved
     floors = []
     if peak_bandwidth_gbs and bytes_moved:
         floors.append(bytes_moved / (peak_bandwidth_gbs * 1e9))

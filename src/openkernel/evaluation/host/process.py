@@ -120,14 +120,15 @@ class PhaseClock:
 
 
 def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_s: float,
-          turn=None, release_on_result: bool = False) -> WorkerRun:
+          turn=None, release_on_result: bool = False, on_phase=None) -> WorkerRun:
     """Send ``job`` to a started worker, enforce the phase timeouts, collect its report.
 
     ``turn`` is a context manager factory; the worker's timed phase runs inside it (the
     executor passes the GPU's exclusive turn). Waiting for the turn counts against no timeout.
     The turn ends when the worker has exited, or, with ``release_on_result``, once its result
     is in: Nsight Compute writes its report after the profiled process is gone, on the CPU,
-    and the next candidate's tests need not wait for that.
+    and the next candidate's tests need not wait for that. ``on_phase`` (if given) is called
+    with each phase the worker enters, "queued" included while it waits for its turn.
     """
     out = WorkerRun()
     nonce = uuid.uuid4().hex
@@ -166,6 +167,8 @@ def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_
                 if "phase" in msg:
                     out.phase = msg["phase"]
                     out.phase_starts.append((out.phase, time.monotonic() - t0))
+                    if on_phase is not None:
+                        on_phase(out.phase)
                 elif "compiling" in msg:
                     compiling = bool(msg["compiling"])
                     out.compile_s += 0.0 if compiling else time.monotonic() - out.compile_from
@@ -174,6 +177,8 @@ def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_
                     out.phase = "queued"
                     out.phase_starts.append(("queued", time.monotonic() - t0))
                     clock.switch(None)
+                    if on_phase is not None and turn is not None:  # no turn to wait for: no queue
+                        on_phase("queued")
                     if turn is not None:
                         held.enter_context(turn())
                     granted = True

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from openkernel.evaluation.protocol import Job
+from openkernel.evaluation.protocol import PKG_DIR, Job
 from openkernel.evaluation.worker import integrity as ig
 from openkernel.evaluation.worker.build import (
     CompileNotifier,
@@ -53,6 +53,7 @@ from openkernel.evaluation.worker.task_runtime import (
 from openkernel.evaluation.worker.timing import FLUSH_BYTES, Timer, summarize
 from openkernel.records import MemoryPlan
 
+_PKG_PREFIX = str(PKG_DIR) + "/"
 _active_count = threading.active_count
 _OOM_REQUEST = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
 _UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
@@ -71,7 +72,23 @@ class CandidateFault(Exception):
 
 
 def _tail(err: BaseException, limit: int = 6) -> str:
-    return "".join(traceback.format_exception(type(err), err, err.__traceback__, limit=-limit)).strip()
+    """The exception with its last frames outside openkernel and importlib: the candidate's
+    own lines (and the libraries it called) are what its author can act on."""
+    te = traceback.TracebackException.from_exception(err)
+    pending, seen = [te], set()
+    while pending:
+        t = pending.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        frames = [f for f in t.stack if not _evaluator_frame(f.filename)]
+        t.stack = traceback.StackSummary.from_list(frames[-limit:])
+        pending += [c for c in (t.__cause__, t.__context__) if c is not None]
+    return "".join(te.format()).strip()
+
+
+def _evaluator_frame(filename: str) -> bool:
+    return filename.startswith(("<frozen importlib", _PKG_PREFIX))
 
 
 def _gib(n: float) -> str:

@@ -14,6 +14,7 @@ import traceback
 from dataclasses import asdict
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from openkernel.evaluation.protocol import Job
 from openkernel.evaluation.worker.correctness import (
@@ -68,6 +69,36 @@ def output_warnings(outs: list[torch.Tensor], tol_hook=None) -> list[str]:
             warnings.append(f"output {i} is nearly constant (spread {spread:.3g}): "
                             "correctness checks on it say little")
     return warnings
+
+
+# Pointwise ops that move data without arithmetic.
+_NO_ARITHMETIC = {"clone", "_to_copy", "copy", "copy_", "fill", "fill_", "zero_", "detach",
+                  "alias", "lift_fresh", "empty_like", "zeros_like", "ones_like", "full_like"}
+_SOFTMAX = {"_softmax", "_log_softmax", "softmax", "log_softmax"}  # max, sub, exp, sum, div
+
+
+class PointwiseFlops(TorchDispatchMode):
+    """The work torch's FlopCounterMode leaves out (it counts matmuls and convolutions only):
+    one FLOP per output element of each pointwise op (``torch.Tag.pointwise``), one per input
+    element of each reduction, five per element of a softmax."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.__name__.split(".")[0]
+        if name in _NO_ARITHMETIC:
+            return out
+        tags = getattr(func, "tags", ())
+        if torch.Tag.pointwise in tags:
+            self.flops += sum(t.numel() for t in tensors_in([out]))
+        elif torch.Tag.reduction in tags or name in _SOFTMAX:
+            first = next(iter(tensors_in(list(args))), None)
+            if first is not None:
+                self.flops += first.numel() * (5 if name in _SOFTMAX else 1)
+        return out
 
 
 def _nbytes(tensors) -> int:
@@ -145,7 +176,7 @@ def run_probe(job: Job, ch) -> dict:
 
         flops_mode = FlopCounterMode(display=False)
         args = clone(inputs)
-        with torch.no_grad(), flops_mode, OpRecorder() as rec:
+        with torch.no_grad(), flops_mode, OpRecorder() as rec, PointwiseFlops() as pointwise:
             out = model(*args)
         outs = flatten_outputs(out)
         del args, out
@@ -185,7 +216,8 @@ def run_probe(job: Job, ch) -> dict:
         input_shapes=[list(t.shape) for t in tensors_in(inputs)],
         input_dtypes=[str(t.dtype) for t in tensors_in(inputs)],
         output_shapes=output_shapes, output_dtypes=output_dtypes,
-        flops=float(flops_mode.get_total_flops()), bytes_moved=float(in_bytes + out_bytes),
+        flops=float(flops_mode.get_total_flops() + pointwise.flops),
+        bytes_moved=float(in_bytes + out_bytes),
         warnings=warnings, hardware=hw, memory=footprint,
         log=(f"device {device}; held-out inputs: {source}; output dtypes "
              f"{', '.join(d.removeprefix('torch.') for d in output_dtypes)}"),
