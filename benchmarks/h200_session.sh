@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
-# Stages: gputests, throughput-triton, throughput-cuda, stability, examples, kb-softmax, kb-bench.
+# Stages: gputests, throughput-triton, throughput-cuda, stability, examples, kb-softmax, kb-bench,
+#         templated.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -16,7 +17,8 @@ case "$1" in
     # One at a time by default: two engines profiling on one GPU collide (ncu's state is per worker)
     timeout "${T:-330}" python3 -m pytest -q -m gpu -p no:cacheprovider -n "${N:-1}" --timeout 320 -rs \
       ${FILES:-tests/test_pipeline.py tests/test_evaluation_integrity.py tests/test_sandbox.py \
-      tests/test_profiling.py tests/test_generators_offline.py tests/test_pch.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
+      tests/test_profiling.py tests/test_generators_offline.py tests/test_pch.py tests/test_templates.py \
+      tests/test_generators_traced.py tests/test_memory_plan.py tests/test_blame.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
   throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU (ALLONLY=1: only the latter); NOPROF=1: no ncu
     extra=${NOPROF:+--set eval_config.profile=false}
     [ -n "${ALLONLY:-}" ] || CUDA_VISIBLE_DEVICES=0 timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
@@ -50,9 +52,13 @@ case "$1" in
     # SIGINT at the limit: the bench stops between candidates and still writes its table and JSON
     CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 60 "${T:-540}" python3 -m openkernel.cli bench "${KB:-.kbsel}" --name "${SUITE:-kb-h200}" \
       --set max_iters="${ITERS:-1}" --set branches_per_iteration="${BRANCHES:-2}" --set eval_config.profile=false \
-      --set paths.kernels_db_path=.kbstate/kernels.sqlite3 --set search.seed=0 --json "$OUT/kb_bench.json" 2>&1 \
+      --set paths.kernels_db_path=.kbstate/kernels.sqlite3 --set search.seed=0 ${RETRY:+--retry-failed} ${EXTRA:-} \
+      --json "$OUT/kb_bench.json" 2>&1 \
       | grep -v "^\s*$" | tail -70
     # a consistent copy (the main file alone may lack what is still in its -wal)
     python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d); d.close()" \
       .kbstate/kernels.sqlite3 "$OUT/kernels.sqlite3" ;;
+  templated)  # issue 13: a templated Triton matmul (48 combinations) and CUDA C++ GELU (16), judged
+    CUDA_VISIBLE_DEVICES=0 timeout "${T:-420}" python3 benchmarks/templated_sweep.py \
+      ${ONLY:+--only $ONLY} --out "$OUT/templated.json" 2>&1 | tail -20 ;;
 esac

@@ -20,6 +20,14 @@ def _has_cuda() -> bool:
         return False
 
 
+# Without a GPU, Triton in this process is the interpreter from the first import on: modules
+# that import triton early (torch's tracing does) would otherwise fix triton.language's own
+# @jit helpers as compiled functions, and a later in-process interpreted kernel fails to call
+# them. Workers get the same variable from the engine (evaluation/host/environment.py).
+if not _has_cuda():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
 def pytest_collection_modifyitems(config, items):
     if _has_cuda():
         return

@@ -44,7 +44,7 @@ def test_event_stream_shape(gelu_run):
 
 
 def test_each_candidate_goes_through_named_phases(gelu_run):
-    """Queued, building, testing and timing are told apart (not one "running")."""
+    """Queued, sweeping, building, testing and timing are told apart (not one "running")."""
     _, events = gelu_run
     phases: dict[str, list[str]] = {}
     for e in events:
@@ -53,7 +53,9 @@ def test_each_candidate_goes_through_named_phases(gelu_run):
             assert e.phase in ev.PHASES
         elif isinstance(e, ev.CandidateEvaluated):
             seen = phases[e.label]
-            assert seen[:3] == ["generating", "queued", "building"], seen
+            # a sweep of the offline generator's tunables is judged as one templated candidate
+            swept = [p for p in seen if p != "sweeping"]
+            assert swept[:3] == ["generating", "queued", "building"], seen
             if e.program.kernel_exec_result.correctness:
                 assert seen[-2:] == ["testing", "timing"], seen
     assert sorted(phases) == ["i0-b0", "i0-b1", "i1-b0", "i1-b1"]
@@ -290,7 +292,9 @@ def test_kill_9_keeps_candidates_and_resumes(tmp_path, examples_dir):
     db = tmp_path / "k.sqlite3"
     args = ["run", str(examples_dir / "gelu"), "--set", "job_name=killed", "--set", "max_iters=3",
             "--set", "branches_per_iteration=2", "--set", f"paths.kernels_db_path={db}",
-            "--set", f"paths.scratch_dir={tmp_path / 'scratch'}", "--set", "eval_config.max_workers=1"]
+            "--set", f"paths.scratch_dir={tmp_path / 'scratch'}", "--set", "eval_config.max_workers=1",
+            # one combination per candidate: six of the CPU's twelve, so none runs out
+            "--set", "prompt.max_template_combinations=1"]
     proc = subprocess.Popen([sys.executable, "-m", "openkernel.cli", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 240
@@ -387,3 +391,38 @@ def test_flops_are_counted_or_said_unknown(tmp_path, examples_dir):
     assert "arithmetic_intensity" not in unknown and "flops" not in unknown and unknown["bytes"] > 0
     facts = _probe_summary(SimpleNamespace(probe=copied))
     assert "FLOPs not counted" in facts and "intensity 0.00" not in facts
+
+
+def test_an_exhausted_sweep_ends_the_job_with_the_critics_word_and_its_traces(tmp_path,
+                                                                             examples_dir):
+    """The offline generator's space runs out (gelu's elementwise template: 12 combinations
+    on the CPU) before max_iters: the job ends there, completed, the critic still has the
+    last word, and the trace dataset holds each candidate as its winner's concrete code."""
+    import torch
+
+    from openkernel.generators.templates import TEMPLATES
+    from openkernel.store.traces import read_dataset
+    from openkernel.templating import is_template
+
+    # every candidate judges at least one new point, so the space runs out within its size
+    space = len(TEMPLATES[0].space(not torch.cuda.is_available(), "triton"))
+    events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
+        tmp_path, "job_name=sweep", f"max_iters={space + 1}", "branches_per_iteration=1",
+        "traces.enabled=true", f"traces.dir={tmp_path / 'traces'}")))
+    finished = events[-1]
+    assert finished.reason == "completed" and finished.candidates < space, finished
+    ends = [i for i, e in enumerate(events)
+            if isinstance(e, ev.LogEmitted) and "The search ends after iteration" in e.message]
+    assert len(ends) == 1 and "every combination" in events[ends[0]].message
+    assert any(isinstance(e, ev.CriticDiagnosed) for e in events[ends[0]:])
+    traced = read_dataset(tmp_path / "traces").to_pylist()
+    rows = [r for r in Store(tmp_path / "k.sqlite3").job_kernels("gelu", "sweep")
+            if not r.is_program0]
+    assert sorted(t["kernel_id"] for t in traced) == sorted(r.id for r in rows)
+    assert all(t["session_status"] == "completed" for t in traced)
+    # each candidate a sweep of untried points (a lone point judged as it is): 12 in all, once
+    points = [tuple(sorted(c["params"].items())) for r in rows
+              for c in (r.template_results or {}).get("combinations") or [
+                  {"params": {k: v for k, v in r.meta["params"].items() if k != "template"}}]]
+    assert len(points) == len(set(points)) == space
+    assert not any(is_template(t["kernel_code"]) for t in traced if t["kernel_code"])

@@ -227,6 +227,8 @@ def test_cuda_backend_elementwise_only(examples_dir, tmp_path):
 
 
 def test_params_flow_mutation_and_recombination(examples_dir):
+    from openkernel.generators.base import param_key
+
     task = load_task(examples_dir / "gelu")
     probe = TaskProbe(ok=True, aten_ops=["aten.gelu.default"], input_shapes=[[64, 1024]],
                       input_dtypes=["torch.float32"], hardware=CPU)
@@ -244,9 +246,12 @@ def test_params_flow_mutation_and_recombination(examples_dir):
     mate = Program(id="mate", code=starts[1].code, metadata={"params": starts[1].params})
     seen = set()
     for i in range(12):
-        child = gen.propose(ProposalRequest(task=task, probe=probe, backend="triton",
-                                            iteration=1, branch=i, parent=parent, best=parent,
-                                            inspirations=[mate], rng=random.Random(100 + i)))
+        # A fresh generator each time (as many jobs would): the no-repeat rule across one job
+        # is the next test's.
+        child = make_generator(Config()).propose(ProposalRequest(
+            task=task, probe=probe, backend="triton", iteration=1, branch=i, parent=parent,
+            best=parent, inspirations=[mate], rng=random.Random(100 + i),
+            judged=frozenset(param_key("elementwise", p.params) for p in starts)))
         tunables = {k: v for k, v in child.params.items() if k != "template"}
         assert child.params != starts[0].params
         assert set(tunables) == {"BLOCK", "UNROLL", "num_warps"}
@@ -255,6 +260,45 @@ def test_params_flow_mutation_and_recombination(examples_dir):
         assert "Parent: i0-b0 (par), status faster" in child.prompt
         seen.add(child.description.split("(")[-1])
     assert any("recombined" in s for s in seen) and any("recombined" not in s for s in seen)
+
+
+def test_sweeps_cover_the_space_without_repeats_then_say_so(examples_dir):
+    """Each offline candidate is a sweep of the point and untried neighbours; a job never gets
+    a combination twice while untried ones remain, then is told the space is exhausted."""
+    from openkernel.generators.base import param_key
+
+    task = load_task(examples_dir / "gelu")
+    probe = TaskProbe(ok=True, aten_ops=["aten.gelu.default"], input_shapes=[[64, 1024]],
+                      input_dtypes=["torch.float32"], hardware=CPU)
+    gen = make_generator(Config())
+    start = gen.propose(ProposalRequest(task=task, probe=probe, backend="triton", iteration=0,
+                                        branch=0, parent=None, best=None, rng=random.Random(0)))
+    template = start.params["template"]
+    space = {tuple(sorted(p.items())) for p in
+             __import__("openkernel.generators.templates", fromlist=["TEMPLATES"]).TEMPLATES[0]
+             .space(True, "triton")}
+    assert len(space) == 12  # CPU choices of the elementwise template: 4 x 3 x 1
+    judged = {param_key(template, v.params)[1] for v in start.variants}
+    assert 2 <= len(start.variants) <= 3 and "a sweep of" in start.description
+    assert start.code == start.variants[0].code  # the proposal's code is the sweep's point
+    parent = Program(id="par", code=start.code, iteration_found=0,
+                     metadata={"params": start.params, "branch": 0})
+    parent.add_eval_results(EvalResult(compiled=True, correctness=True, runtime=1.0,
+                                       runtime_improvement=1.2, perf_score=4))
+    for i in range(20):
+        fresh = make_generator(Config())  # what the job judged comes from the request alone
+        child = fresh.propose(ProposalRequest(
+            task=task, probe=probe, backend="triton", iteration=1, branch=i, parent=parent,
+            best=parent, rng=random.Random(i),
+            judged=frozenset((template, k) for k in judged)))
+        if not child.code:
+            break
+        points = [param_key(template, v.params)[1] for v in child.variants] or [
+            param_key(template, child.params)[1]]
+        assert not set(points) & judged, "a combination was proposed twice"
+        judged |= set(points)
+    assert judged == space  # every combination judged once before the end
+    assert child.failed == "exhausted" and "every combination" in child.log
 
 
 def test_skill_matches(examples_dir):
@@ -269,7 +313,8 @@ def test_skill_matches(examples_dir):
     gelu = TaskProbe(ok=True, aten_ops=["aten.gelu.default"])
     assert [r["template"] for r in skill_matches(gelu, "triton")] == ["elementwise"]
     assert skill_matches(TaskProbe(ok=True, aten_ops=["aten.convolution.default"]), "triton") == []
-    assert {t.name for t in TEMPLATES} == {"elementwise", "row_softmax", "matmul_epilogue"}
+    assert {t.name for t in TEMPLATES} == {"elementwise", "row_softmax", "matmul_epilogue",
+                                           "fused_pointwise", "fused_reduction", "fused_matmul"}
 
 
 @pytest.mark.gpu

@@ -163,3 +163,46 @@ def test_the_worked_cuda_example_compiles_at_every_combination(tmp_path):
     rows = result.template_results["combinations"]
     assert len(rows) == 6 and all(r["status"] == "not_run" for r in rows), result.eval_log
     assert winner is None and "6 compiled" in result.eval_log
+
+
+@pytest.mark.gpu
+def test_templates_on_the_gpu_time_every_combination(tmp_path):
+    """Both worked examples on a GPU: every combination built, checked and timed, the fastest
+    correct one judged in full (the CUDA one: six builds of its own)."""
+    config = build_config({"paths": {"scratch_dir": str(tmp_path)},
+                           "eval_config": {"correctness_seeds": 1, "profile": False},
+                           "prompt": {"allow_templated": True}})
+    for backend, name, size in (("triton", "templated_triton.py.tmpl", 16),
+                                ("cuda", "templated_cuda.py.tmpl", 6)):
+        ev = Evaluator(load_task(EXAMPLES / "gelu"), config.model_copy(update={"backend": backend}))
+        try:
+            assert ev.probe().ok and ev.hardware.device == "cuda"
+            code = (WORKED / name).read_text()
+            result, winner = ev.evaluate_template(code, backend, f"gpu-{backend}")
+        finally:
+            ev.close()
+        rows = result.template_results["combinations"]
+        assert len(rows) == size, result.eval_log
+        assert all(r["status"] in ("correct", "faster") and r["runtime_stats"]["n_trials"] >= 3
+                   for r in rows), result.eval_log
+        assert result.correctness and winner == instantiate(code, result.template_results["winner"])
+        assert max(rows, key=lambda r: r["speedup"])["params"] == result.template_results["winner"]
+
+
+def test_openkernel_eval_judges_a_template_file(tmp_path, capsys):
+    """`openkernel eval TASK FILE` on a templated file judges every combination; a malformed
+    one gets one clear message and nothing is built."""
+    import json
+
+    from openkernel.cli import main
+
+    path = tmp_path / "templated.py"
+    path.write_text(GELU.replace('"NUM_WARPS": [2, 4]', '"NUM_WARPS": [4]'))
+    scratch = f"paths.scratch_dir={tmp_path / 'scratch'}"
+    assert main(["eval", str(EXAMPLES / "gelu"), str(path), "--json", "--set", scratch]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["template_results"]["combinations"]) == 3 and out["correctness"]
+    path.write_text(GELU.replace('"NUM_WARPS": [2, 4]', '"NUM_WARPS": []'))
+    assert main(["eval", str(EXAMPLES / "gelu"), str(path), "--set", scratch]) == 2
+    err = capsys.readouterr().err
+    assert "bad template" in err and "empty option list" in err and "Traceback" not in err

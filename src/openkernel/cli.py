@@ -187,8 +187,12 @@ def cmd_eval(args) -> int:
         probe = evaluator.probe()
         if not probe.ok:
             raise OpenKernelError(probe.error)
-        result = evaluator.evaluate(candidate.read_text(encoding="utf-8"), config.backend,
-                                    label=candidate.name, source_name=str(candidate))
+        code = candidate.read_text(encoding="utf-8")
+        if _is_template(code, candidate):
+            result, _ = evaluator.evaluate_template(code, config.backend, label=candidate.name)
+        else:
+            result = evaluator.evaluate(code, config.backend, label=candidate.name,
+                                        source_name=str(candidate))
     finally:
         evaluator.close()
     if args.json:
@@ -202,6 +206,17 @@ def cmd_eval(args) -> int:
     if result.eval_log:
         console.print(result.eval_log, highlight=False, markup=False)
     return 0
+
+
+def _is_template(code: str, path: Path) -> bool:
+    """A file declaring TEMPLATE_PARAMS is judged at every combination (README "Templated
+    kernels"); a malformed declaration is reported before anything is built."""
+    from openkernel.templating import TemplateError, parse
+
+    try:
+        return parse(code) is not None
+    except TemplateError as err:
+        raise OpenKernelError(f"{path}: bad template: {err}") from None
 
 
 def _store(db: str | None):

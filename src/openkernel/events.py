@@ -59,10 +59,12 @@ class CandidateStarted(Event):
 # Where a candidate in flight is, in order (CandidatePhaseChanged.phase): its generator is
 # writing it; it waits for a free worker (or for the run to be resumed); its worker imports
 # and compiles it (and makes the first call); it waits for its GPU's turn; its correctness
-# tests run; its timed trials run; it is re-run under Nsight Compute. "abandoned": it will not
-# be judged (an internal error, or no GPU left; the log says which).
-PHASES = ("generating", "queued", "building", "waiting_for_gpu", "testing", "timing", "profiling",
-          "abandoned")
+# tests run; its timed trials run; it is re-run under Nsight Compute. A templated candidate is
+# "sweeping" while its combinations are built, screened and timed together, then goes through
+# the phases again for the winner's full checks. "abandoned": it will not be judged (an
+# internal error, or no GPU left; the log says which).
+PHASES = ("generating", "queued", "sweeping", "building", "waiting_for_gpu", "testing", "timing",
+          "profiling", "abandoned")
 
 
 @dataclass(frozen=True)

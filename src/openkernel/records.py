@@ -50,6 +50,7 @@ class TaskProbe:
     hardware: Hardware | None = None
     log: str = ""
     memory: Footprint | None = None  # what the reference holds on its device (the memory plan's input)
+    trace: OpTrace | None = None  # the forward's aten ops with their arguments (graph templates)
 
     @classmethod
     def from_json(cls, data: dict[str, Any], hardware: Hardware | None = None) -> "TaskProbe":
@@ -57,10 +58,92 @@ class TaskProbe:
         data = dict(data)
         if isinstance(data.get("memory"), dict):
             data["memory"] = Footprint(**data["memory"])
+        if isinstance(data.get("trace"), dict):
+            data["trace"] = OpTrace.from_json(data["trace"])
         if isinstance(data.get("hardware"), dict):
             data["hardware"] = hardware_from_json(data["hardware"])
         elif hardware is not None:
             data["hardware"] = hardware
+        return cls(**data)
+
+
+@dataclass
+class TracedTensor:
+    """Shape and dtype of one tensor of a trace.
+
+    A size is an int, or a Python expression over the input sizes the trace found symbolic
+    (``"s0*s1"``; ``OpTrace.sizes`` says which input dimension each ``sN`` is).
+    """
+
+    shape: list = field(default_factory=list)
+    dtype: str = "torch.float32"
+
+
+@dataclass
+class StateTensor:
+    """One entry of the reference's ``state_dict`` (or a non-persistent buffer)."""
+
+    name: str  # dotted, as in state_dict: "fc.weight"
+    shape: list[int] = field(default_factory=list)
+    dtype: str = "torch.float32"
+    kind: str = "parameter"  # "parameter" or "buffer"
+    persistent: bool = True  # False: a buffer state_dict leaves out (the evaluator cannot copy it)
+
+
+@dataclass
+class TracedOp:
+    """One aten op the reference's forward dispatched.
+
+    ``args`` and ``kwargs`` are JSON: a tensor argument is ``{"t": REF}`` where REF is
+    ``"in<i>"`` (forward's i-th tensor argument), ``"s:<name>"`` (a ``state_dict`` entry),
+    ``"op<k>"`` / ``"op<k>.<j>"`` (output j of an earlier op), ``"c<k>"`` (a small constant,
+    ``OpTrace.constants``) or ``"?"`` (a tensor the trace cannot place); a symbolic size is
+    ``{"sym": EXPR}``, a dtype ``{"dtype": "torch.float32"}``, a non-finite float
+    ``{"float": "inf"}``, a device ``{"device": "cuda:0"}``, anything else not JSON
+    ``{"repr": str}``.
+    """
+
+    op: str  # "aten.add.Tensor"
+    args: list = field(default_factory=list)
+    kwargs: dict = field(default_factory=dict)
+    outputs: list[TracedTensor] = field(default_factory=list)
+    origin: int = 0  # index into OpTrace.top_ops of the op this one was decomposed from
+    note: str = ""  # what makes the op unusable as recorded, e.g. "writes through a view"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "TracedOp":
+        data = dict(data)
+        data["outputs"] = [TracedTensor(**o) for o in data.get("outputs", [])]
+        return cls(**data)
+
+
+@dataclass
+class OpTrace:
+    """The reference's forward as a graph of aten ops, recorded once by the probe.
+
+    Composite ops (softmax, layer_norm, group_norm, losses, ...) are recorded as torch's own
+    decompositions into simpler aten ops; ``top_ops`` keeps the ops as dispatched before that,
+    and each op's ``origin`` points into it, so a refusal can name what the reference called.
+    """
+
+    ops: list[TracedOp] = field(default_factory=list)
+    top_ops: list[str] = field(default_factory=list)
+    inputs: list[TracedTensor | None] = field(default_factory=list)  # None: not a tensor
+    state: list[StateTensor] = field(default_factory=list)
+    constants: list[dict] = field(default_factory=list)  # {"values", "shape", "dtype"}
+    outputs: list[str] = field(default_factory=list)  # refs of the returned tensors, flattened
+    output_kind: str = "tensor"  # "tensor", "tuple" or "list"
+    sizes: dict[str, list[int]] = field(default_factory=dict)  # "s0" -> [input index, dim]
+    symbolic: bool = False  # sizes are expressions over the inputs' (held-out shapes follow)
+    note: str = ""  # why the trace is concrete, or incomplete
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "OpTrace":
+        data = dict(data)
+        data["ops"] = [TracedOp.from_json(o) for o in data.get("ops", [])]
+        data["inputs"] = [TracedTensor(**t) if isinstance(t, dict) else None
+                          for t in data.get("inputs", [])]
+        data["state"] = [StateTensor(**s) for s in data.get("state", [])]
         return cls(**data)
 
 

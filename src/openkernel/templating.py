@@ -108,6 +108,14 @@ def parse(code: str) -> Space | None:
     return space
 
 
+def is_template(code: str) -> bool:
+    """Whether the code declares TEMPLATE_PARAMS (a bad template counts: it is told why)."""
+    try:
+        return parse(code) is not None
+    except TemplateError:
+        return True
+
+
 def instantiate(code: str, params: dict) -> str:
     """The concrete code of one combination: each parameter's assignment line rewritten, the
     options dict replaced by a comment naming the combination."""

@@ -11,6 +11,7 @@ import json
 
 from dash import dcc, html
 
+from kernelcode.dashboard.combinations import combinations_section
 from kernelcode.dashboard.graph import STATUS_COLORS, STATUS_MEANINGS, UNKNOWN_COLOR
 from openkernel.costs import format_usd
 
@@ -132,6 +133,9 @@ def kernel_panel(k: dict, heading: bool = True) -> html.Div:
         head.append(html.P(k["description"], className="description"))
     body = [html.H4("Kernel info"), _table(info, "kernel-info"), integrity,
             html.H4("Runtime stats"), _table(runtime_pairs(k), "kernel-runtime")]
+    combinations = combinations_section(k)
+    if combinations is not None:
+        body.append(combinations)
     for title, content in sections:
         body.append(html.Details([html.Summary(title), content], open=title in ("Output code", "Evaluation log")))
     return html.Div(head + body, className="kernel-panel", id="kernel-panel-body")

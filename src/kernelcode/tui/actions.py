@@ -126,6 +126,14 @@ class KeyActions:
             return
         self._toggle(CandidateView, lambda: CandidateView(row.program))
 
+    def action_sort_combinations(self) -> None:
+        """In a templated candidate's view: the next order of its combination table."""
+        frame = self.query_one(OverlayFrame)
+        view = frame.view
+        if not isinstance(view, CandidateView):
+            raise SkipAction()
+        frame.open(CandidateView(view.program, view.sort + 1))
+
     # -- p, b, steering -----------------------------------------------------------------------
     def action_pause(self) -> None:
         if not self.state.active:

@@ -69,6 +69,7 @@ class KernelCodeApp(KeyActions, App[int]):
         Binding("slash", "steer", "Steer"),
         Binding("q", "quit", "Quit"),
         Binding("escape", "escape", "Back", show=False),
+        Binding("o", "sort_combinations", "Sort combinations", show=False),
         # While a view is open these scroll it (the focus stays on the panels); otherwise
         # they pass through to the focused widget.
         *(Binding(key, f"overlay_key('{how}')", show=False, priority=True)

@@ -139,13 +139,14 @@ def demo_events(hardware: str = H200, iterations: int = 3) -> list[object]:
 
 
 def _phases(status: Status, gpu: bool) -> list[str]:
-    """The phases a candidate with this outcome went through (openkernel.events.PHASES)."""
+    """The phases a candidate with this outcome went through (openkernel.events.PHASES): an
+    offline candidate is a sweep of combinations, then its winner's full checks."""
     if status in (Status.COMPILE_ERROR, Status.BUILD_TIMEOUT):
-        return ["queued", "building"]
+        return ["queued", "sweeping"]
     tests = (["waiting_for_gpu"] if gpu else []) + ["testing"]
     if status in (Status.INCORRECT, Status.TEST_TIMEOUT):
-        return ["queued", "building", *tests]
-    return ["queued", "building", *tests, "timing"] + (["profiling"] if gpu else [])
+        return ["queued", "sweeping", "building", *tests]
+    return ["queued", "sweeping", "building", *tests, "timing"] + (["profiling"] if gpu else [])
 
 
 def in_flight(events: list[object]) -> list[object]:

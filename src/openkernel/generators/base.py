@@ -34,6 +34,10 @@ class ProposalRequest:
     # Gets each piece of a streamed answer as it arrives: (model, text, attempt); a piece of a
     # new attempt (a retry) starts the answer again.
     on_text: Callable[[str, str, int], None] | None = None
+    # Parameter combinations this job has judged already, as (template, sorted params) keys
+    # (``param_key``): the offline generator proposes none of them while others remain.
+    judged: frozenset = frozenset()
+    max_variants: int = 16  # prompt.max_template_combinations: the most a sweep may hold
 
 
 @dataclass
@@ -49,7 +53,8 @@ class Proposal:
     reasoning: str = ""  # the model's plan / diagnosis, for the chat panel
     log: str = ""  # extraction or generation problems
     # Set when no kernel came back because generating failed: "service" (the model's service
-    # answered with an error, after any retries) or "no_code" (the answer held no kernel).
+    # answered with an error, after any retries) or "no_code" (the answer held no kernel); or
+    # "exhausted": the generator has nothing untried left to propose (the job ends there).
     failed: str = ""
     tokens_used: int = 0
     latency_s: float = 0.0
@@ -58,6 +63,10 @@ class Proposal:
     # stores them in Program.metadata["params"]; the offline generator reads a parent's (and
     # inspirations') params from there to mutate and recombine them.
     params: dict = field(default_factory=dict)
+    # A templated candidate's combinations as concrete code (templating.Variant), when the
+    # generator instantiated them itself (the offline generator's sweep); an LLM's template
+    # is instantiated by the engine from the code's TEMPLATE_PARAMS instead.
+    variants: list = field(default_factory=list)
 
 
 class Generator(Protocol):
@@ -74,3 +83,8 @@ class Generator(Protocol):
         what to fix. Called once, before the run's first candidate."""
 
     def propose(self, request: ProposalRequest) -> Proposal: ...
+
+
+def param_key(template: str, params: dict) -> tuple:
+    """How a judged combination of a template's parameters is remembered."""
+    return (template, tuple(sorted((k, v) for k, v in params.items() if k != "template")))

@@ -12,12 +12,15 @@ reads its parent's (and inspirations') params from.
 
 from __future__ import annotations
 
-from openkernel.generators.base import Proposal, ProposalRequest
+import threading
+
+from openkernel.generators.base import Proposal, ProposalRequest, param_key
 from openkernel.generators.templates import TEMPLATES, Match, Template
 from openkernel.generators.templates.common import op_bases
 from openkernel.records import TaskProbe
 from openkernel.schemas import Program
 from openkernel.task import Task
+from openkernel.templating import Variant
 
 
 def _interpreter(request: ProposalRequest) -> bool:
@@ -29,7 +32,11 @@ def _interpreter(request: ProposalRequest) -> bool:
 
 
 def find_match(task: Task, probe: TaskProbe, backend: str) -> Match | str:
-    """The first template that fits, or the plainest reason none does."""
+    """The first template that fits, or the plainest reason none does.
+
+    With the probe's traced graph the reason names exactly the ops no template covers and
+    where they are ("no template covers aten.avg_pool2d.default (op 1 of 1)").
+    """
     near = []
     for template in TEMPLATES:
         result = template.match(task, probe, backend)
@@ -37,6 +44,10 @@ def find_match(task: Task, probe: TaskProbe, backend: str) -> Match | str:
             return result
         if isinstance(result, str):
             near.append(result)
+    exact = [r for r in near if r.startswith("no template covers")]
+    if exact:
+        return (f"The offline generator has no template for this task: {exact[0]}. "
+                "Configure a model under `inference` to search it.")
     ops = ", ".join(probe.aten_ops) or "none recorded"
     reason = (f"The offline generator has no template for this task (ops: {ops})"
               + (f": {near[0]}" if near else "") + ". Configure a model under `inference` "
@@ -77,7 +88,11 @@ def skill_matches(probe: TaskProbe, backend: str, task: Task | None = None) -> l
 
 def _claims(template: Template, probe: TaskProbe) -> bool:
     from openkernel.generators.templates.activations import ATEN_NAMES
+    from openkernel.generators.templates.traced import TracedTemplate, plan_for
 
+    if isinstance(template, TracedTemplate):
+        plan = plan_for(None, probe.trace) if probe.trace is not None else None
+        return plan is not None and not isinstance(plan, str) and plan.family == template.family
     ops = op_bases(probe)
     if template.name == "elementwise":
         return len(ops) == 1 and ops[0] in ATEN_NAMES
@@ -93,6 +108,20 @@ def _params_of(program: Program | None, template: Template) -> dict | None:
     return None
 
 
+def _key(params: dict) -> tuple:
+    return param_key("", params)[1]
+
+
+def _moved(center: dict, others: list[dict]) -> str:
+    """What the sweep varies around its point, e.g. "BLOCK 1024/2048, num_warps 4/8"."""
+    parts = []
+    for k, v in center.items():
+        values = [v] + [o[k] for o in others if o[k] != v]
+        if len(values) > 1:
+            parts.append(f"{k} " + "/".join(str(x) for x in dict.fromkeys(values)))
+    return ", ".join(parts)
+
+
 def _fmt(params: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
@@ -105,6 +134,7 @@ class OfflineGenerator:
     def __init__(self) -> None:
         self._matches: dict[tuple, Match | str] = {}
         self._seen: dict[tuple, set] = {}  # params already proposed, per task and backend
+        self._lock = threading.Lock()
 
     @property
     def models(self) -> list[str]:
@@ -126,7 +156,13 @@ class OfflineGenerator:
         return result if isinstance(result, str) else None
 
     def propose(self, request: ProposalRequest) -> Proposal:
-        """One candidate: a start point, or the parent's params mutated (and recombined)."""
+        """One candidate: a start point, or the parent's params mutated (and recombined),
+        swept with untried neighbours. Branches propose side by side: one at a time here, so
+        no two take the same combination."""
+        with self._lock:
+            return self._propose(request)
+
+    def _propose(self, request: ProposalRequest) -> Proposal:
         match = self._match(request.task, request.probe, request.backend)
         if isinstance(match, str):
             return Proposal(code="", prompt=match, answer=match, model="offline",
@@ -135,13 +171,22 @@ class OfflineGenerator:
         template, rng, backend = match.template, request.rng, request.backend
         interp = _interpreter(request)
         seen = self._seen.setdefault((request.task.digest, backend), set())
+        taken = seen | {key[1] for key in request.judged if key[0] == template.name}
+        space = template.space(interp, backend)
+        untried = [p for p in space if _key(p) not in taken]
+        if not untried:
+            why = (f"every combination of the {template.name} template ({len(space)}) has been "
+                   "judged in this job: nothing new to propose")
+            return Proposal(code="", prompt=why, answer=why, model=f"offline:{template.name}",
+                            origin="offline", description="the template's space is exhausted",
+                            log=why, failed="exhausted")
         parent_params = _params_of(request.parent, template)
         steps: list[str] = []
         if parent_params is None:
             index = request.branch if request.iteration == 0 else len(template.starts) + 1
             params = template.start(rng, interp, index, backend)
             for _ in range(64):  # later start points are random: avoid repeats
-                if tuple(sorted(params.items())) not in seen:
+                if _key(params) not in taken:
                     break
                 params = template.start(rng, interp, 10**6, backend)
             origin = "curated start point" if index < len(template.starts) else "random start"
@@ -156,7 +201,7 @@ class OfflineGenerator:
                 steps.append(f"recombined with inspiration {mate.label} ({mate.id})")
             for _ in range(64):  # mutate until the point is new to this search
                 params, changed = template.mutate(base, rng, interp, backend)
-                if tuple(sorted(params.items())) not in seen:
+                if _key(params) not in taken:
                     break
             steps.append("mutated " + ", ".join(changed) if changed else "kept the params")
             short = ("mutated " + " and ".join(c.split()[0] for c in changed) + " from parent"
@@ -164,20 +209,44 @@ class OfflineGenerator:
             if len(steps) > 1:
                 short = "recombined, " + short
             origin = "; ".join(steps)
-        seen.add(tuple(sorted(params.items())))
+        if _key(params) in taken:  # the neighbourhood is spent: the nearest untried point
+            order = {t.name: t.values(interp) for t in template.tunables_for(backend)}
+            params = min(untried, key=lambda p: sum(abs(order[k].index(p[k]) - order[k].index(params[k]))
+                                                    for k in p))
+            origin += "; every nearer point was judged, so the nearest untried one"
+            short += ", nearest untried"
+        # A sweep: the point and untried neighbours, judged together (the fastest is kept).
+        others = [p for p in template.neighbours(params, interp, backend)
+                  if _key(p) not in taken and p != params]
+        rng.shuffle(others)
+        sweep = [params] + others[: max(0, min(request.max_variants, self.sweep_size(interp)) - 1)]
+        for point in sweep:
+            seen.add(_key(point))
         code = template.render(match, params, backend)
         label = template.describe(match, params)
         knobs = [f"{k}={v}" for k, v in params.items() if k not in ("num_warps", "num_stages")]
         if "num_warps" in params:
             knobs.append(f"{params['num_warps']} warps")
-        description = f"{label}, {', '.join(knobs)} ({short})"
+        moved = _moved(params, sweep[1:])
+        description = f"{label}, {', '.join(knobs)} ({short})" + (
+            f"; a sweep of {len(sweep)}: {moved}" if len(sweep) > 1 else "")
         account = self._account(request, match, params, origin, interp)
+        if len(sweep) > 1:
+            account += "\nSweep (judged together, the fastest correct one is kept): " + "; ".join(
+                _fmt(p) for p in sweep) + "."
+        variants = [Variant(p, code if p is params else template.render(match, p, backend))
+                    for p in sweep] if len(sweep) > 1 else []
         return Proposal(
             code=code, prompt=account,
             answer=account + "\n\n```python\n" + code.rstrip("\n") + "\n```\n",
             model=f"offline:{template.name}", origin="offline", description=description,
             reasoning=f"{match.why}. {origin[:1].upper() + origin[1:]}.",
-            params={"template": template.name, **params})
+            params={"template": template.name, **params}, variants=variants)
+
+    @staticmethod
+    def sweep_size(interpreter: bool) -> int:
+        """Combinations per offline candidate: under the interpreter each costs seconds."""
+        return 3 if interpreter else 6
 
     def _account(self, request: ProposalRequest, match: Match, params: dict, origin: str,
                  interp: bool) -> str:

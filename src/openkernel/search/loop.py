@@ -49,7 +49,7 @@ from openkernel.events import (
     RunStarted,
 )
 from openkernel.generators import make_generator
-from openkernel.generators.base import Generator, ProposalRequest
+from openkernel.generators.base import Generator, ProposalRequest, param_key
 from openkernel.generators.offline import skill_matches
 from openkernel.records import Diagnosis
 from openkernel.roofline import peak_tflops_for
@@ -63,12 +63,13 @@ from openkernel.search.records import kernel_fields, program_from_row
 from openkernel.store import Store
 from openkernel.targets import TargetPlan
 from openkernel.task import Task
+from openkernel.templating import is_template
 
 _DONE = object()
 # The worker's phases (evaluation.protocol.PHASES, and "profile") as a candidate's phase.
 _WORKER_PHASES = {"setup": "building", "build": "building", "warmup": "building",
                   "queued": "waiting_for_gpu", "test": "testing", "benchmark": "timing",
-                  "profile": "profiling"}
+                  "profile": "profiling", "sweep": "sweeping"}
 
 
 def _digest(code: str, backend: str) -> str:
@@ -126,6 +127,8 @@ class Search:
         self._judged: dict[str, tuple[str, EvalResult]] = {}
         self._judged_lock = threading.Lock()
         self._notes_seen = 0
+        self._judged_params: set[tuple] = set()  # (template, params) judged in this job
+        self._exhausted = ""  # why the generator has nothing new left to propose
 
     # ------------------------------------------------------------------------------------
     def run(self) -> Iterator[Event]:
@@ -320,6 +323,7 @@ class Search:
                 self.outcomes[program.status] += 1
             if not row.is_program0 and row.code.strip():
                 self._remember(program)
+            self._note_judged(program)
             done.setdefault(row.iteration, set()).add(row.branch)
         return done
 
@@ -379,6 +383,10 @@ class Search:
             yield IterationFinished(iteration, self.archive.best_speedup,
                                     self.stored_candidates + self.candidates)
             last = iteration
+            if self._exhausted:  # the offline generator has nothing untried left
+                yield LogEmitted("info", f"The search ends after iteration {iteration}: "
+                                 f"{self._exhausted}.")
+                break
         if last is not None:  # what to try next, for the user (no model call once stopping)
             yield from self._critique(last, [], cheap=self.control.stopped)
 
@@ -451,7 +459,8 @@ class Search:
                 task=self.task, probe=self.probe, backend=self.backend, iteration=iteration,
                 branch=branch, parent=parent, best=self.archive.best, inspirations=inspirations,
                 user_instructions=instructions, hardware_label=self.hardware.label,
-                rng=rng, diagnoses=tuple(said),
+                rng=rng, diagnoses=tuple(said), judged=frozenset(self._judged_params),
+                max_variants=self.config.prompt.max_template_combinations,
             ))
         out: queue.Queue = queue.Queue()
         paused_seen = False
@@ -497,6 +506,10 @@ class Search:
             for call in proposal.calls:
                 out.put(self.spending.add(call, label, request.iteration, program_id))
             self.spending.check(out.put)
+            if proposal.failed == "exhausted":  # nothing new to judge: no row, the job ends
+                self._exhausted = proposal.log
+                out.put(CandidatePhaseChanged(label, "abandoned"))
+                return
             out.put(CandidateGenerated(label, proposal.model, proposal.description, proposal.reasoning))
             if proposal.code.strip():
                 out.put(CandidatePhaseChanged(label, "queued"))  # for a worker, or a resume
@@ -522,8 +535,7 @@ class Search:
                                        f"its evaluation is reused, nothing was rebuilt.\n"
                                        + result.eval_log)
                 elif proposal.code.strip():
-                    result = self.evaluator.evaluate(proposal.code, request.backend, label=label,
-                                                     on_phase=on_phase, source_name=f"<{label}>")
+                    result = self._judge_proposal(proposal, request.backend, label, on_phase)
                     with self._judged_lock:  # before the slot is freed: a twin waiting sees it
                         self._judged.setdefault(key, (program_id, result))
                 else:  # nothing to build: a generation failure, not a build status
@@ -553,6 +565,7 @@ class Search:
                 },
             )
             program.add_eval_results(result)
+            _mark_template(program, result, proposal)
             out.put(program)
         except NoDeviceLeft as err:  # no GPU can judge anything any more: end the run
             out.put(LogEmitted("error", f"{label}: {err}"))
@@ -564,16 +577,44 @@ class Search:
         finally:
             out.put(_DONE)
 
+    def _judge_proposal(self, proposal, backend: str, label: str, on_phase) -> EvalResult:
+        """Evaluate a proposal: a templated one (the offline generator's sweep, or a model's
+        TEMPLATE_PARAMS with ``prompt.allow_templated``) at every combination, the winner's
+        concrete code kept in ``template_results["winner_code"]``; any other as it is."""
+        templated = proposal.variants or (self.config.prompt.allow_templated
+                                          and is_template(proposal.code))
+        if not templated:
+            return self.evaluator.evaluate(proposal.code, backend, label=label, on_phase=on_phase,
+                                           source_name=f"<{label}>")
+        result, winner = self.evaluator.evaluate_template(proposal.code, backend, label,
+                                                          variants=proposal.variants or None,
+                                                          on_phase=on_phase)
+        if winner is not None:
+            result.template_results["winner_code"] = winner
+        return result
+
     def _remember(self, program: Program) -> None:
         key = _digest(program.code, program.metadata.get("backend", self.backend))
         with self._judged_lock:
             self._judged.setdefault(key, (program.id, program.kernel_exec_result))
+
+    def _note_judged(self, program: Program) -> None:
+        """Remember which template parameters this job has judged (the offline no-repeat rule)."""
+        params = program.metadata.get("params") or {}
+        name = params.get("template") if isinstance(params, dict) else None
+        if not name:
+            return
+        combos = (program.kernel_exec_result.template_results.get("combinations", [])
+                  if program.kernel_exec_result else [])
+        for p in [params] + [c.get("params") or {} for c in combos]:
+            self._judged_params.add(param_key(name, p))
 
     def _record(self, program: Program) -> Iterator[Event]:
         result = program.kernel_exec_result
         if result and result.correctness and not result.profiler_data and not program.is_program0:
             # No profiler ran: place the kernel on the roofline analytically, labelled estimate.
             result.profiler_data = roofline_estimate(result.runtime, self.probe, self.hardware)
+        self._note_judged(program)
         previous = self.archive.best_speedup
         is_best = self.archive.add(program)
         replaced = self._retried.pop(program.metadata.get("label"), None)
@@ -601,3 +642,21 @@ class Search:
                                  result.runtime_improvement, self.archive.best_speedup)
         if is_best:
             yield BestImproved(program, previous, self.archive.best_speedup)
+
+
+def _mark_template(program: Program, result: EvalResult, proposal) -> None:
+    """A templated candidate is kept as its winner: the concrete code, its parameters (where
+    the offline generator's next mutation starts), and the template itself in the metadata."""
+    results = result.template_results
+    if not results:
+        return
+    program.is_templated = True
+    program.template_parameter_combinations = [c["params"] for c in results.get("combinations", [])]
+    winner_code = results.pop("winner_code", None)
+    if winner_code:
+        program.code = winner_code
+    program.metadata["template_source"] = proposal.code
+    winner = results.get("winner")
+    params = program.metadata.get("params") or {}
+    if winner and params.get("template"):
+        program.metadata["params"] = {"template": params["template"], **winner}

@@ -47,6 +47,7 @@ def kernel_fields(program: Program, *, run_id: int, task_name: str, job_name: st
         score=program.score,
         features=meta.get("features", {}),
         profiler_data=result.profiler_data,
+        template_results=result.template_results,
         meta={**result.metadata, "params": meta.get("params", {}),
               # what its model calls used, and the critic's diagnoses its prompt carried
               **{k: meta[k] for k in ("llm", "critic") if meta.get(k)}},
@@ -74,6 +75,7 @@ def program_from_row(row: Kernel) -> Program:
         improve_over_compile=row.improve_over_compile,
         perf_score=row.perf_score,
         profiler_data=row.profiler_data or {},
+        template_results=row.template_results or {},
         eval_log=row.eval_log,
     )
     program = Program(
@@ -98,4 +100,8 @@ def program_from_row(row: Kernel) -> Program:
         },
     )
     program.add_eval_results(result)
+    if result.template_results:
+        program.is_templated = True
+        program.template_parameter_combinations = [
+            c.get("params") for c in result.template_results.get("combinations", [])]
     return program

@@ -98,6 +98,9 @@ class Kernel(Base):
     score: Mapped[float] = mapped_column(Float, default=0.0)
     features: Mapped[dict] = mapped_column(JSON, default=dict)  # MAP-Elites coordinates
     profiler_data: Mapped[dict] = mapped_column(JSON, default=dict)
+    # A templated candidate's every combination (params, status, runtime stats, speedup, why
+    # it failed), the space, the winner; {} for any other. Added in place to older databases.
+    template_results: Mapped[dict | None] = mapped_column(JSON, default=dict, nullable=True)
     meta: Mapped[dict] = mapped_column("metadata", JSON, default=dict)
     eval_log: Mapped[str] = mapped_column(Text, default="")
     generation_log: Mapped[str] = mapped_column(Text, default="")  # extraction / LLM errors

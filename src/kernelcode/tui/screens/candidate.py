@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelcode.tui.formatting import label_of, speedup_str, status_text
+from kernelcode.tui.screens.combinations import combination_table
 from kernelcode.tui.screens.overlay import Block, Overlay, section
 from openkernel.costs import format_usd
 from openkernel.schemas import Program
@@ -73,15 +74,19 @@ class CandidateView(Overlay):
 
     TITLE_TEXT = "Candidate"
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, sort: int = 0) -> None:
         self.program = program
+        self.sort = sort  # the combination table's order (``o`` cycles it)
         self.TITLE_TEXT = f"Candidate {label_of(program)}"
 
     def blocks(self, width: int) -> list[Block]:
         program = self.program
         code = program.code.strip() or "(no code: nothing was extracted from the answer)"
         log = program.get_artifact().strip() or "(empty)"
-        blocks = [Block(stats_table(program)), section("Code"),
+        results = program.kernel_exec_result.template_results if program.kernel_exec_result else {}
+        combos = [section("Template combinations (o: sort)"),
+                  Block(combination_table(results, self.sort))] if results.get("combinations") else []
+        blocks = [Block(stats_table(program)), *combos, section("Code"),
                   Block(Syntax(code, "python", theme="monokai", line_numbers=True,
                                background_color="default", word_wrap=False),
                         width=max(len(line) for line in code.splitlines()) + 8)]

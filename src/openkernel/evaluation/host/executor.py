@@ -251,7 +251,9 @@ class Evaluator:
                               f"{self._slots.per_device} worker(s) per GPU")
 
     def evaluate_template(self, code: str, backend: str, label: str = "",
-                          variants: list | None = None) -> tuple[EvalResult, str | None]:
+                          variants: list | None = None,
+                          on_phase: Callable[[str], None] | None = None,
+                          ) -> tuple[EvalResult, str | None]:
         """Judge a templated candidate (``openkernel.templating``): every combination (or the
         documented sample past ``prompt.max_template_combinations``) screened in one sweep, the
         fastest correct one judged in full. ``variants`` (the offline generator's) are used as
@@ -274,7 +276,7 @@ class Evaluator:
         except TemplateError as err:
             return EvalResult(compiled=False, perf_score=0, eval_log=f"Bad template: {err}. "
                               "Nothing was built."), None
-        return judge_template(self, space, variants, sampled, bound, backend, label)
+        return judge_template(self, space, variants, sampled, bound, backend, label, on_phase)
 
     def close(self) -> None:
         """Stop the spare workers (each job's own worker ended with it)."""

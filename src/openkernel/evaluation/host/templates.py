@@ -55,7 +55,7 @@ def summary_lines(results: dict) -> list[str]:
 
 
 def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bool, bound: int,
-                   backend: str, label_: str) -> tuple[EvalResult, str | None]:
+                   backend: str, label_: str, on_phase=None) -> tuple[EvalResult, str | None]:
     """(the result, the winner's concrete code or None when no combination is correct)."""
     hw = evaluator.hardware
     n = len(variants)
@@ -69,6 +69,8 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
                               build_threads=max(1, min(n, 8)), plan=evaluator.plan.to_json(),
                               **evaluator._bench_params(hw))
     cache = evaluator.build_cache(key, backend)
+    if on_phase is not None:
+        on_phase("sweep")  # one phase for the whole screen; the winner's own phases follow
     slot = evaluator._acquire()
     try:
         run = evaluator._run(job, hw.device, slot, label=f"{label_} (template)",
@@ -108,7 +110,7 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
         return result, None
     best_row, best = max(correct, key=lambda rv: rv[0]["speedup"])
     results["winner"] = best.params
-    result = evaluator.evaluate(best.code, backend, label=label_)
+    result = evaluator.evaluate(best.code, backend, label=label_, on_phase=on_phase)
     result.template_results = results
     result.metadata["template"] = {"params": best.params, "combinations": n,
                                    "space_size": space.size, "sampled": sampled}

@@ -1,7 +1,8 @@
 """Probing a task inside a worker: load it, run the reference once, and describe it.
 
 The probe validates the task (one clear message naming the file when something is wrong),
-tells the offline generator which aten ops run, gives FLOPs and bytes for roofline estimates,
+tells the offline generator which aten ops run and records the forward's graph of aten ops
+(``trace.py``, for the graph templates), gives FLOPs and bytes for roofline estimates,
 warns about references that make correctness checks weak (nearly constant outputs, or
 outputs below the absolute tolerance, where an all-zero answer would pass ``atol``), and
 measures the reference's memory footprint (``records.Footprint``), from which the engine plans
@@ -26,6 +27,7 @@ from openkernel.evaluation.worker.correctness import (
 from openkernel.evaluation.worker.hardware import detect
 from openkernel.evaluation.worker.integrity import OpRecorder
 from openkernel.evaluation.worker.task_runtime import TaskRuntime, clone, tensors_in
+from openkernel.evaluation.worker.trace import trace_forward
 from openkernel.records import Footprint, TaskProbe
 
 
@@ -210,6 +212,10 @@ def run_probe(job: Job, ch) -> dict:
         warnings.append(f"measuring the reference's memory footprint failed ({type(err).__name__}: "
                         f"{err}); evaluations plan for the inputs and outputs alone")
     ops = list(dict.fromkeys(rec.ops))
+    try:
+        trace = trace_forward(model, inputs)
+    except Exception:  # the graph is for the offline templates: a task without it still runs
+        trace = None
     in_bytes = _nbytes(inputs)
     probe = TaskProbe(
         ok=True, aten_ops=ops,
@@ -218,7 +224,7 @@ def run_probe(job: Job, ch) -> dict:
         output_shapes=output_shapes, output_dtypes=output_dtypes,
         flops=float(flops_mode.get_total_flops() + pointwise.flops),
         bytes_moved=float(in_bytes + out_bytes),
-        warnings=warnings, hardware=hw, memory=footprint,
+        warnings=warnings, hardware=hw, memory=footprint, trace=trace,
         log=(f"device {device}; held-out inputs: {source}; output dtypes "
              f"{', '.join(d.removeprefix('torch.') for d in output_dtypes)}"),
     )

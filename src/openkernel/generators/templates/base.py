@@ -8,6 +8,7 @@ parent.
 
 from __future__ import annotations
 
+import itertools
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -107,6 +108,23 @@ class Template(ABC):
             params[t.name] = values[j]
             changed.append(f"{t.name} {values[i]}->{values[j]}")
         return params, changed
+
+    def space(self, interpreter: bool, backend: str) -> list[dict]:
+        """Every combination of the tunables' values (the template's whole space)."""
+        tunables = self.tunables_for(backend)
+        return [dict(zip((t.name for t in tunables), values))
+                for values in itertools.product(*(t.values(interpreter) for t in tunables))]
+
+    def neighbours(self, params: dict, interpreter: bool, backend: str) -> list[dict]:
+        """The points one step away: each tunable moved to the next value up or down."""
+        out = []
+        for t in self.tunables_for(backend):
+            values = t.values(interpreter)
+            i = values.index(params[t.name])
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(values):
+                    out.append({**params, t.name: values[j]})
+        return out
 
     def crossover(self, a: dict, b: dict, rng: random.Random, interpreter: bool,
                   backend: str) -> dict:
