@@ -1,8 +1,14 @@
-"""A real OpenAI-compatible chat server on 127.0.0.1 for the LLM generator's tests.
+"""A real OpenAI-compatible chat server on 127.0.0.1 for the LLM tests.
 
 POST /v1/chat/completions answers from a script: each entry of ``script`` is consumed by one
-request, either ``(status, error_message)`` for a failure or the answer text; when the script
-runs out, ``default`` answers. Every request body is recorded in ``requests``.
+request, either ``(status, error_message)`` for a failure, ``Broken(text)`` for a stream that
+breaks off after ``text``, a function of the request body, or the answer text; when the script
+runs out, ``default`` answers (text or a function). Every request body is recorded in
+``requests``.
+
+Like the real services it streams when asked (``"stream": true``): server-sent events, one
+chunk per ``chunk_chars`` characters, ``chunk_delay_s`` apart, then the usage when
+``stream_options.include_usage`` is set. Usage counts words (prompt and answer).
 
 The generator's preflight (a one-token request, ``max_tokens == 1``) is answered by ``ping``
 instead ("OK", or ``(status, error_message)``) and recorded in ``pings``, so scripts stay about
@@ -14,14 +20,37 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+@dataclass
+class Broken:
+    """A streamed answer that stops after ``text``: the connection closes mid-stream."""
+
+    text: str
+
+
+def critic_json(body: dict, diagnosis: str = "CRITIC-MODEL-SAYS: use 16-byte loads.") -> str:
+    """A critic's answer: one diagnosis per '### <label>' kernel in its prompt."""
+    prompt = body["messages"][-1]["content"]
+    labels = [line.split()[1] for line in prompt.splitlines() if line.startswith("### ")]
+    return "```json\n" + json.dumps({"kernels": [
+        {"label": label, "bottleneck": "memory_bound", "headroom": 1.5,
+         "diagnosis": f"{diagnosis} ({label})"} for label in labels]}) + "\n```"
+
+
+def is_critic(body: dict) -> bool:
+    return body["messages"][-1]["content"].startswith("You are the critic")
+
+
 class ChatServer:
-    def __init__(self, default: str = "") -> None:
+    def __init__(self, default="", chunk_chars: int = 12, chunk_delay_s: float = 0.0) -> None:
         self.default = default
         self.script: list = []
         self.requests: list[dict] = []
+        self.chunk_chars = chunk_chars
+        self.chunk_delay_s = chunk_delay_s
         self.ping: str | tuple = "OK"
         self.pings: list[dict] = []
         self._lock = threading.Lock()
@@ -39,27 +68,55 @@ class ChatServer:
                     if body.get("max_tokens") == 1:
                         server.pings.append(body)
                         step = server.ping
+                        n = f"ping-{len(server.pings)}"
                     else:
                         server.requests.append(body)
                         step = server.script.pop(0) if server.script else server.default
+                        n = len(server.requests)
                 if not self.path.endswith("/chat/completions"):
                     return self._send(404, {"error": {"message": "not found"}})
                 if isinstance(step, tuple):
                     status, message = step
                     return self._send(status, {"error": {"message": message, "type": "test",
                                                          "code": status}})
-                text = step(body) if callable(step) else step
+                broken = isinstance(step, Broken)
+                text = step.text if broken else (step(body) if callable(step) else step)
                 prompt_tokens = sum(len(m.get("content", "").split()) for m in body["messages"])
-                completion_tokens = len(text.split())
-                self._send(200, {
-                    "id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion",
-                    "created": int(time.time()), "model": body.get("model", ""),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text}}],
-                    "usage": {"prompt_tokens": prompt_tokens,
-                              "completion_tokens": completion_tokens,
-                              "total_tokens": prompt_tokens + completion_tokens},
-                })
+                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
+                         "total_tokens": prompt_tokens + len(text.split())}
+                base = {"id": f"chatcmpl-{n}", "created": int(time.time()),
+                        "model": body.get("model", "")}
+                if body.get("stream"):
+                    return self._stream(base, text, usage, body, broken)
+                self._send(200, {**base, "object": "chat.completion", "usage": usage,
+                                 "choices": [{"index": 0, "finish_reason": "stop",
+                                              "message": {"role": "assistant", "content": text}}]})
+
+            def _stream(self, base, text, usage, body, broken):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                size = max(1, server.chunk_chars)
+                pieces = [text[i:i + size] for i in range(0, len(text), size)] or [""]
+                for i, piece in enumerate(pieces):
+                    delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
+                    self._event({**base, "object": "chat.completion.chunk", "choices": [
+                        {"index": 0, "delta": delta, "finish_reason": None}]})
+                    if server.chunk_delay_s:
+                        time.sleep(server.chunk_delay_s)
+                if broken:  # no finish_reason, no [DONE]: the connection just ends
+                    self.close_connection = True
+                    return
+                self._event({**base, "object": "chat.completion.chunk", "choices": [
+                    {"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    self._event({**base, "object": "chat.completion.chunk", "choices": [],
+                                 "usage": usage})
+                self.wfile.write(b"data: [DONE]\n\n")
+
+            def _event(self, payload):
+                self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+                self.wfile.flush()
 
             def _send(self, status, payload):
                 data = json.dumps(payload).encode()
@@ -74,6 +131,10 @@ class ChatServer:
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self._thread = threading.Thread(target=self.httpd.serve_forever,
                                         kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def generation_requests(self) -> list[dict]:
+        """The requests that asked for a kernel (not the critic's)."""
+        return [r for r in self.requests if not is_critic(r)]
 
     def __enter__(self) -> "ChatServer":
         self._thread.start()

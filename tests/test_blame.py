@@ -84,11 +84,12 @@ def test_a_failing_reference_is_the_evaluators_fault_and_retried_once(tmp_path):
 
 def test_a_transient_evaluator_fault_is_judged_on_the_retry(tmp_path):
     # Fails once per machine (a marker in /dev/shm, which workers may write), then works:
-    # the retry judges the candidate for real.
+    # the retry judges the candidate for real. The probe's graph trace (on fake tensors) is
+    # not counted, so the fault falls in the evaluation, not in the probe's four real calls.
     marker = f"/dev/shm/openkernel-test-{uuid.uuid4().hex}"
     folder = _task(tmp_path / "flaky", f"""
         global CALLS
-        CALLS += 1
+        CALLS += type(x).__name__ != "FakeTensor"
         if CALLS >= 5 and not os.path.exists({marker!r}):
             open({marker!r}, "w").close()
             raise RuntimeError("a passing fault")

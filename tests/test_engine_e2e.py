@@ -159,8 +159,11 @@ def test_resume_runs_only_what_is_missing(gelu_run, examples_dir):
     rows = Store(tmp / "k.sqlite3").job_kernels("gelu", "e2e")
     assert len(rows) == 7 and sum(r.is_program0 for r in rows) == 1
     critiques = Store(tmp / "k.sqlite3").job_critiques("gelu", "e2e")
-    assert [r.iteration for r in critiques] == [0, 1, 2]  # the resumed run adds only its own
-    assert critiques[-1].run_id == events[0].run_id != critiques[0].run_id
+    # The first run diagnosed 0 (before iteration 1) and 1 (after the last); the resumed run
+    # diagnoses 1 again for the parents it sampled for iteration 2, then 2.
+    first, resumed = critiques[0].run_id, events[0].run_id
+    assert [(r.iteration, r.run_id) for r in critiques if r.role == "best"] == [
+        (0, first), (1, first), (1, resumed), (2, resumed)]
 
 
 def test_bad_task_fails_with_one_message(tmp_path):
@@ -388,3 +391,38 @@ def test_flops_are_counted_or_said_unknown(tmp_path, examples_dir):
     assert "arithmetic_intensity" not in unknown and "flops" not in unknown and unknown["bytes"] > 0
     facts = _probe_summary(SimpleNamespace(probe=copied))
     assert "FLOPs not counted" in facts and "intensity 0.00" not in facts
+
+
+def test_an_exhausted_sweep_ends_the_job_with_the_critics_word_and_its_traces(tmp_path,
+                                                                             examples_dir):
+    """The offline generator's space runs out (gelu's elementwise template: 12 combinations
+    on the CPU) before max_iters: the job ends there, completed, the critic still has the
+    last word, and the trace dataset holds each candidate as its winner's concrete code."""
+    import torch
+
+    from openkernel.generators.templates import TEMPLATES
+    from openkernel.store.traces import read_dataset
+    from openkernel.templating import is_template
+
+    # every candidate judges at least one new point, so the space runs out within its size
+    space = len(TEMPLATES[0].space(not torch.cuda.is_available(), "triton"))
+    events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
+        tmp_path, "job_name=sweep", f"max_iters={space + 1}", "branches_per_iteration=1",
+        "traces.enabled=true", f"traces.dir={tmp_path / 'traces'}")))
+    finished = events[-1]
+    assert finished.reason == "completed" and finished.candidates < space, finished
+    ends = [i for i, e in enumerate(events)
+            if isinstance(e, ev.LogEmitted) and "The search ends after iteration" in e.message]
+    assert len(ends) == 1 and "every combination" in events[ends[0]].message
+    assert any(isinstance(e, ev.CriticDiagnosed) for e in events[ends[0]:])
+    traced = read_dataset(tmp_path / "traces").to_pylist()
+    rows = [r for r in Store(tmp_path / "k.sqlite3").job_kernels("gelu", "sweep")
+            if not r.is_program0]
+    assert sorted(t["kernel_id"] for t in traced) == sorted(r.id for r in rows)
+    assert all(t["session_status"] == "completed" for t in traced)
+    # each candidate a sweep of untried points (a lone point judged as it is): 12 in all, once
+    points = [tuple(sorted(c["params"].items())) for r in rows
+              for c in (r.template_results or {}).get("combinations") or [
+                  {"params": {k: v for k, v in r.meta["params"].items() if k != "template"}}]]
+    assert len(points) == len(set(points)) == space
+    assert not any(is_template(t["kernel_code"]) for t in traced if t["kernel_code"])

@@ -133,3 +133,62 @@ def test_engine_imports_without_litellm():
             "assert 'litellm' not in sys.modules, 'litellm imported eagerly'\n")
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+def test_streamed_answer_arrives_in_pieces_with_usage_and_cost(server, examples_dir):
+    server.chunk_chars = 7
+    pieces = []
+    request = _request(examples_dir)
+    request.on_text = lambda model, text, attempt: pieces.append((model, text, attempt))
+    p = _generator(server, models=("gpt-4o-mini",)).propose(request)
+    assert server.requests[0]["stream"] is True
+    assert len(pieces) == -(-len(GOOD) // 7) and "".join(t for _, t, _ in pieces) == GOOD
+    assert {m for m, _, _ in pieces} == {"openai/gpt-4o-mini"} and {a for *_, a in pieces} == {1}
+    assert p.answer == GOOD and "class ModelNew" in p.code
+    (call,) = p.calls
+    prompt_words = len(server.requests[0]["messages"][0]["content"].split())
+    assert (call.prompt_tokens, call.completion_tokens) == (prompt_words, len(GOOD.split()))
+    assert call.purpose == "generate" and call.price == "litellm" and call.cost_usd > 0
+    # litellm's own price for the model, not a number of ours
+    import litellm
+
+    expected = sum(litellm.cost_per_token(model="openai/gpt-4o-mini", prompt_tokens=prompt_words,
+                                          completion_tokens=len(GOOD.split())))
+    assert abs(call.cost_usd - expected) < 1e-12 and p.tokens_used == call.tokens
+
+
+def test_local_price_entry_and_unknown_price(server, examples_dir):
+    gen = _generator(server, models=("my-vllm-model",))
+    p = gen.propose(_request(examples_dir))
+    assert p.calls[0].price == "unknown" and p.calls[0].cost_usd == 0.0  # never guessed
+    priced = Config(inference=[{"model": "openai/my-vllm-model", "api_base": server.url,
+                                "api_key_env": KEY_ENV, "price": {"input_usd_per_mtok": 2.0,
+                                                                  "output_usd_per_mtok": 6.0}}])
+    call = make_generator(priced).propose(_request(examples_dir)).calls[0]
+    assert call.price == "config"
+    assert abs(call.cost_usd - (call.prompt_tokens * 2 + call.completion_tokens * 6) / 1e6) < 1e-15
+
+
+def test_a_stream_that_breaks_off_is_retried_from_the_start(server, examples_dir):
+    from llm_server import Broken
+
+    server.script = [Broken("Idea: half an ans")]
+    pieces = []
+    request = _request(examples_dir)
+    request.on_text = lambda model, text, attempt: pieces.append((text, attempt))
+    p = _generator(server).propose(request)
+    assert len(server.requests) == 2 and "answered after 2 attempts" in p.log
+    assert pieces[0][1] == 1 and pieces[-1][1] == 2  # the retry restarts the answer
+    assert "".join(t for t, a in pieces if a == 2) == GOOD and p.answer == GOOD
+    assert p.calls[0].attempts == 2
+
+
+def test_stream_off_for_servers_that_cannot(server, examples_dir):
+    gen = make_generator(Config(inference=[{"model": "openai/m", "api_base": server.url,
+                                            "api_key_env": KEY_ENV, "stream": False}]))
+    pieces = []
+    request = _request(examples_dir)
+    request.on_text = lambda *piece: pieces.append(piece)
+    p = gen.propose(request)
+    assert "stream" not in server.requests[0] and pieces == [] and "class ModelNew" in p.code
+    assert p.calls[0].completion_tokens == len(GOOD.split())

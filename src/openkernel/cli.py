@@ -1,4 +1,4 @@
-"""`openkernel`: run a search, evaluate one kernel, list runs, show a stored kernel."""
+"""`openkernel`: run a search, evaluate one kernel, list runs, show a stored kernel, export."""
 
 from __future__ import annotations
 
@@ -44,6 +44,20 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--field", default=None, metavar="NAME",
                       help="print one field alone (e.g. code, prompt, answer, metadata)")
 
+    export = sub.add_parser("export", help="write traces or fine-tuning pairs from a database")
+    what = export.add_subparsers(dest="what", required=True)
+    traces = what.add_parser("traces", help="the trace dataset (Parquet), one file per job")
+    traces.add_argument("--db", default=None, help="database (default runs/kernels.sqlite3)")
+    traces.add_argument("--out", required=True, help="folder of the dataset")
+    traces.add_argument("--task", default=None, help="only this task")
+    traces.add_argument("--job", default=None, help="only this job")
+    sft = what.add_parser("sft", help="(prompt, answer) pairs of the best correct candidates")
+    sft.add_argument("--top", type=float, default=0.1,
+                     help="share of each task's correct candidates, best first (default 0.1)")
+    sft.add_argument("--out", required=True, help="JSONL file to write")
+    sft.add_argument("--db", default=None, help="database (default runs/kernels.sqlite3)")
+    sft.add_argument("--traces", default=None, help="read a trace dataset folder instead")
+
     bench = sub.add_parser("bench", help="run a suite of problems (e.g. a KernelBench level "
                            "folder), one job each; resumable by --name")
     bench.add_argument("paths", nargs="+", metavar="PATH", help="a folder of KernelBench-format "
@@ -62,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"run": cmd_run, "eval": cmd_eval, "runs": cmd_runs, "show": cmd_show,
-                "bench": cmd_bench}[args.command](args)
+                "export": cmd_export, "bench": cmd_bench}[args.command](args)
     except OpenKernelError as err:
         err_console.print(f"[bold red]error:[/] {err}", highlight=False)
         return 2
@@ -118,6 +132,8 @@ def cmd_run(args) -> int:
                 progress.console.print(f"[{style}]{event.message}[/]", highlight=False)
             elif isinstance(event, ev.CriticDiagnosed):
                 progress.console.print(f"[cyan]critic:[/] {event.text}", highlight=False)
+            elif isinstance(event, ev.BudgetReached):
+                progress.console.print(f"[yellow]{event.reason}[/]", highlight=False)
             elif isinstance(event, ev.RunFinished):
                 finished = event
     if finished is None:
@@ -133,7 +149,29 @@ def cmd_run(args) -> int:
     console.print(f"\n[bold]{finished.reason}[/]: {_plural(finished.candidates, 'candidate')}{new}, "
                   f"best speedup {best} (kernel {finished.best_program_id or '-'}), database "
                   f"{finished.db_path}", highlight=False)
+    _print_spend(finished)
     return 0
+
+
+def _print_spend(finished) -> None:
+    """Why the run stopped by itself, and what its model calls used, per model."""
+    from openkernel.costs import format_tokens, format_usd
+
+    if finished.error:
+        console.print(f"stopped because {finished.error}", highlight=False)
+    spend = finished.spend
+    if spend is None:
+        return
+    console.print(f"model calls: {spend.calls}, {spend.prompt_tokens:,} tokens in, "
+                  f"{spend.completion_tokens:,} out, cost {spend.cost_text()}", highlight=False)
+    if len(spend.models) < 2 and not spend.unpriced_calls:
+        return
+    table = Table("model", "calls", "tokens in", "tokens out", "cost")
+    for m in spend.models:
+        cost = format_usd(m.cost_usd) + (" + unknown" if m.unpriced_calls else "")
+        table.add_row(m.model, str(m.calls), format_tokens(m.prompt_tokens),
+                      format_tokens(m.completion_tokens), cost)
+    console.print(table)
 
 
 def cmd_eval(args) -> int:
@@ -267,6 +305,38 @@ def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
     os.replace(tmp, path)
+
+
+def _db_path(db: str | None) -> Path:
+    path = Path(db or "runs/kernels.sqlite3")
+    if not path.is_file():
+        raise OpenKernelError(f"{path}: no such database (run a search first, or pass --db)")
+    return path
+
+
+def cmd_export(args) -> int:
+    return cmd_export_traces(args) if args.what == "traces" else cmd_export_sft(args)
+
+
+def cmd_export_traces(args) -> int:
+    from openkernel.export import export_traces
+
+    written = export_traces(_db_path(args.db), args.out, task=args.task, job=args.job)
+    for path, rows in written:
+        console.print(f"{rows:6d} candidates  {path}", highlight=False)
+    console.print(f"{sum(n for _, n in written)} candidates of {len(written)} jobs in {args.out} "
+                  "(schema: README, Traces)", highlight=False)
+    return 0
+
+
+def cmd_export_sft(args) -> int:
+    from openkernel.export import export_sft
+
+    source = {"traces": args.traces} if args.traces else {"db": _db_path(args.db)}
+    n = export_sft(args.out, top=args.top, **source)
+    console.print(f"{n} instruction pairs (the best {args.top:.0%} of each task's correct "
+                  f"model-written candidates) in {args.out}", highlight=False)
+    return 0
 
 
 def cmd_bench(args) -> int:

@@ -23,6 +23,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class ModelPrice(_Strict):
+    """What a model's tokens cost, for models litellm has no price for (self-hosted ones)."""
+
+    input_usd_per_mtok: float = Field(ge=0, description="US dollars per million prompt tokens.")
+    output_usd_per_mtok: float = Field(ge=0, description="US dollars per million answer tokens.")
+
+
 class ModelConfig(_Strict):
     """One model server under ``inference``; several entries make an ensemble."""
 
@@ -36,6 +43,11 @@ class ModelConfig(_Strict):
     max_tokens: int = Field(8192, gt=0, description="Upper bound on the answer's length.")
     timeout_s: float = Field(300.0, gt=0, description="Per-request timeout.")
     num_retries: int = Field(3, ge=0, description="Retries with backoff on transient errors.")
+    stream: bool = Field(True, description="Stream the answer (kernel-code shows it as it "
+                         "arrives); false for servers that cannot stream.")
+    price: ModelPrice | None = Field(None, description="Local price entry: used instead of "
+                                     "litellm's price map (needed for self-hosted models; "
+                                     "without either, calls cost $0 and are labelled unknown).")
 
 
 class EvalConfig(_Strict):
@@ -93,6 +105,40 @@ class SearchConfig(_Strict):
                              "offline mutations); None draws one.")
 
 
+class CriticConfig(_Strict):
+    """Who writes the diagnosis that joins the next iteration's prompts."""
+
+    model: ModelConfig | None = Field(None, description="The critic's model (a litellm string or "
+                                      "an inference-style entry); default: the first inference "
+                                      "model. A string naming an inference model reuses its "
+                                      "entry (api_base, api_key_env, price).")
+    use_llm: bool = Field(True, description="With a model (critic.model or the first inference "
+                          "model), ask it for the diagnosis; false keeps the rule-based critic.")
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_string(cls, value: Any) -> Any:
+        return {"model": value} if isinstance(value, str) else value
+
+
+class BudgetConfig(_Strict):
+    """Limits that stop a job between candidates (the whole job: a resumed run counts what its
+    earlier runs spent)."""
+
+    max_usd: float | None = Field(None, gt=0, description="Stop once the job's model calls cost "
+                                  "this many US dollars (calls at an unknown price count $0).")
+    max_tokens: int | None = Field(None, gt=0, description="Stop once the job's model calls used "
+                                   "this many tokens (prompt and answer).")
+
+
+class TracesConfig(_Strict):
+    """Trace capture: one Parquet row per judged candidate (README: Traces)."""
+
+    enabled: bool = Field(False, description="Write traces as the job goes (opt-in).")
+    dir: str = Field("runs/traces", description="Folder of the trace dataset, relative to where "
+                     "the run starts.")
+
+
 class PromptConfig(_Strict):
     """What the prompts ask for (seeds/optimization-strategies.txt)."""
 
@@ -135,6 +181,9 @@ class Config(_Strict):
     paths: PathsConfig = Field(default_factory=PathsConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     prompt: PromptConfig = Field(default_factory=PromptConfig)
+    critic: CriticConfig = Field(default_factory=CriticConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    traces: TracesConfig = Field(default_factory=TracesConfig)
 
     @field_validator("inference", mode="before")
     @classmethod
@@ -167,6 +216,18 @@ class Config(_Strict):
     @property
     def uses_llm(self) -> bool:
         return bool(self.inference)
+
+    @property
+    def critic_model(self) -> ModelConfig | None:
+        """The LLM critic's model, or None for the rule-based critic."""
+        if not self.critic.use_llm:
+            return None
+        chosen = self.critic.model
+        if chosen is None:
+            return self.inference[0] if self.inference else None
+        bare = chosen.model_fields_set <= {"model"}
+        same = next((m for m in self.inference if m.model == chosen.model), None)
+        return same if bare and same is not None else chosen
 
 
 def _arch_label(value: Any) -> str:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from openkernel.costs import LLMCall, Spend
+from openkernel.records import Diagnosis
 from openkernel.schemas import Program, Status
 
 
@@ -35,6 +37,8 @@ class RunStarted(Event):
     skills: tuple = ()  # offline templates matching the task (generators.offline.skill_matches)
     peak_bandwidth_gbs: float | None = None  # hardware ceilings for roofline views
     peak_tflops: dict = field(default_factory=dict)
+    max_usd: float | None = None  # the job's budget (budget.max_usd, budget.max_tokens)
+    max_tokens: int | None = None
     peak_gflops: float | None = None  # the compute ceiling for this task's dtype
 
 
@@ -82,6 +86,38 @@ class CandidateGenerated(Event):
 
 
 @dataclass(frozen=True)
+class AnswerStreamed(Event):
+    """A piece of a model's answer as it arrives (high rate: UIs coalesce these per label).
+
+    ``attempt`` counts the call's tries: a piece of a new attempt starts the answer again.
+    """
+
+    label: str
+    model: str
+    delta: str
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class ModelCalled(Event):
+    """A model call answered: what it used and cost, and the job's totals after it."""
+
+    label: str  # the candidate it served, "" for the critic
+    iteration: int
+    call: LLMCall
+    spend: Spend
+    kernel_id: str | None = None  # the candidate's id (None for the critic)
+
+
+@dataclass(frozen=True)
+class BudgetReached(Event):
+    """A budget limit was reached: no new candidate starts; those in flight finish."""
+
+    reason: str  # e.g. "budget.max_usd reached: $0.0102 spent of $0.0100"
+    spend: Spend
+
+
+@dataclass(frozen=True)
 class CandidateEvaluated(Event):
     program: Program
     status: Status
@@ -106,10 +142,12 @@ class IterationFinished(Event):
 
 @dataclass(frozen=True)
 class CriticDiagnosed(Event):
-    """A diagnosis after an iteration: what limits the best kernel, what to try next."""
+    """A diagnosis after an iteration: what limits the best kernel (and each parent handed to
+    the next iteration), what to try next. ``text`` is all of it in words."""
 
     iteration: int
     text: str
+    diagnoses: tuple[Diagnosis, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -147,6 +185,7 @@ class RunFinished(Event):
     best_speedup: float
     candidates: int  # the job's candidates now stored (a resumed job: all its runs')
     db_path: str
-    error: str | None = None
+    error: str | None = None  # why it failed, or why it stopped by itself (a budget)
     extra: dict = field(default_factory=dict)
+    spend: Spend | None = None  # the job's model calls, per model (None: no model used)
     new_candidates: int = 0  # of which this run judged

@@ -217,3 +217,29 @@ def hardware_from_json(data: dict[str, Any]) -> Hardware:
     return Hardware(**{**data, "gpu_archs": tuple(archs)})
 
 
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The critic's reading of one kernel: what limits it and what to try next.
+
+    Written after each iteration for the best kernel and for each parent handed to the next
+    one; the next prompts read it (section "Critic's diagnosis"), the store keeps it.
+    """
+
+    kernel_id: str | None  # None: about the job as a whole (no correct kernel yet)
+    label: str  # i<N>-b<M>, "ref", "start", or "" with kernel_id None
+    role: str  # "best" | "parent"
+    text: str  # one to three sentences: bottleneck, headroom, what to try
+    bottleneck: str = ""  # memory_bound | compute_bound | latency_bound | "" (not known)
+    headroom: float | None = None  # runtime over the roofline floor, when known
+    source: str = "rules"  # "rules" | "llm"
+    model: str = ""  # the critic's model when source is "llm"
+
+    @property
+    def said(self) -> str:
+        """One paragraph naming the kernel it is about (the rules' text names it already)."""
+        if self.source != "llm":
+            return self.text
+        who = ("Best so far " if self.role == "best" else "Parent ") + self.label
+        return f"{who} (critic model {self.model}): {self.text}"

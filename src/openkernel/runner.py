@@ -50,7 +50,7 @@ def resolve_run(task_or_config: str | Path | None = None,
         base = read_yaml(task.config_path)
         base.pop("task", None)
     layered = {**base, **{k: v for k, v in run_data.items()}}
-    for key in ("eval_config", "paths", "search", "prompt"):
+    for key in ("eval_config", "paths", "search", "prompt", "critic", "budget", "traces"):
         if isinstance(base.get(key), dict) and isinstance(run_data.get(key), dict):
             layered[key] = {**base[key], **run_data[key]}
     layered["task"] = str(task_path)

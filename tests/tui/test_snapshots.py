@@ -59,6 +59,28 @@ def test_paused(snap_compare, demo):
     assert snap_compare(_app(demo), terminal_size=SIZE, run_before=_after(demo, "p", "b"))
 
 
+def test_chat_streams_model_answers(snap_compare):
+    """Mid-iteration with a model: i0-b0 judged (its reasoning collapsed to a line), i0-b1
+    still writing its kernel, i0-b2 answered and being judged; tokens and cost in the header."""
+    from kernelcode.tui.demo import llm_demo_events
+
+    events = llm_demo_events()
+    streamed = "".join(e.delta for e in events if getattr(e, "label", "") == "i0-b1"
+                       and type(e).__name__ == "AnswerStreamed")
+
+    async def run_before(pilot) -> None:
+        # streamed pieces coalesce in the bridge: wait for what they add up to, not a count
+        state = pilot.app.state
+        await wait_until(pilot, lambda: "i0-b1" in state.candidates
+                         and state.candidates["i0-b1"].answer == streamed
+                         and state.candidates.get("i0-b2") is not None
+                         and state.candidates["i0-b2"].generated and state.evaluated)
+        await wait_until(pilot, lambda: not pilot.app.showing_pending)
+        await pilot.pause()
+
+    assert snap_compare(_app(events), terminal_size=SIZE, run_before=run_before)
+
+
 def test_candidates_in_flight(snap_compare, demo):
     """Mid-iteration: one candidate timed, one building, one queued for a worker."""
     events = in_flight(demo)

@@ -89,6 +89,42 @@ def test_status_colours_follow_the_seed():
     assert set(STATUS_COLOURS) == set(Status)
 
 
+def test_streamed_pieces_coalesce_per_answer_without_jumping_other_events():
+    buffer = EventBuffer(lambda: None)
+    piece = lambda label, text, attempt=1: ev.AnswerStreamed(label, "m", text, attempt)  # noqa: E731
+    for e in [piece("a", "1"), piece("b", "x"), piece("a", "2"), piece("b", "y"),
+              ev.LogEmitted("info", "between"), piece("a", "3"), piece("a", "4", attempt=2),
+              piece("a", "5", attempt=2)]:
+        buffer.put(e)
+    got = buffer.drain(100)
+    assert [(e.label, e.delta, e.attempt) if isinstance(e, ev.AnswerStreamed) else "log"
+            for e in got] == [("a", "12", 1), ("b", "xy", 1), "log", ("a", "3", 1), ("a", "45", 2)]
+    # 1,000 pieces of four branches while the UI is busy: four events wait, nothing is lost
+    for i in range(1000):
+        buffer.put(piece(f"b{i % 4}", "."))
+    got = buffer.drain(100)
+    assert len(got) == 4 and sum(len(e.delta) for e in got) == 1000
+
+
+def test_state_streams_an_answer_restarts_on_retry_and_counts_the_spend():
+    from kernelcode.tui.demo import llm_demo_events
+
+    state = RunState()
+    events = llm_demo_events()
+    for e in events:
+        state.apply(e)
+    assert [c.label for c in state.streaming()] == ["i0-b1", "i0-b2"]  # i0-b0 is judged
+    b1 = state.candidates["i0-b1"]
+    assert b1.answer.startswith("Idea: vectorised") and not b1.generated
+    assert state.candidates["i0-b2"].generated and state.spend.calls == 2
+    state.apply(ev.AnswerStreamed("i0-b1", "m", "Idea: again", attempt=2))
+    assert b1.answer == "Idea: again" and b1.attempt == 2
+    lines = [t.plain for e in events for t in narrate(e, state.candidates.get(getattr(e, "label", "")))]
+    assert any(line.startswith("  ▸ The parent reads") for line in lines)
+    state.apply(ev.RunFinished("stopped", None, 1.31, 1, "db", error="budget.max_usd reached"))
+    assert state.streaming() == []  # nothing to wait for once the run is over
+
+
 def test_not_judged_candidates_are_marked_apart_from_errors():
     """not_run, evaluator_fault and generation_failed say nothing about a candidate's code."""
     from openkernel.schemas import NOT_JUDGED, EvalResult, Program

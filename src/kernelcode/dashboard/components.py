@@ -13,6 +13,7 @@ from dash import dcc, html
 
 from kernelcode.dashboard.combinations import combinations_section
 from kernelcode.dashboard.graph import STATUS_COLORS, STATUS_MEANINGS, UNKNOWN_COLOR
+from openkernel.costs import format_usd
 
 _FENCE_LANG = {"python": "python", "triton": "python", "cuda": "cpp", "cpp": "cpp", "c++": "cpp"}
 
@@ -98,6 +99,13 @@ def kernel_panel(k: dict, heading: bool = True) -> html.Div:
          f"{k.get('tokens_used')} / {_fmt(k.get('generation_s'), 3)} / {_fmt(k.get('evaluation_s'), 3)}"),
         ("created", str(k.get("created_at") or "")[:19]), ("kernel id", k.get("id")),
     ]
+    llm = meta.get("llm") or {}
+    if llm.get("calls"):  # what its model calls used (README: Costs and budgets)
+        cost = format_usd(llm.get("cost_usd", 0.0)) + (" (price unknown)"
+                                                       if llm.get("price") == "unknown" else "")
+        info.insert(-2, ("model calls / tokens in / out / cost",
+                         f"{llm['calls']} / {llm.get('prompt_tokens', 0):,} / "
+                         f"{llm.get('completion_tokens', 0):,} / {cost}"))
     violation, flagged = meta.get("integrity_violation"), meta.get("flagged_for_review")
     integrity = html.Div(
         [html.Strong("Integrity: "),

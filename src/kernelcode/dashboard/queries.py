@@ -17,7 +17,7 @@ from sqlalchemy import String, func, select, type_coerce
 from sqlalchemy.engine import Engine
 
 from openkernel.store import summary
-from openkernel.store.tables import Critique, Kernel, Run
+from openkernel.store.tables import Critique, Kernel, LLMCallRecord, Run
 
 # Columns of a kernel that the graph, the table and the figures read; the heavy text fields
 # (prompt, answer, code, logs) are fetched one kernel at a time by ``kernel_detail``.
@@ -25,7 +25,8 @@ _LIGHT = [
     Kernel.id, Kernel.label, Kernel.iteration, Kernel.branch, Kernel.parent_id,
     Kernel.is_program0, Kernel.status, Kernel.compiled, Kernel.correctness, Kernel.runtime,
     Kernel.runtime_stats, Kernel.runtime_improvement, Kernel.improve_over_compile,
-    Kernel.score, Kernel.model, Kernel.description, Kernel.features, Kernel.meta.label("meta"),
+    Kernel.score, Kernel.model, Kernel.origin, Kernel.description, Kernel.features,
+    Kernel.meta.label("meta"),
     Kernel.hardware, Kernel.created_at,
 ]
 
@@ -83,6 +84,22 @@ def job_critiques(engine: Engine, task: str, job: str, limit: int = 500) -> list
     for row in rows:
         row["created_at"] = str(row["created_at"] or "")[:19]
     return rows[::-1]
+
+
+def job_calls(engine: Engine, task: str, job: str) -> list[dict] | None:
+    """The job's model calls summed per (model, purpose); None for a database written before
+    calls were stored (no ``llm_calls`` table)."""
+    c = LLMCallRecord
+    q = (select(c.model, c.purpose, func.count(), func.sum(c.prompt_tokens),
+                func.sum(c.completion_tokens), func.sum(c.cost_usd),
+                func.count().filter(c.price == "unknown"))
+         .where(c.task_name == task, c.job_name == job).group_by(c.model, c.purpose))
+    with engine.connect() as conn:
+        if not _has_table(conn, c.__tablename__):
+            return None
+        return [{"model": m, "purpose": p, "calls": n, "prompt_tokens": pt or 0,
+                 "completion_tokens": ct or 0, "cost_usd": usd or 0.0, "unpriced": unk}
+                for m, p, n, pt, ct, usd, unk in conn.execute(q)]
 
 
 def job_runs(engine: Engine, task: str, job: str) -> list[dict]:

@@ -47,6 +47,7 @@ class JobData:
     runs: list[dict]
     best_id: str | None
     critiques: list[dict] = field(default_factory=list)
+    calls: list[dict] | None = None  # model calls per (model, purpose); None: not recorded
     by_id: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -110,7 +111,8 @@ class DataSource:
         if not rows and not runs:
             return None
         data = JobData(task, job, sig, rows, runs, best_kernel_id(rows),
-                       critiques=queries.job_critiques(engine, task, job))
+                       critiques=queries.job_critiques(engine, task, job),
+                       calls=queries.job_calls(engine, task, job))
         with self._lock:
             self._jobs.pop(key, None)
             self._jobs[key] = data

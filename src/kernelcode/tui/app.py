@@ -30,8 +30,10 @@ from kernelcode.tui.widgets.experiment_log import ExperimentLog
 from kernelcode.tui.widgets.footer import KeysFooter
 from kernelcode.tui.widgets.header import RunHeader
 from kernelcode.tui.widgets.profiling import ProfilingPanel
+from kernelcode.tui.widgets.streams import StreamView
 from kernelcode.tui.widgets.trajectory import TrajectoryPanel
 from openkernel import events as ev
+from openkernel.costs import format_tokens, format_usd
 from openkernel.search.control import RunControl
 
 # Events taken per drain, and drains at most every DRAIN_INTERVAL_S: a fast stream is applied
@@ -171,13 +173,14 @@ class KernelCodeApp(KeyActions, App[int]):
         touched = self._touched  # label -> row: a row changed many times is drawn once
         lines = []
         for event in batch:
-            for row in self.state.apply(event):
+            rows = self.state.apply(event)
+            for row in rows:
                 touched[row.label] = row
             if isinstance(event, ev.IterationStarted):
                 self.pending_backend = ""  # the engine took (or refused) the switch by now
             elif isinstance(event, ev.RunPaused):
                 self.set_reactive(KernelCodeApp.paused, True)
-            lines.extend(narrate(event))
+            lines.extend(narrate(event, rows[0] if len(rows) == 1 else None))
         self.query_one(ChatPanel).queue(lines)
         self.events_applied += len(batch)
         self._events_since_show += len(batch)
@@ -205,6 +208,7 @@ class KernelCodeApp(KeyActions, App[int]):
         rows, self._touched = self._touched, {}
         self.query_one(ExperimentLog).upsert_many(rows.values())
         self.query_one(ChatPanel).flush()
+        self.query_one(StreamView).show(self.state)
         self.refresh_panels()
 
     def _pace_garbage_collector(self, busy: bool) -> None:
@@ -229,6 +233,7 @@ class KernelCodeApp(KeyActions, App[int]):
         header.iteration, header.max_iters = s.iteration, s.max_iters
         header.phase = "stopping" if self.stopping and s.active else s.phase
         header.paused, header.best = self.paused, s.best_speedup
+        header.spend = spend_text(s)
         self.query_one(TrajectoryPanel).show(s)
         self.query_one(ProfilingPanel).show(s)
 
@@ -244,6 +249,24 @@ class KernelCodeApp(KeyActions, App[int]):
     @on(ExperimentLog.RowSelected, "#experiment-log")
     def _open_candidate(self, event: ExperimentLog.RowSelected) -> None:
         self.open_candidate(event.label)
+
+
+def spend_text(state: RunState) -> str:
+    """The header's ``tokens 12.3k · $0.0123 of $0.50``; empty before the first model call."""
+    started, spend = state.started, state.spend
+    limits = (started.max_usd, started.max_tokens) if started else (None, None)
+    if spend is None and not any(limits):
+        return ""
+    tokens, usd = (spend.tokens, spend.cost_text()) if spend else (0, format_usd(0.0))
+    text = f"tokens {format_tokens(tokens)}"
+    if limits[1]:
+        text += f" of {format_tokens(limits[1])}"
+    text += f" · {usd}"
+    if limits[0]:
+        text += f" of {format_usd(limits[0])}"
+    if state.budget_reached:
+        text += " · budget reached"
+    return text
 
 
 def create_app(task_or_config: str | Path | None = None, overrides: Sequence[str] = (), *,

@@ -4,10 +4,15 @@ The worker appends events to a thread-safe buffer and posts one ``EventsReady`` 
 posts another only after the UI has drained the buffer. So however fast the engine is, the
 app's queue holds at most one of these messages, and the UI takes events in batches (one
 batch per turn of its loop), which keeps key presses answered under a fast stream.
+
+Streamed pieces of answers (``AnswerStreamed``, many a second per branch) coalesce in the
+buffer: a piece joins the waiting piece of the same answer, so however far the UI falls
+behind, the buffer holds at most one per branch and the chat redraws once per batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -16,6 +21,7 @@ from textual.message import Message
 
 from kernelcode.tui.state import RunCouldNotStart, RunCrashed
 from openkernel.errors import OpenKernelError
+from openkernel.events import AnswerStreamed
 
 
 class EventsReady(Message):
@@ -40,10 +46,26 @@ class EventBuffer:
     def put(self, event: object) -> None:
         """Queue one event; wakes the UI only if no wake-up is pending."""
         with self._lock:
-            self._events.append(event)
+            if not (isinstance(event, AnswerStreamed) and self._join(event)):
+                self._events.append(event)
             wake, self._signalled = not self._signalled, True
         if wake:
             self._wake()
+
+    def _join(self, piece: AnswerStreamed) -> bool:
+        """Add ``piece`` to a waiting piece of the same answer; True if it was.
+
+        Only the run of stream pieces at the end of the queue is searched (a piece never
+        jumps over another kind of event), which holds at most one piece per branch.
+        """
+        for i in range(len(self._events) - 1, -1, -1):
+            waiting = self._events[i]
+            if not isinstance(waiting, AnswerStreamed):
+                return False
+            if waiting.label == piece.label and waiting.attempt == piece.attempt:
+                self._events[i] = dataclasses.replace(waiting, delta=waiting.delta + piece.delta)
+                return True
+        return False
 
     def drain(self, limit: int) -> list[object]:
         """Take up to ``limit`` events; wakes the UI again when more are left."""

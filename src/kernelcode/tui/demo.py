@@ -7,6 +7,7 @@ show is what the engine's events would make the app show, without running a sear
 from __future__ import annotations
 
 from openkernel import events as ev
+from openkernel.costs import LLMCall, ModelSpend, Spend
 from openkernel.evaluation.host import ncu
 from openkernel.records import Hardware, TaskProbe
 from openkernel.schemas import EvalResult, Program, Status
@@ -85,12 +86,18 @@ def _result(status: Status, speedup: float, block: int, gpu: bool) -> EvalResult
         prof = roofline_estimate(ms, probe, Hardware(CPU, "cpu", "cpu", interpreter=True))
     reference = {"median": 0.412, "mean": 0.414, "std": 0.004, "min": 0.405, "max": 0.43,
                  "cv": 0.01, "n_trials": 100}
+    # adaptive trials: the speedup's 95% interval, and why timing stopped
+    ci = [speedup * 0.97, speedup * 1.03]
+    side = "faster" if ci[0] > 1 else "slower" if ci[1] < 1 else "a tie with"
+    verdict = {"speedup_ci": ci, "tie": ci[0] <= 1.0 <= ci[1], "adaptive": True,
+               "stop_reason": f"decided: {side}{' than' if side != 'a tie with' else ''} "
+                              "the reference"}
     return EvalResult(
         compiled=status not in (Status.COMPILE_ERROR, Status.BUILD_TIMEOUT), correctness=ok,
         metadata=meta, runtime=ms if ok else -1.0,
         runtime_stats={"median": ms, "mean": ms * 1.004, "std": 0.004, "min": ms * 0.98,
                        "max": ms * 1.05, "cv": 0.01, "n_trials": 100, "unit": "ms",
-                       "reference": reference} if ok else {},
+                       "reference": reference, **verdict} if ok else {},
         runtime_improvement=speedup if ok else -1.0, perf_score=4 if speedup > 1 else 3,
         profiler_data=prof, eval_log=log)
 
@@ -161,4 +168,63 @@ def in_flight(events: list[object]) -> list[object]:
             stop = stops[int(e.label.rsplit("b", 1)[1])]
             if ev.PHASES.index(e.phase) <= ev.PHASES.index(stop):
                 out.append(e)
+    return out
+
+
+GPT = "openai/gpt-4.1"
+ANSWER = '''Idea: {idea}
+
+The parent reads each element once and writes it once, so it is memory bound; at 61% of the
+measured bandwidth the loads are the thing to widen. {plan}
+
+```python
+{code}```
+'''
+
+
+def _spend(calls: int) -> Spend:
+    return Spend((ModelSpend(GPT, calls, 2100 * calls, 640 * calls, 0.00932 * calls, 0,
+                             {"generate": calls}),))
+
+
+def llm_demo_events() -> list[object]:
+    """A model-driven run caught mid-iteration: one answer judged (its reasoning collapsed to
+    a line), one still streaming inside its code block, one answered and being judged."""
+    out: list[object] = [ev.RunStarted(
+        run_id=2, task_name="gelu", job_name="llm-demo", backend="triton", hardware=H200,
+        models=(GPT,), generator="llm", db_path="runs/kernels.sqlite3", max_iters=3,
+        branches_per_iteration=3, max_usd=0.5, peak_bandwidth_gbs=PEAKS["peak_bandwidth_gbs"],
+        peak_gflops=PEAKS["peak_gflops"]), ev.IterationStarted(0)]
+    plans = [("one masked program per 1024 elements, 4 warps", "Start with BLOCK=1024.", 1024),
+             ("vectorised 16-byte loads, BLOCK=4096, 8 warps", "Four floats per thread.", 4096),
+             ("BLOCK=2048 with evict_first streaming loads", "Stream past L2.", 2048)]
+    answers = [ANSWER.format(idea=idea, plan=plan, code=KERNEL.format(
+        block=block, warps=8, other=", other=0.0")) for idea, plan, block in plans]
+    for branch in range(3):
+        out.append(ev.CandidateStarted(f"i0-b{branch}", 0, branch, None, GPT))
+        out.append(ev.CandidatePhaseChanged(f"i0-b{branch}", "generating"))
+    calls = 0
+    for branch, answer in enumerate(answers):
+        label = f"i0-b{branch}"
+        cut = answer.index("    x = tl.load") if branch == 1 else len(answer)
+        out += [ev.AnswerStreamed(label, GPT, answer[i:min(i + 40, cut)]) for i in range(0, cut, 40)]
+        if branch == 1:
+            continue  # still being written
+        calls += 1
+        call = LLMCall(GPT, "generate", 2100, 640, 0.00932, "litellm", 6.4)
+        out.append(ev.ModelCalled(label, 0, call, _spend(calls), f"q0{branch}"))
+        out.append(ev.CandidateGenerated(label, GPT, plans[branch][0]))
+        if branch == 2:  # answered, now in its tests
+            out.extend(ev.CandidatePhaseChanged(label, phase) for phase in
+                       ("queued", "building", "waiting_for_gpu", "testing"))
+        if branch == 0:
+            out.extend(ev.CandidatePhaseChanged(label, phase)
+                       for phase in _phases(Status.FASTER, True))
+            program = Program(id="q00", code=KERNEL.format(block=1024, warps=4, other=""),
+                              raw_llm_code=answer, timestamp=0.0, iteration_found=0, metadata={
+                                  "branch": 0, "label": label, "model": GPT, "origin": "llm",
+                                  "backend": "triton", "description": plans[0][0]})
+            program.add_eval_results(_result(Status.FASTER, 1.31, 1024, True))
+            out.append(ev.CandidateEvaluated(program, Status.FASTER, label, 1.31, 1.31))
+            out.append(ev.BestImproved(program, -1.0, 1.31))
     return out

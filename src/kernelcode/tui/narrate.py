@@ -5,6 +5,8 @@ Kept apart from the widgets so the wording can be read and tested on its own.
 
 from __future__ import annotations
 
+import re
+
 from rich.text import Text
 
 from kernelcode.tui.formatting import (
@@ -16,8 +18,9 @@ from kernelcode.tui.formatting import (
     pretty_hardware,
     speedup_str,
 )
-from kernelcode.tui.state import RunCouldNotStart, RunCrashed
+from kernelcode.tui.state import Candidate, RunCouldNotStart, RunCrashed
 from openkernel import events as ev
+from openkernel.costs import format_tokens
 
 DIM = "#8b949e"
 ERROR = "bold #f85149"
@@ -25,10 +28,40 @@ WARN = "#e3c341"
 ACCENT = "bold #58a6ff"
 
 
-def narrate(event: object) -> list[Text]:
-    """Chat lines for one event; an empty list for events the chat leaves out."""
+ONE_LINE = 160  # characters of a judged answer's reasoning kept in the chat
+_FENCE = re.compile(r"```[^\n]*\n(.*?)(```|\Z)", re.DOTALL)
+
+
+def narrate(event: object, row: Candidate | None = None) -> list[Text]:
+    """Chat lines for one event; an empty list for events the chat leaves out.
+
+    ``row`` is the Experiment Log row the event touched: a streamed answer (``row.attempt``)
+    was shown live, so its reasoning is not repeated, and once judged it collapses to a line.
+    """
     handler = _HANDLERS.get(type(event))
-    return handler(event) if handler else []
+    if handler is None:
+        return []
+    return handler(event, row) if type(event) in _WITH_ROW else handler(event)
+
+
+def reasoning_view(answer: str) -> str:
+    """The text around the code block: a block reads ``[kernel: N lines]`` (or, still being
+    written, ``[writing the kernel: N lines so far…]``)."""
+    def block(m: re.Match) -> str:
+        n = len(m.group(1).splitlines())
+        return f"[kernel: {n} lines]" if m.group(2) else f"[writing the kernel: {n} lines so far…]"
+
+    return _FENCE.sub(block, answer)
+
+
+def one_line(answer: str, limit: int = ONE_LINE) -> str:
+    """A judged answer's reasoning in one line, clipped (its Idea line is the candidate's
+    description, said already)."""
+    text = reasoning_view(answer).strip()
+    if text.startswith("Idea:") and "\n" in text:
+        text = text.split("\n", 1)[1]
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _started(e: ev.RunStarted) -> list[Text]:
@@ -50,20 +83,23 @@ def _iteration(e: ev.IterationStarted) -> list[Text]:
     return [Text(f"── iteration {e.iteration} ──", DIM)]
 
 
-def _generated(e: ev.CandidateGenerated) -> list[Text]:
+def _generated(e: ev.CandidateGenerated, row: Candidate | None) -> list[Text]:
     lines = [Text.assemble((f"{e.label} ", "bold"), (f"[{e.model}] ", DIM),
                            e.description or "(no description)")]
-    if e.reasoning.strip():
+    if e.reasoning.strip() and not (row and row.attempt):  # a streamed one was shown live
         lines.append(Text("  " + " ".join(e.reasoning.split()), style="italic"))
     return lines
 
 
-def _evaluated(e: ev.CandidateEvaluated) -> list[Text]:
+def _evaluated(e: ev.CandidateEvaluated, row: Candidate | None) -> list[Text]:
     colour = STATUS_COLOURS[e.status]
     text = Text.assemble((f"{STATUS_GLYPHS[e.status]} {e.label} ", colour),
                          (STATUS_WORDS[e.status], colour))
     if e.speedup > 0:
         text.append(f"  {speedup_str(e.speedup)}")
+    if row and row.attempt and row.answer.strip():  # its live box collapses to this line
+        return [Text.assemble(("  ▸ ", "#d2a8ff"), (one_line(row.answer), "italic #c9d1d9"),
+                              no_wrap=True, overflow="ellipsis"), text]
     return [text]
 
 
@@ -84,7 +120,13 @@ def _iteration_done(e: ev.IterationFinished) -> list[Text]:
 
 
 def _critic(e: ev.CriticDiagnosed) -> list[Text]:
-    return [Text.assemble(("Critic: ", "bold #d2a8ff"), (f'"{e.text.strip()}"', "#d2a8ff"))]
+    said = [d.said for d in e.diagnoses] or [e.text]
+    return [Text.assemble(("Critic: ", "bold #d2a8ff"), (f'"{s.strip()}"', "#d2a8ff"))
+            for s in said]
+
+
+def _budget(e: ev.BudgetReached) -> list[Text]:
+    return [Text(f"$ {e.reason[:1].upper()}{e.reason[1:]}.", WARN)]
 
 
 def _paused(_: ev.RunPaused) -> list[Text]:
@@ -122,8 +164,14 @@ def _finished(e: ev.RunFinished) -> list[Text]:
         return [Text(f"✗ Run failed: {e.error or 'no reason given'}", ERROR),
                 Text(f"  What was judged is kept: {stored}.", DIM)]
     verb = "stopped" if e.reason == "stopped" else "finished"
-    return [Text.assemble(("■ ", ACCENT), f"Run {verb}: best ",
-                          (speedup_str(e.best_speedup), "bold"), f", {stored}.")]
+    lines = [Text.assemble(("■ ", ACCENT), f"Run {verb}: best ",
+                           (speedup_str(e.best_speedup), "bold"), f", {stored}.")]
+    if e.error:  # why it stopped by itself (a budget)
+        lines.append(Text(f"  Stopped because {e.error}.", WARN))
+    if e.spend is not None:
+        lines.append(Text(f"  Model calls: {e.spend.calls}, {format_tokens(e.spend.tokens)} "
+                          f"tokens, {e.spend.cost_text()}.", DIM))
+    return lines
 
 
 def _plural(n: int, word: str) -> str:
@@ -150,5 +198,6 @@ _HANDLERS = {
     ev.IterationFinished: _iteration_done, ev.CriticDiagnosed: _critic, ev.RunPaused: _paused,
     ev.RunResumed: _resumed, ev.BackendSwitched: _switched, ev.InstructionAdded: _instruction,
     ev.LogEmitted: _log, ev.RunFinished: _finished, RunCouldNotStart: _could_not_start,
-    RunCrashed: _crashed,
+    RunCrashed: _crashed, ev.BudgetReached: _budget,
 }
+_WITH_ROW = {ev.CandidateGenerated, ev.CandidateEvaluated}

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from kernelcode.tui.formatting import is_error
 from openkernel import events as ev
+from openkernel.costs import Spend
 from openkernel.schemas import NOT_JUDGED, Program, Status
 
 
@@ -50,6 +51,14 @@ class Candidate:
     speedup: float = -1.0
     mark: str = ""  # "keep" | "discard" | "error" | "not_judged", once evaluated
     phase: str = ""  # while in flight: one of openkernel.events.PHASES
+    generated: bool = False  # the generator answered (the candidate is being judged)
+    answer: str = ""  # the model's answer as streamed so far (the whole of it once generated)
+    attempt: int = 0  # the call's attempt the streamed answer belongs to (0: nothing streamed)
+
+    @property
+    def streaming(self) -> bool:
+        """Streamed and not yet judged: the chat shows it live."""
+        return self.attempt > 0 and self.status is None
 
 
 @dataclass
@@ -75,6 +84,9 @@ class RunState:
         default_factory=lambda: {"keep": 0, "discard": 0, "error": 0, "not_judged": 0})
     error: str = ""
     reference_code: str = ""
+    spend: Spend | None = None  # the job's model calls so far (None: no model called yet)
+    budget_reached: str = ""  # why a budget stopped the job, once it did
+    streams_version: int = 0  # bumped by every streamed piece, so the chat redraws only then
 
     def apply(self, event: object) -> list[Candidate]:
         """Fold one event in; returns the Experiment Log rows it touched."""
@@ -108,12 +120,30 @@ class RunState:
     def _on_CandidateGenerated(self, e: ev.CandidateGenerated) -> Candidate:
         row = self._row(e.label)
         row.description, row.model = e.description or row.description, e.model or row.model
+        row.generated = True
+        self.streams_version += bool(row.attempt)  # its live box now says "judging"
         return row
+
+    def _on_AnswerStreamed(self, e: ev.AnswerStreamed) -> None:
+        row = self._row(e.label)
+        if e.attempt != row.attempt:  # a retry starts the answer again
+            row.answer, row.attempt = "", e.attempt
+        row.answer += e.delta
+        row.model = e.model or row.model
+        self.streams_version += 1
+
+    def _on_ModelCalled(self, e: ev.ModelCalled) -> None:
+        self.spend = e.spend
+
+    def _on_BudgetReached(self, e: ev.BudgetReached) -> None:
+        self.budget_reached, self.spend = e.reason, e.spend
 
     def _on_CandidateEvaluated(self, e: ev.CandidateEvaluated) -> Candidate:
         row = self._row(e.label, e.program)
         p = e.program
         row.program, row.status, row.speedup = p, e.status, e.speedup
+        if row.attempt:
+            self.streams_version += 1  # its live answer collapses
         row.description = row.description or str(p.metadata.get("description") or "")
         row.model = row.model or str(p.metadata.get("model") or "")
         self.best_before[row.label] = self.best
@@ -142,6 +172,7 @@ class RunState:
 
     def _on_RunFinished(self, e: ev.RunFinished) -> list[Candidate]:
         self.finished = e
+        self.spend = e.spend or self.spend
         # A run that failed before it started was refused its input (a key, the task): the
         # same "error" as a bad config, and kernel-code exits 2 for it.
         failed = "error" if self.started is None and e.candidates == 0 else "failed"
@@ -185,6 +216,13 @@ class RunState:
     @property
     def on_cpu(self) -> bool:
         return bool(self.started and self.started.hardware.lower().startswith("cpu"))
+
+    def streaming(self) -> list[Candidate]:
+        """Candidates whose answer is streaming or waiting to be judged, oldest first (none once
+        the run is over: a candidate the engine gave up on has no verdict to wait for)."""
+        if self.finished is not None or self.phase in ("failed", "error"):
+            return []
+        return [c for c in self.candidates.values() if c.streaming]
 
     def programs(self) -> list[Program]:
         """Judged programs in the order they were judged."""

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from openkernel.records import TaskProbe
+from openkernel.costs import LLMCall
+from openkernel.records import Diagnosis, TaskProbe
 from openkernel.schemas import Program
 from openkernel.task import Task
 
@@ -26,6 +28,12 @@ class ProposalRequest:
     user_instructions: str = ""  # task's USER_INSTRUCTIONS + config + live steering
     hardware_label: str = ""
     rng: random.Random = field(default_factory=random.Random)
+    # The critic's latest diagnoses this proposal should read: the best kernel's, then the
+    # parent's when the parent is another kernel (prompt section "Critic's diagnosis").
+    diagnoses: tuple[Diagnosis, ...] = ()
+    # Gets each piece of a streamed answer as it arrives: (model, text, attempt); a piece of a
+    # new attempt (a retry) starts the answer again.
+    on_text: Callable[[str, str, int], None] | None = None
     # Parameter combinations this job has judged already, as (template, sorted params) keys
     # (``param_key``): the offline generator proposes none of them while others remain.
     judged: frozenset = frozenset()
@@ -51,6 +59,7 @@ class Proposal:
     failed: str = ""
     tokens_used: int = 0
     latency_s: float = 0.0
+    calls: list[LLMCall] = field(default_factory=list)  # every answered model call it made
     # Template tunables (offline): {"template": NAME, TUNABLE: value, ...}. The search loop
     # stores them in Program.metadata["params"]; the offline generator reads a parent's (and
     # inspirations') params from there to mutate and recombine them.

@@ -10,7 +10,12 @@ everything else (401, 400) fails at once.
 Before the first candidate, :meth:`LLMGenerator.preflight` checks that each model's key is set
 and that its service answers a one-token request: a model that cannot be reached stops the run
 with one message naming the model and the variable. A failure later in the run is a generation
-failure of that candidate (``Proposal.failed``), stored as such, and the search goes on.
+failure of that candidate (``Proposal.failed``): a Proposal with empty code and a log that says
+why, stored as such, and the search goes on.
+
+Answers are streamed by default (``ModelConfig.stream``): ``ProposalRequest.on_text`` gets each
+piece as it arrives (kernel-code shows it in the chat). Every answered call comes back as a
+typed ``LLMCall`` (tokens in and out, cost, where the price came from: see ``costs``).
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ import os
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from openkernel.config import ModelConfig
+from openkernel.costs import LLMCall, litellm_module, price_call
 from openkernel.generators.base import Proposal, ProposalRequest
 from openkernel.generators.extract import extract_code
 from openkernel.generators.feedback import LogCondenser
@@ -37,14 +44,19 @@ _NO_CREDENTIALS = "Missing credentials"
 PING_TIMEOUT_S = 60.0  # the preflight request; a run's own requests use timeout_s
 
 
-def _litellm():
-    """Import litellm lazily, with the local price map and without its help banners."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+_litellm = litellm_module  # imported lazily, with the local price map
 
-    litellm.suppress_debug_info = True
-    litellm.drop_params = True  # a provider that lacks a parameter should not fail the call
-    return litellm
+# Called with (model, piece of the answer, attempt) as pieces arrive; a retry starts again.
+TextSink = Callable[[str, str, int], None]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One answered call: the text, the provider's own reasoning (if any), what it cost."""
+
+    text: str
+    reasoning: str
+    call: LLMCall
 
 
 class LLMError(Exception):
@@ -152,7 +164,7 @@ class LLMGenerator:
     def _ping(self, cfg: ModelConfig) -> str | None:
         """A one-token request: does the service answer, and accept the key?"""
         try:
-            self.complete(cfg, "Reply with OK.", max_tokens=1,
+            self.complete(cfg, "Reply with OK.", purpose="preflight", max_tokens=1,
                           timeout_s=min(cfg.timeout_s, PING_TIMEOUT_S))
         except LLMError as err:
             status = getattr(err.__cause__, "status_code", None)
@@ -173,13 +185,22 @@ class LLMGenerator:
             # there and answers; the run's own requests will say more.
         return None
 
-    def complete(self, cfg: ModelConfig, prompt: str, max_tokens: int | None = None,
-                 timeout_s: float | None = None) -> tuple[str, str, int, int]:
-        """One chat completion with retries: (answer, provider reasoning, tokens, attempts)."""
+    def complete(self, cfg: ModelConfig, prompt: str, *, purpose: str = "generate",
+                 on_text: TextSink | None = None, max_tokens: int | None = None,
+                 timeout_s: float | None = None) -> Completion:
+        """One chat completion with retries, streamed when ``cfg.stream``; ``max_tokens`` and
+        ``timeout_s`` override the model's (the preflight's one-token request).
+
+        Raises:
+            LLMError: no answer (after the retries a transient error allows).
+        """
         litellm = _litellm()
-        kwargs = dict(model=cfg.model, messages=[{"role": "user", "content": prompt}],
-                      temperature=cfg.temperature, max_tokens=max_tokens or cfg.max_tokens,
-                      timeout=timeout_s or cfg.timeout_s, num_retries=0, max_retries=0)
+        messages = [{"role": "user", "content": prompt}]
+        kwargs = dict(model=cfg.model, messages=messages, temperature=cfg.temperature,
+                      max_tokens=max_tokens or cfg.max_tokens, timeout=timeout_s or cfg.timeout_s,
+                      num_retries=0, max_retries=0)
+        if cfg.stream:
+            kwargs.update(stream=True, stream_options={"include_usage": True})
         if cfg.api_base:
             kwargs["api_base"] = cfg.api_base
         if cfg.api_key_env:
@@ -189,10 +210,14 @@ class LLMGenerator:
                                f"{cfg.model}) is not set", transient=False, attempts=0)
             kwargs["api_key"] = key
         attempt = 0
+        start = time.perf_counter()
         while True:
             attempt += 1
             try:
                 response = litellm.completion(**kwargs)
+                if cfg.stream:  # a stream that breaks off is retried like a failed call
+                    response = self._gather(litellm, response, messages, cfg.model, on_text,
+                                            attempt)
                 break
             except Exception as err:  # noqa: BLE001 - classified below, never lost
                 transient = is_transient(err)
@@ -200,50 +225,72 @@ class LLMGenerator:
                     raise LLMError(_describe(err), transient, attempt) from err
                 delay = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
                 self._sleep(delay * self._jitter.uniform(0.5, 1.0))
-        choice = response.choices[0]
-        message = choice.message
-        text = message.content or ""
-        reasoning = getattr(message, "reasoning_content", None) or ""
-        if not text and getattr(choice, "finish_reason", "") == "length":
-            text = ""  # extraction reports the empty answer; max_tokens is the likely cause
+        latency = time.perf_counter() - start
+        text, reasoning = "", ""
+        if response is not None and response.choices:
+            message = response.choices[0].message
+            text = message.content or ""  # empty at finish_reason "length": extraction says so
+            reasoning = getattr(message, "reasoning_content", None) or ""
         usage = getattr(response, "usage", None)
-        tokens = int(getattr(usage, "total_tokens", 0) or 0) if usage else 0
-        return text, reasoning, tokens, attempt
+        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        cost, source = price_call(cfg, prompt_tokens, completion_tokens)
+        call = LLMCall(model=cfg.model, purpose=purpose, prompt_tokens=prompt_tokens,
+                       completion_tokens=completion_tokens, cost_usd=cost, price=source,
+                       latency_s=latency, attempts=attempt)
+        return Completion(text, reasoning, call)
 
-    def _feedback_complete(self, prompt: str) -> tuple[str, int]:
-        text, _, tokens, _ = self.complete(self._models[0], prompt)
-        return text, tokens
+    @staticmethod
+    def _gather(litellm, stream, messages, model: str, on_text: TextSink | None, attempt: int):
+        """Read a stream to its end, passing each piece on; the whole response, usage included
+        (the server's, or litellm's count when the server sends none)."""
+        chunks = []
+        for chunk in stream:
+            chunks.append(chunk)
+            delta = chunk.choices[0].delta.content if chunk.choices else None
+            if delta and on_text is not None:
+                on_text(model, delta, attempt)
+        return litellm.stream_chunk_builder(chunks, messages=messages) if chunks else None
+
+    def _feedback_complete(self, prompt: str) -> tuple[str, LLMCall]:
+        done = self.complete(self._models[0], prompt, purpose="feedback")
+        return done.text, done.call
 
     def propose(self, request: ProposalRequest) -> Proposal:
         """Sample a model, build the prompt, call it, extract the kernel."""
         cfg = self.pick(request.rng)
-        spent = {"tokens": 0, "notes": []}
+        calls: list[LLMCall] = []
+        notes: list[str] = []
 
         def condense(log: str) -> str:
-            text, tokens, note = self.condenser.condense(log)
-            spent["tokens"] += tokens
+            text, spent, note = self.condenser.condense(log)
+            if isinstance(spent, LLMCall):
+                calls.append(spent)
             if note:
-                spent["notes"].append(f"evaluation log {note}")
+                notes.append(f"evaluation log {note}")
             return text
 
         prompt = build_prompt(request, condense=condense)
         start = time.perf_counter()
         try:
-            answer, provider_reasoning, tokens, attempts = self.complete(cfg, prompt)
+            done = self.complete(cfg, prompt, on_text=request.on_text)
         except LLMError as err:
             how = (f"after {err.attempts} attempts" if err.transient
                    else "not retried (not a transient error)")
             log = f"generation failed ({cfg.model}), {how}: {err}"
             return Proposal(code="", prompt=prompt, answer="", model=cfg.model, origin="llm",
                             description="generation failed: the model's service gave no answer",
-                            log=log, failed="service", tokens_used=spent["tokens"],
+                            log=log, failed="service", tokens_used=sum(c.tokens for c in calls),
+                            calls=calls,
                             latency_s=time.perf_counter() - start)
-        latency = time.perf_counter() - start
-        extraction = extract_code(answer)
-        notes = spent["notes"] + ([f"answered after {attempts} attempts"] if attempts > 1 else [])
+        calls.append(done.call)
+        extraction = extract_code(done.text)
+        if done.call.attempts > 1:
+            notes.append(f"answered after {done.call.attempts} attempts")
         log = "\n".join(filter(None, [extraction.log] + notes))
-        reasoning = "\n\n".join(filter(None, [provider_reasoning.strip(), extraction.reasoning]))
-        return Proposal(code=extraction.code, prompt=prompt, answer=answer, model=cfg.model,
+        reasoning = "\n\n".join(filter(None, [done.reasoning.strip(), extraction.reasoning]))
+        return Proposal(code=extraction.code, prompt=prompt, answer=done.text, model=cfg.model,
                         origin="llm", description=extraction.description, reasoning=reasoning,
                         log=log, failed="" if extraction.code.strip() else "no_code",
-                        tokens_used=tokens + spent["tokens"], latency_s=latency)
+                        tokens_used=sum(c.tokens for c in calls), calls=calls,
+                        latency_s=done.call.latency_s)

@@ -1,8 +1,9 @@
 """The LLM prompt, in the product brief's order (seeds/results-browser.txt):
 
 intro, user instructions, reference implementation, best kernel so far, parent kernel (with
-its evaluation log), inspirations, language-specific instructions, optimization strategies,
-then what the answer must look like (a plan first, then exactly one fenced code block).
+its evaluation log), the critic's latest diagnosis (of the best kernel and of this parent),
+inspirations, language-specific instructions, optimization strategies, then what the answer
+must look like (a plan first, then exactly one fenced code block).
 Every section is present in every prompt (saying "none" when empty), so a stored prompt
 always reads the same way.
 """
@@ -14,13 +15,15 @@ from pathlib import Path
 
 from openkernel.generators.base import ProposalRequest
 from openkernel.generators.instructions import LANGUAGE, op_classes, strategies_for
+from openkernel.records import Diagnosis
 from openkernel.roofline import arithmetic_intensity
 from openkernel.schemas import Program
 from openkernel.templating import label as params_label
 
 SECTIONS = ("Task", "User instructions", "Reference implementation", "Best kernel so far",
-            "Parent kernel", "Inspirations", "Language-specific instructions",
-            "Optimization strategies", "Your answer")
+            "Parent kernel", "Critic's diagnosis", "Inspirations",
+            "Language-specific instructions", "Optimization strategies", "Your answer")
+NO_DIAGNOSIS = "None yet: the critic writes one after each iteration."
 INSPIRATION_LINES = 60  # inspirations are shown short: the idea matters, not every line
 
 _BACKEND_NAMES = {"triton": "Triton", "cuda": "CUDA C++"}
@@ -143,6 +146,14 @@ def _probe_summary(request: ProposalRequest) -> str:
     return "\n".join(parts)
 
 
+def critic_text(diagnoses: tuple[Diagnosis, ...] | list[Diagnosis]) -> str:
+    """The "Critic's diagnosis" section: the best kernel's, then this parent's."""
+    if not diagnoses:
+        return NO_DIAGNOSIS
+    return ("The critic's latest diagnosis (rule-based unless a critic model is named); act on "
+            "it where it applies:\n\n" + "\n".join(f"- {d.said.strip()}" for d in diagnoses))
+
+
 def _section(title: str, body: str) -> str:
     return f"## {title}\n\n{body.strip()}\n"
 
@@ -186,6 +197,7 @@ def build_prompt(request: ProposalRequest,
         if sweep:
             parent_text += "\n\n" + sweep
     parts.append(_section(SECTIONS[4], parent_text))
+    parts.append(_section(SECTIONS[5], critic_text(request.diagnoses)))
 
     shown = [p for p in request.inspirations
              if p.code.strip() and not p.is_program0 and (parent is None or p.id != parent.id)]
@@ -203,13 +215,13 @@ def build_prompt(request: ProposalRequest,
         insp_text = "Other kernels from the archive, for ideas:\n\n" + "\n\n".join(blocks)
     else:
         insp_text = "None yet."
-    parts.append(_section(SECTIONS[5], insp_text))
+    parts.append(_section(SECTIONS[6], insp_text))
 
-    parts.append(_section(SECTIONS[6], LANGUAGE.get(request.backend, LANGUAGE["triton"])))
+    parts.append(_section(SECTIONS[7], LANGUAGE.get(request.backend, LANGUAGE["triton"])))
     strategies = strategies_for(request.probe, request.backend)
-    parts.append(_section(SECTIONS[7], "\n".join(f"- {s}" for s in strategies)))
+    parts.append(_section(SECTIONS[8], "\n".join(f"- {s}" for s in strategies)))
     answer = ANSWER_FORMAT
     if request.allow_templated:
         answer += "\n\n" + template_format(request.backend, request.max_variants)
-    parts.append(_section(SECTIONS[8], answer))
+    parts.append(_section(SECTIONS[9], answer))
     return "\n".join(parts)

@@ -3,6 +3,12 @@
 Threads do the slow parts (a generator call, a candidate's evaluation in its worker process);
 this generator is the only place that writes the database and the archive, so every write
 happens in one thread, in order, and is committed as soon as a candidate is judged.
+
+Before each iteration the parents are sampled and the critic diagnoses the best kernel and each
+of them; the diagnoses join that iteration's prompts. Every answered model call is counted and
+stored (``spending``); once a budget is reached no new candidate starts, those already
+generated are judged, and the run ends "stopped" with the reason. With ``traces.enabled`` each
+judged candidate is also written to the trace dataset (``job_traces``).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from openkernel.events import (
     IterationFinished,
     IterationStarted,
     LogEmitted,
+    ModelCalled,
     RunFinished,
     RunPaused,
     RunResumed,
@@ -44,11 +51,14 @@ from openkernel.events import (
 from openkernel.generators import make_generator
 from openkernel.generators.base import Generator, ProposalRequest, param_key
 from openkernel.generators.offline import skill_matches
+from openkernel.records import Diagnosis
 from openkernel.roofline import peak_tflops_for
 from openkernel.schemas import EvalResult, Program, Status, new_program_id
 from openkernel.search.archive import Archive
 from openkernel.search.control import RunControl
-from openkernel.search.critic import diagnose, roofline_estimate
+from openkernel.search.critic import roofline_estimate
+from openkernel.search.llm_critic import LLMCritic, RulesCritic
+from openkernel.search.spending import AnswerStream, Spending, call_summary
 from openkernel.search.records import kernel_fields, program_from_row
 from openkernel.store import Store
 from openkernel.targets import TargetPlan
@@ -102,6 +112,17 @@ class Search:
         self.outcomes: Counter = Counter()  # the job's candidates by status (for the critic)
         self.stored_candidates = 0  # already stored for the job when it started (a resume)
         self._retried: dict[str, str] = {}  # label -> id of a stored generation failure
+        self.spending = Spending(config, self.store, self.task_name, self.job_name)
+        self.traces = None  # JobTraces when traces.enabled
+        self.rules_critic = RulesCritic()
+        critic_cfg = config.critic_model
+        complete = getattr(self.generator, "complete", None)
+        if critic_cfg is not None and complete is None:  # the offline generator has no client
+            from openkernel.generators.llm import LLMGenerator
+
+            complete = LLMGenerator([critic_cfg]).complete
+        self.critic = LLMCritic(critic_cfg, complete) if critic_cfg else self.rules_critic
+        self._judged_in: dict[int, list[Program]] = {}  # iteration -> candidates judged
         # code digest -> (program id, result): an identical candidate is never built twice.
         self._judged: dict[str, tuple[str, EvalResult]] = {}
         self._judged_lock = threading.Lock()
@@ -126,10 +147,14 @@ class Search:
             if self._own_store:
                 self.store.close()
 
-    def _finish(self, status: str, error: str = "") -> None:
+    def _finish(self, status: str, error: str = "") -> int:
+        """The run row's end (once), and the traces' session values; returns the trace files
+        rewritten."""
         if getattr(self, "run_id", None) is not None and not getattr(self, "_finished", False):
             self._finished = True
             self.store.finish_run(self.run_id, status, error)
+            return self._finish_traces(status)
+        return 0
 
     def _failed_before_start(self, message: str) -> RunFinished:
         """The one event of a run that could not start (the front ends print its error once)."""
@@ -188,15 +213,22 @@ class Search:
             resumed_candidates=self.stored_candidates, reference_code=self.task.reference_code,
             skills=tuple(skill_matches(probe, self.backend, self.task)),
             peak_bandwidth_gbs=hw.peak_bandwidth_gbs, peak_tflops=dict(hw.peak_tflops or {}),
+            max_usd=self.config.budget.max_usd, max_tokens=self.config.budget.max_tokens,
             peak_gflops=_peak_gflops(hw, probe),
         )
         if stored:
             n = self.stored_candidates
             yield LogEmitted("info", f"Resuming job {self.job_name}: {n} candidate"
                              f"{'' if n == 1 else 's'} stored; only the missing i<N>-b<M> run.")
+        for warning in self.spending.warnings():
+            yield LogEmitted("warning", warning)
+        events: list[Event] = []
+        self.spending.check(events.append)  # a resumed job may have spent its budget already
+        yield from events
         if probe.memory is not None:
             yield LogEmitted("info", describe_plan(self.evaluator.plan))
         started = time.monotonic()
+        yield from self._open_traces(hw)
         try:
             done = self._restore(stored)
             if not stored:
@@ -209,13 +241,53 @@ class Search:
                               str(self.store.path or self.store.url), error=repr(err),
                               new_candidates=self.candidates)
             raise
-        reason = "stopped" if self.control.stopped else "completed"
-        self._finish(reason)
+        budget = self.spending.reason
+        reason = "stopped" if self.control.stopped or budget else "completed"
+        written = self._finish(reason, budget or "")
+        if written:
+            yield LogEmitted("info", f"Traces: {written} candidates in {self.traces.folder}")
         extra = yield from self._device_report(started)
+        spend = self.spending.snapshot()
         yield RunFinished(reason, self._best_id(), self.archive.best_speedup,
                           self.stored_candidates + self.candidates,
-                          str(self.store.path or self.store.url), extra=extra,
+                          str(self.store.path or self.store.url), error=budget or None, extra=extra,
+                          spend=spend if spend.calls or self.generator.name == "llm" else None,
                           new_candidates=self.candidates)
+
+    # traces (opt-in) ----------------------------------------------------------------------
+    def _open_traces(self, hw) -> Iterator[Event]:
+        if not self.config.traces.enabled:
+            return
+        from openkernel.search.job_traces import JobTraces
+        from openkernel.store.traces import Session
+
+        session = Session(session_id="", problem=self.task_name, job_name=self.job_name,
+                          hardware=hw.label, gpu_arch=self.gpu_arch, backend=self.config.backend,
+                          generator=self.generator.name, model=", ".join(self.generator.models))
+        try:
+            self.traces = JobTraces.open(self.config.traces.dir, self.store, self.run_id, session)
+        except Exception as err:  # noqa: BLE001 - pyarrow missing or the folder not writable
+            yield LogEmitted("warning", f"traces.enabled: traces are not written ({err})")
+            return
+        yield LogEmitted("info", f"Traces: writing Parquet to {self.traces.folder}")
+
+    def _trace(self, fields: dict, became_best: bool) -> Iterator[Event]:
+        if self.traces is None:
+            return
+        try:
+            self.traces.add(fields, became_best, self.archive, self.spending.snapshot())
+        except OSError as err:  # a full disk must not end the search: the database has all
+            self.traces = None
+            yield LogEmitted("warning", f"traces: writing failed ({err}); no more traces "
+                             "this run (the database keeps every candidate)")
+
+    def _finish_traces(self, status: str) -> int:
+        if self.traces is None:
+            return 0
+        try:
+            return self.traces.finish(status, self.archive, self.spending.snapshot())
+        except OSError:
+            return 0
 
     def _device_report(self, started: float) -> Iterator[Event]:
         """How busy each GPU was: its timed turns (tests, trials, profiles) over the run."""
@@ -247,6 +319,7 @@ class Search:
             program = program_from_row(row)
             self.archive.add(program)
             if not row.is_program0:
+                self._judged_in.setdefault(row.iteration, []).append(program)
                 self.outcomes[program.status] += 1
             if not row.is_program0 and row.code.strip():
                 self._remember(program)
@@ -293,28 +366,68 @@ class Search:
     # iterations --------------------------------------------------------------------------
     def _iterations(self, done: dict[int, set[int]]) -> Iterator[Event]:
         branches = self.config.branches_per_iteration
+        last = None  # the last iteration this run judged
         for iteration in range(self.config.max_iters):
             missing = [b for b in range(branches) if b not in done.get(iteration, set())]
             if not missing:
                 continue
-            if self.control.stopped:
-                return
+            if self.control.stopped or self.spending.reason:
+                break
+            plan = self._plan(missing)
+            diagnoses: list[Diagnosis] = []
+            if iteration > 0:  # the critic reads the iteration before, for these parents
+                diagnoses = yield from self._critique(iteration - 1, [p for _, p, _, _ in plan])
             yield from self._apply_controls(iteration)
             yield IterationStarted(iteration)
-            yield from self._run_branches(iteration, missing)
+            yield from self._run_branches(iteration, plan, diagnoses)
             yield IterationFinished(iteration, self.archive.best_speedup,
                                     self.stored_candidates + self.candidates)
-            text = diagnose(self.archive.best, self.probe, self.hardware, self.outcomes)
-            if text:
-                self.store.add_critique(run_id=self.run_id, task_name=self.task_name,
-                                        job_name=self.job_name, iteration=iteration, text=text)
-                yield CriticDiagnosed(iteration, text)
-            if self.control.stopped:
-                return
-            if self._exhausted:
+            last = iteration
+            if self._exhausted:  # the offline generator has nothing untried left
                 yield LogEmitted("info", f"The search ends after iteration {iteration}: "
                                  f"{self._exhausted}.")
-                return
+                break
+        if last is not None:  # what to try next, for the user (no model call once stopping)
+            yield from self._critique(last, [], cheap=self.control.stopped)
+
+    def _plan(self, branches: list[int]) -> list[tuple]:
+        """(branch, parent, inspirations, rng) for each branch to run."""
+        plan = []
+        for branch in branches:
+            parent = self.archive.sample_parent(self.rng)
+            inspirations = self.archive.sample_inspirations(
+                parent, self.config.search.num_inspirations, self.rng)
+            plan.append((branch, parent, inspirations, random.Random(self.rng.random())))
+        return plan
+
+    def _critique(self, iteration: int, parents: list[Program],
+                  cheap: bool = False) -> Iterator[Event]:
+        """Diagnose the best kernel and each parent; store, announce and return the diagnoses."""
+        critic = self.rules_critic if cheap or self.spending.reason else self.critic
+        if critic.model:  # a model call blocks the stream for a while: say what it waits for
+            yield LogEmitted("info", f"Critic {critic.model} reads iteration {iteration}…")
+        report = critic.judge(iteration, self.archive.best, parents,
+                              self._judged_in.get(iteration, []), self.probe, self.hardware,
+                              self.task_name, self.backend, outcomes=self.outcomes)
+        events: list[Event] = []
+        for call in report.calls:
+            event = self.spending.add(call, "", iteration)
+            self.spending.store_call(self.run_id, event)
+            events.append(event)
+        self.spending.check(events.append)
+        yield from events
+        if report.warning:
+            yield LogEmitted("warning", report.warning)
+        for d in report.diagnoses:
+            self.store.add_critique(
+                run_id=self.run_id, task_name=self.task_name, job_name=self.job_name,
+                iteration=iteration, text=d.said, source=d.source, kernel_id=d.kernel_id,
+                label=d.label, role=d.role, bottleneck=d.bottleneck, headroom=d.headroom,
+                model=d.model)
+        if report.diagnoses:
+            yield CriticDiagnosed(iteration, "\n".join(d.said for d in report.diagnoses),
+                                  tuple(report.diagnoses))
+        return report.diagnoses
 
     def _apply_controls(self, iteration: int) -> Iterator[Event]:
         backend = self.control.take_backend()
@@ -329,24 +442,24 @@ class Search:
             self.instructions.append(text)
             yield InstructionAdded(text, iteration)
 
-    def _run_branches(self, iteration: int, branches: list[int]) -> Iterator[Event]:
+    def _run_branches(self, iteration: int, plan: list[tuple],
+                      diagnoses: list[Diagnosis]) -> Iterator[Event]:
         slots = threading.Semaphore(self.evaluator.max_workers)
         steering = "\n".join(self.instructions)
         instructions = "\n\n".join(
             s for s in (self.task.user_instructions.strip(), self.config.user_instructions.strip(),
                         steering) if s
         )
+        best_said = [d for d in diagnoses if d.role == "best"]
+        by_kernel = {d.kernel_id: d for d in diagnoses if d.role == "parent"}
         jobs = []
-        for branch in branches:
-            parent = self.archive.sample_parent(self.rng)
-            inspirations = self.archive.sample_inspirations(
-                parent, self.config.search.num_inspirations, self.rng)
+        for branch, parent, inspirations, rng in plan:
+            said = best_said + ([by_kernel[parent.id]] if parent and parent.id in by_kernel else [])
             jobs.append(ProposalRequest(
                 task=self.task, probe=self.probe, backend=self.backend, iteration=iteration,
                 branch=branch, parent=parent, best=self.archive.best, inspirations=inspirations,
                 user_instructions=instructions, hardware_label=self.hardware.label,
-                rng=random.Random(self.rng.random()),
-                judged=frozenset(self._judged_params),
+                rng=rng, diagnoses=tuple(said), judged=frozenset(self._judged_params),
                 max_variants=self.config.prompt.max_template_combinations,
                 allow_templated=self.config.prompt.allow_templated,
             ))
@@ -369,6 +482,8 @@ class Search:
                 elif isinstance(item, Program):
                     yield from self._record(item)
                 else:
+                    if isinstance(item, ModelCalled):
+                        self.spending.store_call(self.run_id, item)
                     yield item
         if paused_seen and not self.control.paused:
             yield RunResumed()
@@ -377,16 +492,21 @@ class Search:
         """Worker thread: generate, then evaluate in a confined subprocess. Never writes the db."""
         label = f"i{request.iteration}-b{request.branch}"
         try:
-            if not self.control.wait_while_paused():
-                return
+            if not self.control.wait_while_paused() or self.spending.reason:
+                return  # stopped, or the budget is spent: this candidate never starts
             model_hint = self.generator.models[0] if self.generator.models else self.generator.name
             out.put(CandidateStarted(label, request.iteration, request.branch,
                                      request.parent.id if request.parent else None, model_hint))
             out.put(CandidatePhaseChanged(label, "generating"))
             program_id = new_program_id()
+            stream = request.on_text = AnswerStream(label, out.put)
             t0 = time.perf_counter()
             proposal = self.generator.propose(request)
             gen_s = time.perf_counter() - t0
+            stream.flush()
+            for call in proposal.calls:
+                out.put(self.spending.add(call, label, request.iteration, program_id))
+            self.spending.check(out.put)
             if proposal.failed == "exhausted":  # nothing new to judge: no row, the job ends
                 self._exhausted = proposal.log
                 out.put(CandidatePhaseChanged(label, "abandoned"))
@@ -441,7 +561,8 @@ class Search:
                     "inspiration_ids": [p.id for p in request.inspirations],
                     "user_instructions": request.user_instructions if steering else "",
                     "tokens_used": proposal.tokens_used, "generation_s": gen_s,
-                    "evaluation_s": eval_s,
+                    "evaluation_s": eval_s, "llm": call_summary(proposal.calls),
+                    "critic": [asdict(d) for d in request.diagnoses],
                 },
             )
             program.add_eval_results(result)
@@ -503,13 +624,18 @@ class Search:
         replaced = self._retried.pop(program.metadata.get("label"), None)
         if replaced is not None:
             self.store.delete_kernel(replaced)
-        self.store.add_kernel(**kernel_fields(
+            if self.traces is not None:
+                self.traces.drop(replaced)
+        fields = kernel_fields(
             program, run_id=self.run_id, task_name=self.task_name, job_name=self.job_name,
             hardware=self.hardware.label, gpu_arch=self.gpu_arch,
             reference_code=self.task.reference_code,
-        ))
+        )
+        self.store.add_kernel(**fields)
         if program.is_program0:
             return
+        yield from self._trace(fields, is_best)
+        self._judged_in.setdefault(program.iteration_found, []).append(program)
         while self._notes_seen < len(self.evaluator.notes):
             yield LogEmitted("warning", self.evaluator.notes[self._notes_seen])
             self._notes_seen += 1

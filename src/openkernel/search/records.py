@@ -48,7 +48,9 @@ def kernel_fields(program: Program, *, run_id: int, task_name: str, job_name: st
         features=meta.get("features", {}),
         profiler_data=result.profiler_data,
         template_results=result.template_results,
-        meta={k: v for k, v in {**result.metadata, "params": meta.get("params", {})}.items()},
+        meta={**result.metadata, "params": meta.get("params", {}),
+              # what its model calls used, and the critic's diagnoses its prompt carried
+              **{k: meta[k] for k in ("llm", "critic") if meta.get(k)}},
         eval_log=result.eval_log,
         generation_log=meta.get("generation_log", ""),
         tokens_used=int(meta.get("tokens_used", 0)),
@@ -62,6 +64,7 @@ def program_from_row(row: Kernel) -> Program:
     """Rebuild a Program (with its EvalResult) from a stored row."""
     meta = dict(row.meta or {})
     params = meta.pop("params", {})
+    shaped = {k: meta.pop(k) for k in ("llm", "critic") if k in meta}
     result = EvalResult(
         compiled=row.compiled,
         correctness=row.correctness,
@@ -93,6 +96,7 @@ def program_from_row(row: Kernel) -> Program:
             "params": params,
             "features": row.features or {},
             "prompt": row.prompt,
+            **shaped,
         },
     )
     program.add_eval_results(result)

@@ -4,7 +4,15 @@ The engine is the only writer (``Store``); the dashboard opens it read-only (``o
 """
 
 from openkernel.store.db import Store, engine_url, open_readonly
-from openkernel.store.tables import Base, Critique, Kernel, ReferenceTiming, Run, SuiteProblem
+from openkernel.store.tables import (
+    Base,
+    Critique,
+    Kernel,
+    LLMCallRecord,
+    ReferenceTiming,
+    Run,
+    SuiteProblem,
+)
 
-__all__ = ["Base", "Critique", "Kernel", "ReferenceTiming", "Run", "Store", "SuiteProblem", "engine_url",
-           "open_readonly"]
+__all__ = ["Base", "Critique", "Kernel", "LLMCallRecord", "ReferenceTiming", "Run", "Store",
+           "SuiteProblem", "engine_url", "open_readonly"]

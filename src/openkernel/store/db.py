@@ -21,7 +21,15 @@ from sqlalchemy.pool import QueuePool
 from openkernel.errors import OpenKernelError
 from openkernel.store import summary
 from openkernel.store.liveness import Heartbeat, this_host
-from openkernel.store.tables import Base, Critique, Kernel, ReferenceTiming, Run, SuiteProblem
+from openkernel.store.tables import (
+    Base,
+    Critique,
+    Kernel,
+    LLMCallRecord,
+    ReferenceTiming,
+    Run,
+    SuiteProblem,
+)
 
 
 def engine_url(path_or_url: str | Path) -> str:
@@ -114,6 +122,13 @@ class Store:
                 run.error = error
                 run.finished_at = datetime.now(timezone.utc)
 
+    def job_runs(self, task_name: str, job_name: str) -> list[Run]:
+        """Every run of a job, oldest first (a resumed job has several)."""
+        with self.session() as s:
+            q = (select(Run).where(Run.task_name == task_name, Run.job_name == job_name)
+                 .order_by(Run.id))
+            return list(s.scalars(q))
+
     # kernels --------------------------------------------------------------------------------
     def add_kernel(self, **fields) -> Kernel:
         with self.session() as s, s.begin():
@@ -156,11 +171,14 @@ class Store:
 
     # critiques -------------------------------------------------------------------------------
     def add_critique(self, *, run_id: int, task_name: str, job_name: str, iteration: int, text: str,
-                     source: str = "rules") -> Critique:
-        """Store the critic's diagnosis after one iteration of a job."""
+                     source: str = "rules", **diagnosis) -> Critique:
+        """Store the critic's diagnosis of one kernel after one iteration of a job.
+
+        ``diagnosis``: kernel_id, label, role, bottleneck, headroom, model (see ``Critique``).
+        """
         with self.session() as s, s.begin():
             row = Critique(run_id=run_id, task_name=task_name, job_name=job_name,
-                           iteration=iteration, text=text, source=source)
+                           iteration=iteration, text=text, source=source, **diagnosis)
             s.add(row)
         return row
 
@@ -172,6 +190,22 @@ class Store:
                 .where(Critique.task_name == task_name, Critique.job_name == job_name)
                 .order_by(Critique.iteration, Critique.id)
             )
+            return list(s.scalars(q))
+
+    # model calls -----------------------------------------------------------------------------
+    def add_llm_call(self, **fields) -> LLMCallRecord:
+        """Store one answered model call (columns of ``LLMCallRecord``)."""
+        with self.session() as s, s.begin():
+            row = LLMCallRecord(**fields)
+            s.add(row)
+        return row
+
+    def job_llm_calls(self, task_name: str, job_name: str) -> list[LLMCallRecord]:
+        """Every answered model call of a job (a resumed job: all its runs), oldest first."""
+        with self.session() as s:
+            q = (select(LLMCallRecord)
+                 .where(LLMCallRecord.task_name == task_name, LLMCallRecord.job_name == job_name)
+                 .order_by(LLMCallRecord.id))
             return list(s.scalars(q))
 
     # reference timings ----------------------------------------------------------------------
@@ -217,19 +251,30 @@ def _as_dict(run: Run) -> dict:
     return {c.name: getattr(run, c.name) for c in Run.__table__.c}
 
 
-def _add_missing_columns_and_indexes(engine: Engine) -> None:
-    """Bring a database made by an older openkernel up to the tables (SQLite adds columns in
-    place; ``create_all`` only creates missing tables)."""
+def _add_missing_columns_and_indexes(engine: Engine) -> list[str]:
+    """Bring a database made by an older openkernel up to the tables, in place.
+
+    ``create_all`` makes missing tables but leaves existing ones as they are; this adds each
+    column the tables declare and the database lacks, as a nullable column (``ALTER TABLE ...
+    ADD COLUMN``, which SQLite and PostgreSQL do without rewriting the table), then each missing
+    index. Renames and type changes are not migrations this can do: use Alembic for those.
+    Returns ``table.column`` for each column added.
+    """
     inspector = inspect(engine)
+    added = []
     with engine.begin() as conn:
         for table in Base.metadata.sorted_tables:
+            if not inspector.has_table(table.name):
+                continue
             have = {c["name"] for c in inspector.get_columns(table.name)}
             for column in table.columns:
                 if column.name not in have:
                     kind = column.type.compile(engine.dialect)
-                    conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
+                    conn.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
+                    added.append(f"{table.name}.{column.name}")
             for index in table.indexes:
                 index.create(conn, checkfirst=True)
+    return added
 
 
 def open_readonly(path: str | Path) -> Engine:

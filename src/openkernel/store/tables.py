@@ -1,5 +1,10 @@
 """Table definitions. One row per run, one per candidate kernel (failures included), one per
-critic diagnosis."""
+critic diagnosis, one per answered model call.
+
+Columns added after a table first shipped are added to older databases by ``Store`` (see
+``store.db._add_missing_columns_and_indexes``); readers of a database the engine has not
+opened since check for them.
+"""
 
 from __future__ import annotations
 
@@ -129,7 +134,8 @@ class ReferenceTiming(Base):
 
 
 class Critique(Base):
-    """The critic's diagnosis after one iteration of a job (rule-based today: source "rules").
+    """The critic's diagnosis of one kernel after one iteration of a job: of the best kernel
+    (role "best") and of each parent handed to the next iteration (role "parent").
 
     Databases made before this table existed get it from ``Store`` (``create_all`` adds missing
     tables); readers of a database still without it treat it as holding no critiques.
@@ -143,10 +149,46 @@ class Critique(Base):
     job_name: Mapped[str] = mapped_column(String(200))
     iteration: Mapped[int] = mapped_column(Integer)
     text: Mapped[str] = mapped_column(Text, default="")
-    source: Mapped[str] = mapped_column(String(20), default="rules")  # rules (an LLM critic later)
+    source: Mapped[str] = mapped_column(String(20), default="rules")  # rules | llm
+    # Added with the LLM critic (older rows: NULL / empty).
+    kernel_id: Mapped[str | None] = mapped_column(String(32), nullable=True)  # None: no kernel yet
+    label: Mapped[str | None] = mapped_column(String(40), nullable=True, default="")
+    role: Mapped[str | None] = mapped_column(String(20), nullable=True, default="best")
+    bottleneck: Mapped[str | None] = mapped_column(String(40), nullable=True, default="")
+    headroom: Mapped[float | None] = mapped_column(Float, nullable=True)
+    model: Mapped[str | None] = mapped_column(String(200), nullable=True, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     __table_args__ = (Index("ix_critiques_task_job", "task_name", "job_name", "iteration"),)
+
+
+class LLMCallRecord(Base):
+    """One answered model call: a candidate's generation or log summary, or a critic round.
+
+    The job's costs are summed from here (per model, per candidate through ``kernel_id``), and
+    a resumed job's budget counts what its earlier runs spent.
+    """
+
+    __tablename__ = "llm_calls"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    task_name: Mapped[str] = mapped_column(String(200))
+    job_name: Mapped[str] = mapped_column(String(200))
+    iteration: Mapped[int] = mapped_column(Integer)
+    kernel_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    label: Mapped[str] = mapped_column(String(40), default="")  # i<N>-b<M>; "" for the critic
+    model: Mapped[str] = mapped_column(String(200))
+    purpose: Mapped[str] = mapped_column(String(20))  # generate | feedback | critic
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)
+    price: Mapped[str] = mapped_column(String(20), default="unknown")  # config|litellm|unknown
+    latency_s: Mapped[float] = mapped_column(Float, default=0.0)
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    __table_args__ = (Index("ix_llm_calls_task_job", "task_name", "job_name"),)
 
 
 class SuiteProblem(Base):

@@ -24,6 +24,7 @@ from kernelcode.dashboard.graph import (
 )
 from kernelcode.dashboard.health import branches_from_config, job_health
 from kernelcode.dashboard.pages import panels
+from kernelcode.dashboard.spend import models_table
 
 HINT = "Click a circle (or a row of the experiment table) to see everything recorded for that kernel."
 
@@ -55,9 +56,13 @@ def header(data) -> list:
     state = "running (refreshes by itself)" if data.running else data.state + (
         " (its engine stopped without finishing it; run the job again to resume)"
         if data.state == "interrupted" else "")
+    if last.get("error") and not data.running:  # why it stopped or failed (a budget reached)
+        state += f": {last['error']}"
+    models = models_table(data.rows, data.calls)  # per model: calls, tokens, cost, results
     return [html.H2([data.task_name, " / ", data.job_name]),
             html.Div(" | ".join(facts), className="muted", id="job-facts"),
-            html.Span(state, className="live" if data.running else "done", id="job-live")]
+            html.Span(state, className="live" if data.running else "done", id="job-live"),
+            *([models] if models is not None else [])]
 
 
 def health_strip(data) -> html.Div:

@@ -1,4 +1,5 @@
-"""CandidateView: everything recorded for one candidate: stats, code, evaluation log."""
+"""CandidateView: everything recorded for one candidate: stats, code, the model's full answer,
+evaluation log."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from rich.text import Text
 from kernelcode.tui.formatting import label_of, speedup_str, status_text
 from kernelcode.tui.screens.combinations import combination_table
 from kernelcode.tui.screens.overlay import Block, Overlay, section
+from openkernel.costs import format_usd
 from openkernel.schemas import Program
 
 DIM = "#8b949e"
@@ -47,6 +49,14 @@ def stats_table(program: Program) -> Table:
                 if not isinstance(v, (list, dict)))[:600])
     if meta.get("user_instructions"):
         table.add_row("Steered by", str(meta["user_instructions"]))
+    llm = meta.get("llm") or {}
+    if llm.get("calls"):
+        price = {"unknown": " (price unknown)", "config": " (local price)"}.get(llm["price"], "")
+        table.add_row("Model calls", f"{llm['calls']}: {llm['prompt_tokens']:,} prompt + "
+                      f"{llm['completion_tokens']:,} answer tokens, "
+                      f"{format_usd(llm['cost_usd'])}{price}")
+    for d in meta.get("critic") or []:
+        table.add_row("Critic said", str(d.get("text", "")))
     return table
 
 
@@ -76,8 +86,11 @@ class CandidateView(Overlay):
         results = program.kernel_exec_result.template_results if program.kernel_exec_result else {}
         combos = [section("Template combinations (o: sort)"),
                   Block(combination_table(results, self.sort))] if results.get("combinations") else []
-        return [Block(stats_table(program)), *combos, section("Code"),
-                Block(Syntax(code, "python", theme="monokai", line_numbers=True,
-                             background_color="default", word_wrap=False),
-                      width=max(len(line) for line in code.splitlines()) + 8),
-                section("Evaluation log"), Block(Text(log))]
+        blocks = [Block(stats_table(program)), *combos, section("Code"),
+                  Block(Syntax(code, "python", theme="monokai", line_numbers=True,
+                               background_color="default", word_wrap=False),
+                        width=max(len(line) for line in code.splitlines()) + 8)]
+        if program.metadata.get("origin") == "llm":  # the model's words, kept in full here
+            answer = (program.raw_llm_code or "").strip() or "(the model gave no answer)"
+            blocks += [section("Model's answer"), Block(Text(answer))]
+        return blocks + [section("Evaluation log"), Block(Text(log))]

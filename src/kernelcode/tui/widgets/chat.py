@@ -1,4 +1,5 @@
-"""ChatPanel: what the generator and critic say, each outcome, and the steering input."""
+"""ChatPanel: what the generator and critic say, each outcome, the answers being written
+(``StreamView``), and the steering input."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, RichLog
+
+from kernelcode.tui.widgets.streams import StreamView
 
 
 class ChatPanel(Vertical):
@@ -37,6 +40,7 @@ class ChatPanel(Vertical):
     def compose(self) -> ComposeResult:
         yield RichLog(id="chat-log", wrap=True, markup=False, max_lines=self.MAX_LINES,
                       min_width=20)
+        yield StreamView(id="streams")
         yield Input(id="steer", placeholder="Steer the search… (/ to type, Enter to send)")
 
     @property
@@ -78,5 +82,16 @@ class ChatPanel(Vertical):
                         "and the database have every candidate)", style="#8b949e italic")
             lines.insert(0, note)
             self._skipped = 0
-        if lines:
-            self.query_one(RichLog).write(Text("\n").join(lines))
+        log = self.query_one(RichLog)
+        # A no_wrap line (a judged answer's reasoning) is written on its own so it stays one
+        # line, cut with an ellipsis at the log's width; the others go together, wrapped.
+        group: list[Text] = []
+        for line in lines + [None]:
+            if line is not None and not line.no_wrap:
+                group.append(line)
+                continue
+            if group:
+                log.write(Text("\n").join(group))
+                group = []
+            if line is not None:
+                log.write(line)

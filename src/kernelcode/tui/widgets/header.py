@@ -34,6 +34,7 @@ class RunHeader(TextLines):
     job = reactive("")
     db_path = reactive("")
     best = reactive(-1.0)
+    spend = reactive("")  # tokens and cost of the job's model calls (and the budget)
     dashboard_url = reactive("")
 
     def watch_phase(self, old: str, new: str) -> None:
@@ -70,6 +71,8 @@ class RunHeader(TextLines):
             parts.append(f"db {self.db_path}")
         if self.best > 0:
             parts.append(f"best {speedup_str(self.best)}")
+        if self.spend:
+            parts.append(self.spend)
         if self.dashboard_url:
             parts.append(f"dashboard {self.dashboard_url}")
         line2 = Text("  ·  ".join(parts) or "waiting for the engine…", style="#8b949e")
