@@ -90,6 +90,26 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     assert data["n_correct"] == 2 and data["geomean_compile"] is None  # no torch.compile on the CPU
     assert "fast_0 0.67" in first.stdout
 
+    # With the three baselines stored (as a GPU run stores them), the table gives the best
+    # kernel's speedup over max-autotune from the same rounds' times, and its geomean.
+    from openkernel.bench.summary import suite_summary
+    from sqlalchemy import select
+
+    from openkernel.store import Store
+    from openkernel.store.tables import SuiteProblem
+
+    store = Store(tmp_path / "runs" / "kernels.sqlite3")
+    relu = rows["level1/19_ReLU"]
+    with store.engine.connect() as conn:
+        digest = conn.execute(select(SuiteProblem.task_digest).where(
+            SuiteProblem.task_name == "level1/19_ReLU")).scalar_one()
+    store.put_reference_timing(digest, relu["hardware"], "compile", 1.0, {
+        "eager": {"median": 2.0}, "compile": {"median": 1.0}, "autotune": {"median": 0.5}})
+    summary = suite_summary(store.engine, "kb-test")
+    row = {p.name: p for p in summary.problems}["level1/19_ReLU"]
+    assert row.autotune_ms == 0.5 and row.over_autotune == pytest.approx(relu["speedup"] / 4)
+    assert summary.n_autotune == 1 and summary.geomean_autotune == pytest.approx(relu["speedup"] / 4)
+
     # Resume by name with one more problem: the completed two are skipped, the new one runs.
     _problem(suite_dir / "level1", "20_LeakyReLU", "torch.nn.functional.leaky_relu(x, 0.01)")
     again = _bench(tmp_path, str(suite_dir / "level1"), "--name", "kb-test", "--json", str(out))
@@ -149,3 +169,28 @@ def test_bench_with_an_unknown_key_is_one_message(tmp_path, suite_dir):
     assert "Traceback" not in proc.stderr
 
 
+
+
+def test_reference_is_timed_under_max_autotune_beside_eager_and_default(tmp_path):
+    """The reference job compiles the reference in both torch.compile modes and times the three
+    in the same interleaved rounds (a real worker; on the CPU Inductor makes C++, on a GPU
+    Triton: the mode handling is the same)."""
+    from openkernel.config import build_config
+    from openkernel.evaluation.host.executor import Evaluator
+    from openkernel.evaluation.host.process import drive
+    from openkernel.task import load_task
+
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")}})
+    ev = Evaluator(load_task(Path(__file__).parents[1] / "examples" / "gelu"), config,
+                   bench_budget_s=0.2)
+    worker = ev._spawn("cpu", None)
+    job = ev._task_job("cpu", "reference", autotune_baseline=True, bench_budget_s=0.2,
+                       min_trials=3, max_trials=20, scratch=str(worker.scratch))
+    run = drive(worker, job, build_timeout_s=400, test_timeout_s=120)
+    assert run.timed_out is None and run.payload, run.log_tail
+    stats = run.payload
+    assert stats.get("autotune_mode") == "max-autotune-no-cudagraphs", stats.get("autotune_error")
+    for kind in ("eager", "compile", "autotune"):
+        assert stats[kind]["median"] > 0 and stats[kind]["n_trials"] >= 3, stats[kind]
+    # interleaved: each kind was timed in every round
+    assert stats["eager"]["n_trials"] == stats["compile"]["n_trials"] == stats["autotune"]["n_trials"]

@@ -403,12 +403,15 @@ def _ratio(value: float | None) -> str:
 
 
 def _print_suite(summary) -> None:
-    table = Table("problem", "status", "correct", "speedup", "vs compile", "eager ms",
-                  "compile ms", "judged", "faults", "time s", "note", title=f"suite {summary.suite}")
+    table = Table("problem", "status", "correct", "speedup", "vs compile", "vs autotune",
+                  "eager ms", "compile ms", "autotune ms", "judged", "faults", "time s", "note",
+                  title=f"suite {summary.suite}")
     for p in summary.problems:
         table.add_row(p.name, p.status, "yes" if p.correct else "no", _ratio(p.speedup),
-                      _ratio(p.over_compile), f"{p.eager_ms:.4g}" if p.eager_ms else "-",
-                      f"{p.compile_ms:.4g}" if p.compile_ms else "-", str(p.candidates),
+                      _ratio(p.over_compile), _ratio(p.over_autotune),
+                      f"{p.eager_ms:.4g}" if p.eager_ms else "-",
+                      f"{p.compile_ms:.4g}" if p.compile_ms else "-",
+                      f"{p.autotune_ms:.4g}" if p.autotune_ms else "-", str(p.candidates),
                       str(p.evaluator_faults), f"{p.time_s:.0f}",
                       (p.error.splitlines() or [""])[0][:70] if not p.correct else "")
     # Piped: wide enough that no problem name is cut (a terminal shows what fits it).
@@ -422,7 +425,8 @@ def _print_suite(summary) -> None:
     fast = "  ".join(f"fast_{k} {v:.2f}" for k, v in summary.fast_p.items())
     console.print(f"{fast}  |  geomean over eager {_ratio(summary.geomean_eager)} "
                   f"({summary.n_correct} correct of {len(summary.problems)}), over torch.compile "
-                  f"{_ratio(summary.geomean_compile)} ({summary.n_compile})", highlight=False)
+                  f"{_ratio(summary.geomean_compile)} ({summary.n_compile}), over max-autotune "
+                  f"{_ratio(summary.geomean_autotune)} ({summary.n_autotune})", highlight=False)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,10 @@ class EvalConfig(_Strict):
                                   "comparison with the reference (and the best so far) is "
                                   "decided by a confidence interval, instead of always spending "
                                   "the whole timing budget.")
+    max_autotune_baseline: bool = Field(True, description="On a GPU, also time the reference "
+                                        "under torch.compile(mode='max-autotune-no-cudagraphs'), "
+                                        "the strongest compiler baseline, beside eager and the "
+                                        "default mode; the bench table reports speedups over it.")
     profile: bool = Field(True, description="On a GPU with Nsight Compute (ncu) installed, profile "
                           "each correct candidate; its summary reaches later prompts.")
     profile_original_model: bool = Field(False, description="Profile the reference too (once per "

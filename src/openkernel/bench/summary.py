@@ -2,10 +2,12 @@
 
 Per problem: how its job ended, whether it has a correct kernel, the best correct kernel's
 speedup over the eager reference and over torch.compile, candidates judged, time, evaluator
-faults. Over the suite, KernelBench's ``fast_p``: the share of *all* problems with a correct
+faults. The strongest compiler baseline is torch.compile's max-autotune-no-cudagraphs mode,
+timed in the same interleaved rounds as eager and the default mode: a kernel's speedup over it is
+its speedup over eager times (autotune time / eager time). Over the suite, KernelBench's ``fast_p``: the share of *all* problems with a correct
 kernel faster than ``p`` times the reference (fast_0 is the share with a correct kernel), for
-p = 0, 1, 1.5, 2; and the geometric means of the best speedups over eager and over
-torch.compile, over the problems with a correct kernel (with their counts).
+p = 0, 1, 1.5, 2; and the geometric means of the best speedups over eager, over
+torch.compile and over max-autotune, over the problems with a correct kernel (with their counts).
 
 Only portable SQLAlchemy Core is used, so the same queries run on the engine's store and on
 the dashboard's read-only connection.
@@ -36,8 +38,10 @@ class ProblemResult:
     evaluator_faults: int = 0  # candidates the evaluator could not judge (after their retry)
     retried: int = 0  # candidates judged only on the retry after an evaluator fault
     time_s: float = 0.0  # all runs of the job
+    over_autotune: float | None = None  # ... over torch.compile max-autotune-no-cudagraphs
     eager_ms: float | None = None
     compile_ms: float | None = None
+    autotune_ms: float | None = None
     best_kernel: str | None = None
     footprint_bytes: int = 0  # the reference's own footprint (the probe's)
     peak_over_footprint: float | None = None  # the worst candidate's worker peak over it
@@ -54,14 +58,18 @@ class SuiteSummary:
     fast_p: dict[str, float] = field(default_factory=dict)
     geomean_eager: float | None = None
     geomean_compile: float | None = None
+    geomean_autotune: float | None = None
     n_correct: int = 0
     n_compile: int = 0  # problems with a correct kernel and a torch.compile timing
+    n_autotune: int = 0  # ... and a max-autotune timing
 
     def to_json(self) -> dict:
         return {"suite": self.suite, "problems": [asdict(p) for p in self.problems],
                 "fast_p": self.fast_p, "geomean_eager": self.geomean_eager,
-                "geomean_compile": self.geomean_compile, "n_problems": len(self.problems),
-                "n_correct": self.n_correct, "n_compile": self.n_compile}
+                "geomean_compile": self.geomean_compile,
+                "geomean_autotune": self.geomean_autotune, "n_problems": len(self.problems),
+                "n_correct": self.n_correct, "n_compile": self.n_compile,
+                "n_autotune": self.n_autotune}
 
 
 def p_label(p: float) -> str:
@@ -78,13 +86,15 @@ def summarize(suite: str, problems: list[ProblemResult]) -> SuiteSummary:
     n = len(problems)
     correct = [p for p in problems if p.correct and p.speedup]
     with_compile = [p for p in correct if p.over_compile]
+    with_autotune = [p for p in correct if p.over_autotune]
     return SuiteSummary(
         suite=suite, problems=problems,
         fast_p={p_label(p): (sum(1 for r in correct if r.speedup > p) / n if n else 0.0)
                 for p in FAST_P},
         geomean_eager=geomean([p.speedup for p in correct]),
         geomean_compile=geomean([p.over_compile for p in with_compile]),
-        n_correct=len(correct), n_compile=len(with_compile))
+        geomean_autotune=geomean([p.over_autotune for p in with_autotune]),
+        n_correct=len(correct), n_compile=len(with_compile), n_autotune=len(with_autotune))
 
 
 def has_suites(engine: Engine) -> bool:
@@ -164,4 +174,7 @@ def _problem(conn, entry) -> ProblemResult:
         stats = timing.runtime_stats
         row.eager_ms = (stats.get("eager") or {}).get("median")
         row.compile_ms = (stats.get("compile") or {}).get("median")
+        row.autotune_ms = (stats.get("autotune") or {}).get("median")
+        if row.speedup and row.autotune_ms and row.eager_ms:
+            row.over_autotune = row.speedup * row.autotune_ms / row.eager_ms
     return row

@@ -73,6 +73,7 @@ class Job:
     adaptive_trials: bool = True  # stop timing once the comparison is decided (worker/stopping.py)
     incumbent_speedup: float = 0.0  # the best kernel's speedup so far (0: none), for stopping
     plan: dict = field(default_factory=dict)  # a MemoryPlan as JSON (records.MemoryPlan)
+    autotune_baseline: bool = False  # reference: time max-autotune-no-cudagraphs too
     # other modes
     target: str = "candidate"  # profile: "candidate" or "reference"
     known_ceilings: dict = field(default_factory=dict)  # hardware

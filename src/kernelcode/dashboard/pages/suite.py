@@ -40,14 +40,16 @@ def figures(summary) -> str:
     return (f'<p class="suite-figures" id="suite-figures">{fast} &middot; geomean over eager '
             f"{_x(summary.geomean_eager)} ({summary.n_correct} correct of "
             f"{len(summary.problems)}) &middot; over torch.compile {_x(summary.geomean_compile)} "
-            f"({summary.n_compile})</p>")
+            f"({summary.n_compile}) &middot; over max-autotune {_x(summary.geomean_autotune)} "
+            f"({summary.n_autotune})</p>")
 
 
 def problems_table(summary) -> str:
     from kernelcode.dashboard.app import job_path
 
     head = "".join(f"<th>{h}</th>" for h in ("problem", "status", "correct", "speedup",
-                                             "vs torch.compile", "eager ms", "compile ms",
+                                             "vs torch.compile", "vs max-autotune",
+                                             "eager ms", "compile ms", "autotune ms",
                                              "judged", "evaluator faults", "time s", "note"))
     body = []
     for p in summary.problems:
@@ -55,8 +57,9 @@ def problems_table(summary) -> str:
         note = "" if p.correct else (p.error.splitlines() or [""])[0][:160]
         cells = [f'<a class="job-link" href="{escape(job_path(p.name, summary.suite))}">{escape(p.name)}</a>',
                  f'<span class="badge" style="background-color:{color}">{escape(p.status)}</span>',
-                 "yes" if p.correct else "no", _x(p.speedup), _x(p.over_compile), _ms(p.eager_ms),
-                 _ms(p.compile_ms), str(p.candidates),
+                 "yes" if p.correct else "no", _x(p.speedup), _x(p.over_compile),
+                 _x(p.over_autotune), _ms(p.eager_ms), _ms(p.compile_ms), _ms(p.autotune_ms),
+                 str(p.candidates),
                  f'<span class="flag-bad">{p.evaluator_faults}</span>' if p.evaluator_faults else "0",
                  f"{p.time_s:.0f}", f'<span class="small muted">{escape(note)}</span>']
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
