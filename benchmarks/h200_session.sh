@@ -47,7 +47,7 @@ case "$1" in
     kill $smi
     python3 -c "import json,sys; r=json.load(open('$OUT/kb23_eval.json')); m=r['metadata']; print(r['status'], 'eval_s', m.get('evaluation_s'), 'memory', m.get('memory')); print(r['eval_log'][-1500:])"
     sort -n "$OUT/kb23_smi.csv" | tail -1 | sed 's/^/nvidia-smi peak MiB: /' ;;
-  kb-bench)  # openkernel bench over ${KB:-.kbsel}, resumable: the database starts from .kbstate/
+  kb-bench)  # openkernel bench over ${KB:-.kbsel} (KB=benchmarks/llm_kernels: the LLM kernels), resumable: the database starts from .kbstate/
     # and lives under $OUT (what is there comes back even when the call is cut off; the bench
     # checkpoints it and rewrites its JSON after each problem). Keep T under the call's limit.
     mkdir -p .kbstate

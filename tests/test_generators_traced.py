@@ -164,6 +164,16 @@ LLM = {
         "return F.cross_entropy(logits, target)",
         "torch.randn(batch, classes), torch.randint(0, classes, (batch,))",
         args="logits, target", globals_="batch = 37\nclasses = 1001"), 0),
+    "rotary": ("fused_pointwise", reference(
+        """
+        half = q.shape[-1] // 2
+        return q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin""",
+        "torch.randn(batch, 3, 11, 18), torch.randn(11, 18), torch.randn(11, 18)",
+        args="q, cos, sin", globals_="batch = 2"), 0),
+    "token_logprobs": ("fused_reduction", reference(
+        "return torch.log_softmax(logits, dim=-1).gather(-1, target[:, None]).squeeze(-1)",
+        "torch.randn(batch, classes), torch.randint(0, classes, (batch,))",
+        args="logits, target", globals_="batch = 21\nclasses = 777"), 0),
 }
 
 

@@ -23,7 +23,7 @@ from openkernel.generators.templates.emit import (
     literal,
 )
 from openkernel.generators.templates.graph import DType, Node, ScalarCode, Value
-from openkernel.generators.templates.sizes import Size
+from openkernel.generators.templates.sizes import ONE, Size
 from openkernel.generators.templates.writer import KernelWriter
 
 _FLOAT = ("f32", "f64")
@@ -323,13 +323,16 @@ OPS: dict[str, Callable[[OpCtx], str]] = {
     "triu": _triangle(False),
 }
 INDEX_OPS = {"gather", "index_select", "embedding"}
-KNOWN = set(OPS) | INDEX_OPS
+CAT_OPS = {"cat", "concat", "concatenate"}
+KNOWN = set(OPS) | INDEX_OPS | CAT_OPS
 
 
 def emit_op(em: Emitter, node: Node, out: Value, frame: Frame) -> Code:
     """The value ``out`` of a pointwise or index op at ``frame``."""
     if node.op in INDEX_OPS:
         return _index_op(em, node, out, frame)
+    if node.op in CAT_OPS:
+        return _cat(em, node, out, frame)
     fn = OPS.get(node.op)
     if fn is None:
         raise Unfusable(node, f"no expression for {node.aten}")
@@ -360,6 +363,39 @@ def _index_op(em: Emitter, node: Node, out: Value, frame: Frame) -> Code:
         i = em.value(index, Frame(index.shape, d[:-1]))
         idx = [i.expr, d[-1]]
     return em.value(src, Frame(src.shape, tuple(idx)))
+
+
+def _cat(em: Emitter, node: Node, out: Value, frame: Frame) -> Code:
+    """cat along one dim (RoPE's rotate-half, a concatenated projection): every piece is read at
+    the output's index less the piece's start, clamped into the piece so that every load is in
+    bounds, and the piece the index falls in is chosen with nested ``tl.where``."""
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    dim %= len(out.shape)
+    pieces = [p for p in node.args[0] if isinstance(p, Value) and len(p.shape) == len(out.shape)
+              and p.shape[dim] != Size(0)]  # torch.cat also takes (and skips) empty 1-D pieces
+    if not pieces:
+        raise Unfusable(node, "a cat of empty tensors")
+    d = em.dims(frame)
+    i, starts, codes = d[dim], [], []
+    for p in pieces:
+        start = " + ".join(em.w.size(q.shape[dim]) for q in pieces[:len(codes)]) or "0"
+        length = p.shape[dim]
+        if length == ONE:
+            local = "0"
+        else:
+            local = i if start == "0" else f"{i} - ({start})"
+            local = em.w.index(f"tl.minimum(tl.maximum({local}, 0), {em.w.size(length)} - 1)")
+        idx = list(d)
+        idx[dim] = local
+        codes.append(em.value(p, Frame(p.shape, tuple(idx))))
+        starts.append(start)
+    ct = ctype(out.dtype)
+    expr = codes[-1].expr
+    for start, code in zip(reversed(starts[1:]), reversed(codes[:-1])):
+        expr = f"tl.where({i} < {start}, {code.expr}, {expr})"
+    if len(codes) == 1:
+        return Code(expr, ct)
+    return Code(em.w.assign("v", expr, comment=f"{node.aten} (op {node.index})", shared=True), ct)
 
 
 # --- the fused pointwise kernel ---------------------------------------------------------------
