@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from openkernel.bench.problems import discover
 from openkernel.bench.summary import ProblemResult, summarize
@@ -194,3 +195,24 @@ def test_reference_is_timed_under_max_autotune_beside_eager_and_default(tmp_path
         assert stats[kind]["median"] > 0 and stats[kind]["n_trials"] >= 3, stats[kind]
     # interleaved: each kind was timed in every round
     assert stats["eager"]["n_trials"] == stats["compile"]["n_trials"] == stats["autotune"]["n_trials"]
+
+
+def test_the_llm_kernels_suite_loads_and_its_references_run_on_the_cpu():
+    """benchmarks/llm_kernels: ten task folders, each reference runs on its CPU inputs and on
+    its held-out shapes (the suite's GPU run is the H200 benchmark)."""
+    import importlib.util
+
+    root = Path(__file__).parents[1] / "benchmarks" / "llm_kernels"
+    problems, skipped = discover([root])
+    assert len(problems) == 10 and not skipped, skipped
+    for problem in problems:
+        mods = {}
+        for part in ("reference", "task"):
+            spec = importlib.util.spec_from_file_location(f"{problem.name}_{part}",
+                                                          problem.path / f"{part}.py")
+            mods[part] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mods[part])
+        model = mods["reference"].Model(*mods["reference"].get_init_inputs())
+        for inputs in [mods["task"].get_inputs("cpu"), *mods["task"].get_extra_inputs("cpu")]:
+            out = model(*inputs)
+            assert torch.isfinite(out).all(), problem.name
