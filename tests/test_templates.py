@@ -206,3 +206,17 @@ def test_openkernel_eval_judges_a_template_file(tmp_path, capsys):
     assert main(["eval", str(EXAMPLES / "gelu"), str(path), "--set", scratch]) == 2
     err = capsys.readouterr().err
     assert "bad template" in err and "empty option list" in err and "Traceback" not in err
+
+
+def test_a_combination_inside_the_noise_is_a_tie_not_faster():
+    """Sweep rows follow the verdict's tie rule: a speedup whose interval holds 1.0 is correct."""
+    from openkernel.evaluation.host.templates import _row
+    from openkernel.templating import Variant
+
+    v = Variant(params={"BLOCK": 64}, code="")
+    tie = _row(v, {"built": True, "correct": True,
+                   "stats": {"median": 0.98, "speedup_ci": [0.97, 1.06], "tie": True}}, 1.0)
+    clear = _row(v, {"built": True, "correct": True,
+                     "stats": {"median": 0.5, "speedup_ci": [1.9, 2.1], "tie": False}}, 1.0)
+    assert tie["status"] == "correct" and tie["speedup"] > 1.0
+    assert clear["status"] == "faster"

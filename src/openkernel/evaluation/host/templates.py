@@ -29,7 +29,7 @@ def _row(variant: Variant, screened: dict, ref_median: float | None) -> dict:
            "error": (screened.get("error") or "")[-1500:]}
     if status == Status.CORRECT.value and ref_median and stats.get("median"):
         row["speedup"] = ref_median / stats["median"]
-        if row["speedup"] > 1.0:
+        if row["speedup"] > 1.0 and not stats.get("tie"):  # inside the noise: a tie, correct
             row["status"] = Status.FASTER.value
     return row
 

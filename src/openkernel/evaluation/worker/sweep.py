@@ -22,6 +22,7 @@ from openkernel.evaluation.worker.build import CompileNotifier, is_compile_error
 from openkernel.evaluation.worker.correctness import compare_outputs, flatten_outputs
 from openkernel.evaluation.worker.evaluate import Evaluation, EvaluatorFault, _tail
 from openkernel.evaluation.worker.task_runtime import TaskRuntime, load_module, load_state
+from openkernel.evaluation.worker.stopping import verdict
 from openkernel.evaluation.worker.timing import summarize
 
 
@@ -123,9 +124,11 @@ def run_sweep(job: Job, ch) -> dict:
                 samples = ev.timer.interleaved(
                     fns, budget_s=job.bench_budget_s * max(1.0, len(models) / 2),
                     min_trials=job.min_trials, max_trials=job.max_trials)
-            out["ref_stats"] = summarize(samples.pop("reference"))
+            ref_samples = samples.pop("reference")
+            out["ref_stats"] = summarize(ref_samples)
             for key, values in samples.items():
-                rows[int(key[1:])]["stats"] = summarize(values)
+                # the same rounds as the reference: the speedup's interval and the tie rule
+                rows[int(key[1:])]["stats"] = {**summarize(values), **verdict(ref_samples, values)}
     except EvaluatorFault as fault:
         out["fault"] = {"where": fault.where, "kind": fault.kind, "error": fault.error}
     changed = ev.guard.changed()
