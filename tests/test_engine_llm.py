@@ -379,3 +379,20 @@ def test_cli_shows_a_generation_failure_as_such(tmp_path, examples_dir, monkeypa
                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "i0-b0    generation_failed" in r.stdout and "compile_error" not in r.stdout
+
+
+def test_a_critic_model_without_its_key_stops_before_the_first_candidate(tmp_path, examples_dir,
+                                                                        monkeypatch):
+    """The offline generator with an LLM critic: the critic's model is checked before the
+    first candidate as the ensemble's are, and the message says it is the critic's."""
+    monkeypatch.delenv("OK_UNSET_KEY", raising=False)
+    with ChatServer(default=KERNEL) as server:
+        events = list(openkernel.optimize(examples_dir / "gelu", overrides=[
+            "max_iters=1", "branches_per_iteration=1", "job_name=critic-key",
+            'critic.model={"model": "openai/critic", "api_base": "%s", '
+            '"api_key_env": "OK_UNSET_KEY"}' % server.url,
+            f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}",
+            f"paths.scratch_dir={tmp_path / 'scratch'}"]))
+    error = _refused(events)
+    assert error.startswith("critic.model: openai/critic") and "OK_UNSET_KEY" in error
+    assert server.requests == []

@@ -156,6 +156,19 @@ class Search:
             return self._finish_traces(status)
         return 0
 
+    def _critic_preflight(self) -> str | None:
+        """A critic model of its own (not one of the ensemble) is checked as they are: its key
+        set and its service answering, before the first candidate."""
+        cfg = self.critic.cfg
+        models = getattr(self.generator, "_models", [])
+        if any((m.model, m.api_base, m.api_key_env) == (cfg.model, cfg.api_base, cfg.api_key_env)
+               for m in models):
+            return None  # the generator's preflight checked it
+        from openkernel.generators.llm import LLMGenerator
+
+        problem = LLMGenerator([cfg]).preflight()
+        return f"critic.model: {problem}" if problem else None
+
     def _failed_before_start(self, message: str) -> RunFinished:
         """The one event of a run that could not start (the front ends print its error once)."""
         return RunFinished("failed", None, -1.0, 0, str(self.store.path or self.store.url),
@@ -166,6 +179,8 @@ class Search:
         # generator without a preflight has nothing to reach.)
         preflight = getattr(self.generator, "preflight", None)
         problem = preflight() if preflight else None
+        if not problem and isinstance(self.critic, LLMCritic):
+            problem = self._critic_preflight()
         if problem:
             yield self._failed_before_start(problem)
             return
