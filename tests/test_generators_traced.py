@@ -134,6 +134,26 @@ CASES = {
     "scalar_argument": ("fused_pointwise", reference(
         "return x * s + 1", "torch.randn(batch, 43), 0.75", args="x, s",
         globals_="batch = 17"), 0),
+    # -- a convolution left to torch (cuDNN), its epilogue fused; pooling windows ----------
+    "conv2d_relu_bias": ("fused_pointwise", reference(
+        "return torch.relu(self.conv(x)) + self.bias", "torch.randn(batch, 3, 13, 11)",
+        init="self.conv = nn.Conv2d(3, 8, 3, padding=1)\nself.bias = nn.Parameter(torch.randn(8, 1, 1))",
+        globals_="batch = 2"), 0),
+    "conv_transpose_maxpool": ("fused_pointwise", reference(
+        "return F.hardtanh(F.max_pool2d(self.conv(x), 2), -0.5, 0.5)", "torch.randn(batch, 4, 7, 9)",
+        init="self.conv = nn.ConvTranspose2d(4, 6, 3, stride=2)", globals_="batch = 2"), 0),
+    "avg_pool3d_padded": ("fused_pointwise", reference(
+        "return F.avg_pool3d(x, 3, stride=2, padding=1, count_include_pad=False) * 2",
+        "torch.randn(batch, 3, 7, 9, 6)", globals_="batch = 2"), 0),
+    "avg_pool2d_divisor": ("fused_pointwise", reference(
+        "return F.avg_pool2d(x, (2, 3), stride=(1, 2), padding=1, divisor_override=4) * 1.5",
+        "torch.randn(batch, 3, 10, 11)", globals_="batch = 2"), 0),
+    "max_pool1d_ceil_dilated": ("fused_pointwise", reference(
+        "return F.max_pool1d(torch.tanh(x), 3, stride=2, padding=1, dilation=2, ceil_mode=True)",
+        "torch.randn(batch, 5, 41)", globals_="batch = 3"), 0),
+    "conv3d_groupnorm_pool": ("fused_reduction", reference(
+        "return F.avg_pool3d(self.norm(self.conv(x)), 2)", "torch.randn(batch, 2, 6, 7, 8)",
+        init="self.conv = nn.Conv3d(2, 4, 3)\nself.norm = nn.GroupNorm(2, 4)", globals_="batch = 2"), 0),
     "gemm_groupnorm_hardtanh": ("fused_matmul", reference(
         "return F.hardtanh(self.norm(self.fc(x)), -0.5, 0.5)", "torch.randn(batch, 20)",
         init="self.fc = nn.Linear(20, 24)\nself.norm = nn.GroupNorm(6, 24)",
@@ -216,8 +236,8 @@ def test_traced_templates_are_correct_under_the_evaluator(name, config, tmp_path
 
 
 def test_uncovered_ops_are_named_with_their_place(tmp_path, config):
-    source = reference("return F.avg_pool2d(torch.relu(x), 2)", "torch.randn(2, 3, 8, 8)")
-    path = tmp_path / "pool.py"
+    source = reference("return torch.cumsum(torch.relu(x), dim=1)", "torch.randn(2, 3, 8, 8)")
+    path = tmp_path / "scan.py"
     path.write_text(source)
     task = load_task(path)
     ev = Evaluator(task, config)
@@ -227,7 +247,7 @@ def test_uncovered_ops_are_named_with_their_place(tmp_path, config):
         ev.close()
     reason = OfflineGenerator().supports(task, probe, "triton")
     assert reason == ("The offline generator has no template for this task: no template covers "
-                      "aten.avg_pool2d.default (op 2 of 2). Configure a model under `inference` "
+                      "aten.cumsum.default (op 2 of 2). Configure a model under `inference` "
                       "to search it.")
     rows = skill_matches(probe, "triton", task)
     assert [(r["template"], r["usable"]) for r in rows] == [("fused_pointwise", False)]

@@ -38,6 +38,9 @@ from openkernel.generators.templates.views import view_problem
 from openkernel.generators.templates.writer import KernelWriter
 
 SUPPORTED_REDUCTIONS = {"sum", "amax", "amin", "argmax", "argmin", "all", "any"}
+# Ops left to torch's library kernel (cuDNN on a GPU), as torch.compile leaves them: their
+# result is stored and what surrounds them is fused into Triton kernels as usual.
+LIBRARY_OPS = {"convolution"}
 LOOP_FROM = 1024  # rows of at most this many columns (when static) need no looped variant
 
 
@@ -45,7 +48,7 @@ LOOP_FROM = 1024  # rows of at most this many columns (when static) need no loop
 class Kernel:
     """One kernel of the plan, written."""
 
-    kind: str  # "pointwise", "reduction" or "matmul"
+    kind: str  # "pointwise", "reduction", "matmul" or "library" (a torch call, LIBRARY_OPS)
     outputs: list[Value]
     anchor: Node | None = None  # the matmul, or a reduction of the domain
     domain: Domain | None = None
@@ -57,11 +60,12 @@ class Kernel:
     ops: list[str] = field(default_factory=list)  # aten ops it computes, in trace order
     views: tuple[str, str] = ("", "")  # a matmul's operands as torch views (forward code)
     bases: list[Value] = field(default_factory=list)  # what those views are views of
+    call: str = ""  # a library kernel's torch call (forward code)
 
     @property
     def key(self):
-        if self.kind == "matmul":
-            return ("matmul", id(self.anchor))
+        if self.kind in ("matmul", "library"):
+            return (self.kind, id(self.anchor))
         if self.kind == "reduction":
             return ("reduction", self.domain)
         return ("pointwise", self.outputs[0].numel)
@@ -77,6 +81,10 @@ class Plan:
     kernels: list[Kernel]
     stored: set[str]
     names: dict[str, str]
+
+    @property
+    def triton(self) -> list[Kernel]:
+        return [k for k in self.kernels if k.kind != "library"]
 
     @property
     def family(self) -> str:
@@ -102,7 +110,7 @@ def _node_problem(node: Node) -> str:
     if node.op == "reduce":
         kind = node.kwargs["kind"]
         return "" if kind in SUPPORTED_REDUCTIONS else f"a {kind} reduction"
-    if node.op in MATMUL_OPS or node.op in KNOWN:
+    if node.op in MATMUL_OPS or node.op in KNOWN or node.op in LIBRARY_OPS:
         return ""
     return "no template"
 
@@ -152,6 +160,8 @@ def _first_anchor(v: Value, stored: set[str]) -> Node | None:
 
 
 def _spec(v: Value, stored: set[str]) -> Kernel:
+    if v.node is not None and v.node.op in LIBRARY_OPS:
+        return Kernel("library", [v], v.node)
     anchor = _first_anchor(v, stored)
     if anchor is None:
         return Kernel("pointwise", [v])
@@ -185,6 +195,9 @@ def _write(kernel: Kernel, plan: Plan) -> None:
         return w, em
 
     kernel.bodies, kernel.bases = {}, []
+    if kernel.kind == "library":
+        _write_library(kernel, plan)
+        return
     if kernel.kind == "pointwise":
         w, em = make()
         em.anchor = _no_anchor
@@ -218,6 +231,31 @@ def _write(kernel: Kernel, plan: Plan) -> None:
     kernel.writes = list(dict.fromkeys(v for w in writers for v in w.writes))
     kernel.symbols = sorted({s for w in writers for s in w.symbols},
                             key=lambda s: (s[0], int(s[1:])))
+
+
+def _write_library(kernel: Kernel, plan: Plan) -> None:
+    """The torch call of a library op on views of stored tensors (an operand computed in a
+    kernel is stored first: ``torch_view`` raises Unfusable for it)."""
+    node = kernel.anchor
+    try:
+        args = [torch_view(a, plan.names, plan.stored, kernel.bases) if isinstance(a, Value)
+                else _py_arg(a) for a in node.args]
+    except ValueError as err:
+        raise Unfusable(node, str(err)) from None
+    kernel.call = f"torch.ops.aten.{node.op}({', '.join(args)})"
+    kernel.reads = list(dict.fromkeys(kernel.bases))
+    kernel.writes = [kernel.outputs[0]]
+    kernel.symbols = []
+
+
+def _py_arg(a) -> str:
+    if isinstance(a, (list, tuple)):
+        return "[" + ", ".join(_py_arg(x) for x in a) + "]"
+    if isinstance(a, Size):
+        return a.code()
+    if a is None or isinstance(a, (bool, int, float)):
+        return repr(a)
+    raise ValueError(f"no Python form for {a!r}")
 
 
 def _same_domain(domain: Domain):
@@ -260,8 +298,13 @@ def make_plan(graph: Graph, names: dict[str, str]) -> Plan | str:
             plan.stored |= new
             continue
         plan.kernels = kernels
+        if not plan.triton:
+            ops = ", ".join(dict.fromkeys(k.anchor.aten for k in kernels))
+            return (f"no template covers {ops} alone: it is left to torch's library kernel "
+                    "(cuDNN on a GPU), as torch.compile leaves it, and the templates write only "
+                    "the kernels around it")
         for k, kernel in enumerate(kernels):
-            kernel.name = f"_k{k}_{kernel.kind}"
+            kernel.name = f"_k{k}_{kernel.anchor.op if kernel.kind == 'library' else kernel.kind}"
             kernel.ops = _ops_of(kernel, plan.stored)
         return plan
     return "the graph templates found no way to split this graph"

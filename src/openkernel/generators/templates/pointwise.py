@@ -23,6 +23,7 @@ from openkernel.generators.templates.emit import (
     literal,
 )
 from openkernel.generators.templates.graph import DType, Node, ScalarCode, Value
+from openkernel.generators.templates.pooling import POOL_OPS, pool
 from openkernel.generators.templates.sizes import ONE, Size
 from openkernel.generators.templates.writer import KernelWriter
 
@@ -324,7 +325,7 @@ OPS: dict[str, Callable[[OpCtx], str]] = {
 }
 INDEX_OPS = {"gather", "index_select", "embedding"}
 CAT_OPS = {"cat", "concat", "concatenate"}
-KNOWN = set(OPS) | INDEX_OPS | CAT_OPS
+KNOWN = set(OPS) | INDEX_OPS | CAT_OPS | POOL_OPS
 
 
 def emit_op(em: Emitter, node: Node, out: Value, frame: Frame) -> Code:
@@ -333,6 +334,8 @@ def emit_op(em: Emitter, node: Node, out: Value, frame: Frame) -> Code:
         return _index_op(em, node, out, frame)
     if node.op in CAT_OPS:
         return _cat(em, node, out, frame)
+    if node.op in POOL_OPS:
+        return pool(em, node, out, frame)
     fn = OPS.get(node.op)
     if fn is None:
         raise Unfusable(node, f"no expression for {node.aten}")

@@ -87,6 +87,8 @@ def _short(aten: str) -> str:
 
 def describe(kernel: Kernel) -> str:
     ops = list(dict.fromkeys(_short(o) for o in kernel.ops))
+    if kernel.kind == "library":
+        return f"{_short(kernel.anchor.aten)} by torch (cuDNN on a GPU), as torch.compile leaves it"
     if kernel.kind == "matmul":
         core = _short(kernel.anchor.aten)
         rest = list(dict.fromkeys(_short(o) for o in kernel.ops if o != kernel.anchor.aten))
@@ -142,6 +144,8 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
     """Forward lines: the kernel's output buffers, then its launch (skipped on empty grids)."""
     names = plan.names
     head = [f"# {kernel.name}: {describe(kernel)}"[:96]]
+    if kernel.kind == "library":  # the kernels after it index its result as contiguous
+        return head + [f"{names[kernel.outputs[0].id]} = {kernel.call}.contiguous()"]
     for v in kernel.writes:
         head.append(f"{names[v.id]} = torch.empty({_shape(v.shape)}, device=device, "
                     f"dtype={_tl_dtype(v.dtype)})")
@@ -220,15 +224,17 @@ def render(plan: Plan, params: dict) -> str:
                       if k in params)
     state = [v for v in graph.values.values() if v.kind == "state"]
     constants = [v for v in graph.values.values() if v.kind == "const" and v.numel != Size(1)]
-    n = len(plan.kernels)
+    n = len(plan.triton)
     doc = [f"{n} Triton kernel{'s' if n > 1 else ''} written from the reference's traced aten graph "
-           "(openkernel's offline generator):"] + [f"{k.name}: {describe(k)}." for k in plan.kernels]
+           "(openkernel's offline generator)"
+           + (", around torch's own kernel for what is left to it" if n < len(plan.kernels) else "")
+           + ":"] + [f"{k.name}: {describe(k)}." for k in plan.kernels]
     if any(k.kind == "matmul" for k in plan.kernels):
         consts += 'INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # Triton on the CPU\n'
     header = HEADER if "INTERPRETED" in consts else HEADER.replace("import os\n\n", "")
     head = '"""' + "\n".join(doc) + '\n"""\n\n' + header + "\n" + consts
     parts = [_DECLARE.strip("\n")] if state else []
-    parts += [kernel_source(k) for k in plan.kernels]
+    parts += [kernel_source(k) for k in plan.triton]
     parts.append(_model(plan, state, constants))
     return head + "\n\n" + "\n\n\n".join(parts) + "\n"
 
@@ -287,7 +293,7 @@ def _model(plan: Plan, state, constants) -> str:
         body.append(f"        return [{', '.join(outs)}]")
     else:
         body.append(f"        return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
-    doc = f'    """{len(plan.kernels)} Triton kernel(s): ' + "; ".join(
+    doc = f'    """{len(plan.triton)} Triton kernel(s): ' + "; ".join(
         describe(k) for k in plan.kernels) + '."""'
     return "\n".join(["class ModelNew(nn.Module):", doc, "", *init, "", *body])
 
