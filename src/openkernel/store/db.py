@@ -50,7 +50,7 @@ class Store:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as err:
                 raise OpenKernelError(f"{self.path.parent}: cannot create the database folder ({err.strerror})") from None
-        self.engine = engines.writer(url)
+        self.engine = engines.writer(path_or_url)
         self.postgres = self.engine.dialect.name == "postgresql"
         try:
             migrate.upgrade(self.engine)
