@@ -82,13 +82,20 @@ def test_start_from_best_reads_across_the_engines_jobs(two_engines, tmp_path):
     store.close()
 
 
-def test_the_cli_lists_the_jobs_of_a_postgres_database(two_engines):
-    done = _cli("runs", "--db", two_engines["url"])
+def test_the_cli_reads_a_postgres_database(two_engines, tmp_path):
+    url = two_engines["url"]
+    done = _cli("runs", "--db", url)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     for job in JOBS:
         [line] = [ln for ln in lines if ln.split("\t")[1:2] == [job]]
         assert line.split("\t")[2] == "completed"
+    best = Store(url).best_kernel("gelu")
+    done = _cli("show", best.id, "--db", url, "--field", "label")
+    assert done.returncode == 0 and done.stdout.strip() == best.label, done.stderr
+    done = _cli("export", "traces", "--db", url, "--out", str(tmp_path), "--job", JOBS[0])
+    assert done.returncode == 0, done.stderr
+    assert f"{ITERS * BRANCHES} candidates of 1 jobs" in " ".join(done.stdout.split())
 
 
 def _one_line_exit_2(done: subprocess.CompletedProcess, *words: str) -> None:

@@ -5,7 +5,7 @@
 session in UTC so timestamps compare alike on every host, and a reader's sessions in read-only
 transactions (``default_transaction_read_only``), so the dashboard cannot write even with the
 engine's role. Put passwords in ``~/.pgpass`` or ``PGPASSWORD`` rather than in the URL: the URL
-is shown in the TUI and the logs (``shown`` hides a password that is there all the same).
+travels in events and configs (where it is shown, ``db_location.shown`` masks a password).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def engine_url(path_or_url: str | Path) -> str:
     try:
         url = make_url(text)
     except ArgumentError:
-        raise OpenKernelError(f"{text}: not a database URL") from None
+        raise OpenKernelError(f"{shown(text)}: not a database URL") from None
     if url.drivername in ("postgresql", "postgres"):
         url = url.set(drivername="postgresql+psycopg")
     return url.render_as_string(hide_password=False)
