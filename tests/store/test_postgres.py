@@ -129,3 +129,26 @@ def test_without_psycopg_postgres_says_what_to_install_and_sqlite_still_works(tm
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env={**os.environ})
     _one_line_exit_2(done, "postgresql://me@127.0.0.1/results", "pip install 'openkernel[postgres]'")
+
+
+def test_a_select_only_role_reads_the_jobs_and_writes_nothing(two_engines):
+    import psycopg
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    from kernelcode.dashboard.source import DataSource
+    from pg_server import SUPERUSER
+
+    with psycopg.connect(two_engines["url"], autocommit=True) as conn:  # as README says
+        conn.execute("DROP ROLE IF EXISTS reader")
+        conn.execute("CREATE ROLE reader LOGIN")
+        conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader")
+    url = two_engines["url"].replace(f"//{SUPERUSER}@", "//reader@")
+    source = DataSource(url)
+    rows, _ = source.jobs()
+    assert set(JOBS) <= {r["job_name"] for r in rows}
+    job = source.job("gelu", JOBS[0])
+    assert job.state == "completed" and len(job.rows) == 1 + ITERS * BRANCHES
+    assert source.kernel(job.best_id)["code"]
+    with pytest.raises(DBAPIError, match="read-only transaction"), source.engine().begin() as conn:
+        conn.execute(text("DELETE FROM kernels"))
