@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 
-.PHONY: install run test gpu-test browser
+.PHONY: install run test gpu-test browser postgres
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,8 +21,15 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium missing and not root: browser tests will be skipped"; fi; }
 
+# Debian's PostgreSQL server binaries: the store's tests start a private server of their own on
+# 127.0.0.1 (tests/pg_server.py); nothing is started here and no service is enabled.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; \
+	  else echo "PostgreSQL missing and not root: PostgreSQL tests will be skipped"; fi; }
+
 run: install
 	$(VENV)/bin/kernel-code $(ARGS)
 
-test: install browser
+test: install browser postgres
 	$(PY) -m pytest $(PYTEST_ARGS)

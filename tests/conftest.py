@@ -1,4 +1,5 @@
-"""Shared test setup: GPU tests skip without CUDA; litellm never fetches its price map."""
+"""Shared test setup: GPU tests skip without CUDA; litellm never fetches its price map; one
+PostgreSQL server for the tests that need one."""
 
 import os
 from pathlib import Path
@@ -40,3 +41,18 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def examples_dir() -> Path:
     return EXAMPLES
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One private PostgreSQL server for the session (tests/pg_server.py); ``.new_database(name)``
+    gives a fresh database's URL. Skips only where the server's binaries or psycopg are absent
+    (CI installs both: `make postgres`, `.[dev]`)."""
+    from pg_server import PostgresServer, find_bin
+
+    bindir = find_bin()
+    if bindir is None:
+        pytest.skip("needs PostgreSQL's binaries (apt-get install postgresql; `make postgres` does it as root)")
+    pytest.importorskip("psycopg", reason="needs psycopg 3 (pip install 'openkernel[postgres]')")
+    with PostgresServer(bindir) as server:
+        yield server

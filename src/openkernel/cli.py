@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
 
     runs = sub.add_parser("runs", help="list tasks and jobs in the database (tab-separated "
                           "when piped)")
-    runs.add_argument("--db", default=None, help="database (default runs/kernels.sqlite3)")
+    runs.add_argument("--db", default=None, help="database: file or postgresql:// URL (default runs/kernels.sqlite3)")
     runs.add_argument("--search", default="", help="only jobs whose task or job name holds this")
 
     show = sub.add_parser("show", help="print one stored kernel: every field")
@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write traces or fine-tuning pairs from a database")
     what = export.add_subparsers(dest="what", required=True)
     traces = what.add_parser("traces", help="the trace dataset (Parquet), one file per job")
-    traces.add_argument("--db", default=None, help="database (default runs/kernels.sqlite3)")
+    traces.add_argument("--db", default=None, help="database: file or postgresql:// URL (default runs/kernels.sqlite3)")
     traces.add_argument("--out", required=True, help="folder of the dataset")
     traces.add_argument("--task", default=None, help="only this task")
     traces.add_argument("--job", default=None, help="only this job")
@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     sft.add_argument("--top", type=float, default=0.1,
                      help="share of each task's correct candidates, best first (default 0.1)")
     sft.add_argument("--out", required=True, help="JSONL file to write")
-    sft.add_argument("--db", default=None, help="database (default runs/kernels.sqlite3)")
+    sft.add_argument("--db", default=None, help="database: file or postgresql:// URL (default runs/kernels.sqlite3)")
     sft.add_argument("--traces", default=None, help="read a trace dataset folder instead")
 
     bench = sub.add_parser("bench", help="run a suite of problems (e.g. a KernelBench level "
@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return {"run": cmd_run, "eval": cmd_eval, "runs": cmd_runs, "show": cmd_show,
                 "export": cmd_export, "bench": cmd_bench}[args.command](args)
     except OpenKernelError as err:
-        err_console.print(f"[bold red]error:[/] {err}", highlight=False)
+        err_console.print("[bold red]error:[/] ", end="", highlight=False)
+        err_console.print(str(err), highlight=False, markup=False)  # "[postgres]" is not markup
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted: every candidate judged so far is stored")
@@ -222,10 +223,7 @@ def _is_template(code: str, path: Path) -> bool:
 def _store(db: str | None):
     from openkernel.store import Store
 
-    path = Path(db or "runs/kernels.sqlite3")
-    if not path.is_file():
-        raise OpenKernelError(f"{path}: no such database (run a search first, or pass --db)")
-    return Store(path)
+    return Store(_db_path(db))
 
 
 def cmd_runs(args) -> int:
@@ -271,7 +269,7 @@ def cmd_show(args) -> int:
     store = _store(args.db)
     row = store.get_kernel(args.kernel_id)
     if row is None:
-        raise OpenKernelError(f"no kernel with id {args.kernel_id!r} in {store.path}")
+        raise OpenKernelError(f"no kernel with id {args.kernel_id!r} in {store.shown}")
     names = [a.key for a in inspect(Kernel).column_attrs]  # "meta": the metadata column
     values = {name: getattr(row, name) for name in names}
     if args.field:
@@ -307,7 +305,10 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _db_path(db: str | None) -> Path:
+def _db_path(db: str | None) -> Path | str:
+    """The --db file (which must exist) or URL (a postgresql:// one: reached when opened)."""
+    if db and "://" in db:
+        return db
     path = Path(db or "runs/kernels.sqlite3")
     if not path.is_file():
         raise OpenKernelError(f"{path}: no such database (run a search first, or pass --db)")
@@ -356,7 +357,7 @@ def cmd_bench(args) -> int:
     suite = args.name or datetime.now().strftime("bench-%Y%m%d-%H%M%S")
     store = open_store(problems, args.overrides)
     control = RunControl()
-    console.print(f"suite [bold]{suite}[/]: {len(problems)} problem(s), database {store.path or store.url}",
+    console.print(f"suite [bold]{suite}[/]: {len(problems)} problem(s), database {store.shown}",
                   highlight=False)
     interrupted = False
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

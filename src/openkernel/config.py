@@ -91,8 +91,10 @@ class EvalConfig(_Strict):
 
 
 class PathsConfig(_Strict):
-    kernels_db_path: str = Field("runs/kernels.sqlite3", description="SQLite database, relative "
-                                 "to where the run starts (or a SQLAlchemy URL).")
+    kernels_db_path: str = Field("runs/kernels.sqlite3", description="Results database: a SQLite "
+                                 "file, relative to where the run starts, or a postgresql://"
+                                 "user@host/db URL (psycopg 3: openkernel[postgres]), which "
+                                 "engines on several hosts share, each writing its own jobs.")
     scratch_dir: str = Field("runs/scratch", description="Per-candidate scratch directories.")
     build_cache_dir: str = Field("~/.cache/openkernel/builds", description="Built CUDA "
                                  "extensions and Triton kernels, one folder per candidate code "

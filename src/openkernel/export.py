@@ -44,8 +44,7 @@ def _jobs(s: OrmSession, task: str | None, job: str | None) -> list[tuple[str, s
 
 
 def _has_calls(s: OrmSession) -> bool:
-    q = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'llm_calls'"
-    return s.connection().exec_driver_sql(q).first() is not None
+    return inspect(s.connection()).has_table(LLMCallRecord.__tablename__)
 
 
 def _job_rows(s: OrmSession, task: str, job: str, calls: bool) -> list[dict]:

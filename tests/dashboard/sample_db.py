@@ -135,6 +135,28 @@ def build(path: Path) -> dict:
             "best_speedup": llm[-1].best_speedup, "killed_pid": pid}
 
 
+def copy_to(path: Path, url: str) -> str:
+    """The sample, row for row, in a PostgreSQL database (made and migrated by ``Store``), as
+    if the same runs had written there; returns the URL."""
+    from sqlalchemy import select
+
+    from openkernel.store import Store
+    from openkernel.store.tables import Base
+
+    source, store = open_readonly(path), Store(url)
+    with source.connect() as read, store.engine.begin() as write:
+        for table in Base.metadata.sorted_tables:
+            rows = [dict(r._mapping) for r in read.execute(select(table))]
+            if rows:
+                write.execute(table.insert(), rows)
+        for table in ("runs", "critiques", "llm_calls"):  # ids the server hands out go on from here
+            write.exec_driver_sql(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                                  f"(SELECT COALESCE(MAX(id), 0) + 1 FROM {table}), false)")
+    source.dispose()
+    store.close()
+    return url
+
+
 def by_status(path: Path, job: str = JOB) -> dict[str, list]:
     """The job's kernels (rows, read-only) by status."""
     out: dict[str, list] = {}

@@ -1,4 +1,5 @@
-"""The pages in a real headless Chromium (Debian's), served on 127.0.0.1 like kernelfoundry-gui."""
+"""The pages in a real headless Chromium (Debian's), served on 127.0.0.1 like kernelfoundry-gui, from the
+sample database in SQLite and from its copy in PostgreSQL."""
 
 from __future__ import annotations
 
@@ -23,15 +24,34 @@ CY = ("[document.getElementById('job-graph'), ...document.querySelectorAll('#job
       ".find(e => e && e._cyreg)._cyreg.cy")
 
 
-def _fingerprint(path: Path) -> tuple:
-    return path.stat().st_mtime_ns, hashlib.sha256(path.read_bytes()).hexdigest()
+def _fingerprint(db: Path | str) -> tuple:
+    if isinstance(db, Path):
+        return db.stat().st_mtime_ns, hashlib.sha256(db.read_bytes()).hexdigest()
+    from openkernel.store.tables import Base
+
+    engine = open_readonly(db)  # PostgreSQL: a digest of every row of every table
+    with engine.connect() as conn:
+        digests = tuple(conn.exec_driver_sql(
+            f"SELECT count(*), md5(string_agg(t::text, ',' ORDER BY t::text)) FROM {table.name} t").one()
+            for table in Base.metadata.sorted_tables)
+    engine.dispose()
+    return digests
 
 
 @pytest.fixture(scope="module")
-def served(sample):
-    before = _fingerprint(sample["path"])
-    base = serve_in_background(sample["path"])
-    yield {"base": base, "before": before, **sample}
+def sample_pg(sample, postgres):
+    """The sample database copied into PostgreSQL: the same pages, read from the server."""
+    return sample_db.copy_to(sample["path"], postgres.new_database("dashboard"))
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def served(request, sample):
+    """The dashboard served on the sample database: the SQLite file, then its PostgreSQL copy
+    (the same pages must render from either)."""
+    db = sample["path"] if request.param == "sqlite" else request.getfixturevalue("sample_pg")
+    before = _fingerprint(db)
+    base = serve_in_background(db)
+    yield {"base": base, "before": before, **sample, "db": db}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +85,7 @@ N_KERNELS = sample_db.ITERS * sample_db.BRANCHES + 1  # the LLM job's candidates
 
 def _kernel(served, kernel_id: str) -> dict:
     """One kernel as stored, read-only (the last test checks the file was never written)."""
-    return queries.kernel_detail(open_readonly(served["path"]), kernel_id)
+    return queries.kernel_detail(open_readonly(served["db"]), kernel_id)
 
 
 def _open_job(page, base: str) -> None:
@@ -99,7 +119,7 @@ def test_runs_page_lists_the_jobs_with_their_best_and_state(served, page):
 def test_graph_colours_best_arrows_and_legend(served, page):
     _open_job(page, served["base"])
     ids = served["ids"]
-    rows = queries.job_kernels(open_readonly(served["path"]), sample_db.TASK, sample_db.JOB)
+    rows = queries.job_kernels(open_readonly(served["db"]), sample_db.TASK, sample_db.JOB)
     known = {r["id"] for r in rows}
     info = page.evaluate(f"""() => {{ const cy = {CY};
         const c = id => cy.getElementById(id).style('background-color');
@@ -121,7 +141,7 @@ def test_graph_colours_best_arrows_and_legend(served, page):
     assert "Generation failed: no kernel to judge" in legend
     assert "Zoom in" not in legend  # a small job draws every arrow from the start
     critic = page.inner_text("#job-critic")
-    stored = queries.job_critiques(open_readonly(served["path"]), sample_db.TASK, sample_db.JOB)
+    stored = queries.job_critiques(open_readonly(served["db"]), sample_db.TASK, sample_db.JOB)
     assert critic.startswith("Critic") and len(stored) == sample_db.ITERS
     assert critic.index(stored[0]["text"][:60]) < critic.rindex(stored[-1]["text"][:60])
     facts = page.inner_text("#job-facts")
@@ -327,5 +347,6 @@ def test_large_job_shows_arrows_and_labels_where_zoomed_in(big_job, page):
 
 
 def test_zz_database_not_modified(served):
-    """Last in the module: after every page above, the file is byte-for-byte the same."""
-    assert _fingerprint(served["path"]) == served["before"]
+    """Last in the module: after every page above, the file is byte-for-byte the same (on
+    PostgreSQL: every row of every table)."""
+    assert _fingerprint(served["db"]) == served["before"]

@@ -75,6 +75,7 @@ def test_a_database_from_before_the_run_liveness_columns_still_reads(sample, tmp
         for column in ("engine_host", "engine_pid", "heartbeat_at"):
             conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
         conn.execute("UPDATE runs SET started_at = '2026-11-30 10:00:00.000000'")  # old runs
+        conn.execute("DROP TABLE alembic_version")  # nor had it migrations
     rows, total = queries.list_jobs(open_readonly(old))
     jobs = {r["job_name"]: r for r in rows}
     assert total == 3 and jobs[sample_db.JOB]["best_id"] == sample["best"]
@@ -128,7 +129,7 @@ def test_default_db_is_relative_to_cwd():
     from kernelcode.dashboard.cli import parse_args
 
     args = parse_args([])
-    assert args.db == Path("runs/kernels.sqlite3") and args.port == 8885 and args.host == "127.0.0.1"
+    assert Path(args.db) == Path("runs/kernels.sqlite3") and args.port == 8885 and args.host == "127.0.0.1"
 
 
 def test_non_loopback_host_warns(sample, capsys, monkeypatch):

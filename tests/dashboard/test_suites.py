@@ -95,3 +95,16 @@ def test_suites_in_a_real_browser(bench_db):
         page.wait_for_selector("#job-graph")
         assert not errors, errors
         browser.close()
+
+
+def test_the_suite_page_reads_the_same_from_postgres(bench_db, postgres):
+    import sample_db
+
+    sqlite_src = DataSource(bench_db["db"])
+    src = DataSource(sample_db.copy_to(bench_db["db"], postgres.new_database("suites")))
+    assert src.suites() == sqlite_src.suites()
+    assert src.suite("kb level1").to_json() == sqlite_src.suite("kb level1").to_json()
+    page = str(route(src, "/suite/kb%20level1", ""))
+    for problem in bench_db["json"]["problems"]:
+        assert problem["name"] in page
+    assert "suites-section" in str(route(src, "/", ""))

@@ -20,6 +20,7 @@ from dash.exceptions import PreventUpdate
 from kernelcode.dashboard.components import message_page
 from kernelcode.dashboard.source import DataSource
 from openkernel.errors import OpenKernelError
+from openkernel.db_location import shown
 
 log = logging.getLogger("kernelcode.dashboard")
 ASSETS = Path(__file__).parent / "assets"
@@ -82,7 +83,7 @@ def create_app(db_path: str | Path, refresh_ms: int = 2000) -> Dash:
     """Build the dashboard for one results database (opened read-only, lazily).
 
     Args:
-        db_path: the SQLite results database.
+        db_path: the results database: a SQLite file or a PostgreSQL URL.
         refresh_ms: how often a job page checks for new kernels.
 
     Returns:
@@ -96,7 +97,7 @@ def create_app(db_path: str | Path, refresh_ms: int = 2000) -> Dash:
     app.layout = html.Div([
         dcc.Location(id="url"),
         html.Header([dcc.Link("kernelfoundry results", href="/", className="brand"),
-                     html.Span(str(Path(db_path)), className="db-path", title="read-only")],
+                     html.Span(shown(db_path), className="db-path", title="read-only")],
                     className="topbar"),
         html.Main(id="page"),
     ])

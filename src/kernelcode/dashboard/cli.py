@@ -14,8 +14,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="kernelfoundry-gui", description=(
         "Browse openkernel results: the generation graph of each job and every recorded field. "
         "The database is opened read-only."))
-    p.add_argument("--db", type=Path, default=DEFAULT_DB,
-                   help="results database (default: runs/kernels.sqlite3 relative to the current folder)")
+    p.add_argument("--db", default=str(DEFAULT_DB),
+                   help="results database: a SQLite file (default: runs/kernels.sqlite3 relative to "
+                        "the current folder) or a postgresql:// URL (read in read-only transactions)")
     p.add_argument("--port", type=int, default=8885, help="port to serve on (default 8885)")
     p.add_argument("--host", default="127.0.0.1",
                    help="interface to bind (default 127.0.0.1; anything else exposes prompts and code)")
@@ -27,11 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from kernelcode.dashboard.source import open_db
     from openkernel.errors import OpenKernelError
+    from openkernel.db_location import shown
 
     try:
         open_db(args.db).dispose()  # fail now, with one clear line, not in the browser
     except OpenKernelError as err:
-        print(f"kernelfoundry-gui: {err}. Pass --db PATH to an openkernel results database.", file=sys.stderr)
+        print(f"kernelfoundry-gui: {err}. Pass --db PATH (or a postgresql:// URL) of an openkernel "
+              "results database.", file=sys.stderr)
         return 2
     from kernelcode.dashboard.server import LOOPBACK, base_url, make_dashboard_server
 
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         print(f"kernelfoundry-gui: cannot listen on {args.host}:{args.port} ({err.strerror})", file=sys.stderr)
         return 2
-    print(f"kernelfoundry-gui: serving {args.db} (read-only) at {base_url(server, args.host)}  (Ctrl+C stops)",
+    print(f"kernelfoundry-gui: serving {shown(args.db)} (read-only) at {base_url(server, args.host)}  (Ctrl+C stops)",
           flush=True)
     try:
         server.serve_forever()

@@ -7,13 +7,14 @@ The graph of a job needs every kernel of it but not their prompts, answers or co
 ``job_kernels`` selects the light columns only.
 
 The critic's diagnoses live in the ``critiques`` table, which databases written before it
-existed lack until the engine opens them again: every read of it first asks SQLite whether the
-table is there and, if not, answers as for a job without critiques.
+existed lack until the engine opens them again: every read of it first asks the database whether
+the table is there and, if not, answers as for a job without critiques. Every query is
+SQLAlchemy Core that SQLite and PostgreSQL both run (``summary`` holds the few that differ).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import String, func, select, type_coerce
+from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
 from openkernel.store import summary
@@ -39,10 +40,7 @@ def list_jobs(engine: Engine, search: str = "", offset: int = 0, limit: int = 50
         return summary.list_jobs(conn, search, offset, limit)
 
 
-def _has_table(conn, name: str) -> bool:
-    """Whether the database holds a table (an older one may lack ``critiques``)."""
-    q = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
-    return conn.exec_driver_sql(q, (name,)).first() is not None
+_has_table = summary.has_table  # an older database may lack ``critiques`` or ``llm_calls``
 
 
 def job_signature(engine: Engine, task: str, job: str) -> tuple[int, str, int, str]:
@@ -54,9 +52,9 @@ def job_signature(engine: Engine, task: str, job: str) -> tuple[int, str, int, s
     and the latest run's state are part of the signature: the page shows them without waiting
     for a kernel.
     """
-    q = select(func.count(), func.max(type_coerce(Kernel.created_at, String))).where(
-        Kernel.task_name == task, Kernel.job_name == job)
     with engine.connect() as conn:
+        q = select(func.count(), func.max(summary.as_text(Kernel.created_at, conn))).where(
+            Kernel.task_name == task, Kernel.job_name == job)
         n, newest = conn.execute(q).one()
         critiques = 0
         if _has_table(conn, Critique.__tablename__):

@@ -21,6 +21,7 @@ from kernelcode.dashboard.graph import best_kernel_id
 from openkernel.bench import summary
 from openkernel.errors import OpenKernelError
 from openkernel.store import open_readonly
+from openkernel.db_location import is_url
 
 
 def open_db(path: str | Path) -> Engine:
@@ -68,12 +69,12 @@ class DataSource:
     """Read-only access to one results database for the dashboard's callbacks.
 
     Args:
-        db_path: path of the SQLite results database.
+        db_path: the results database: a SQLite file or a PostgreSQL URL.
         cache_size: how many jobs to keep in memory.
     """
 
     def __init__(self, db_path: str | Path, cache_size: int = 8):
-        self.db_path = Path(db_path)
+        self.db_path = db_path if is_url(db_path) else Path(db_path)
         self._engine: Engine | None = None
         self._lock = threading.Lock()
         self._jobs: dict[tuple[str, str], JobData] = {}

@@ -21,6 +21,7 @@ from kernelcode.tui.formatting import (
 from kernelcode.tui.state import Candidate, RunCouldNotStart, RunCrashed
 from openkernel import events as ev
 from openkernel.costs import format_tokens
+from openkernel.db_location import shown
 
 DIM = "#8b949e"
 ERROR = "bold #f85149"
@@ -153,7 +154,7 @@ def _log(e: ev.LogEmitted) -> list[Text]:
 
 
 def _finished(e: ev.RunFinished) -> list[Text]:
-    stored = f"{_plural(e.candidates, 'candidate')} stored in {e.db_path}"
+    stored = f"{_plural(e.candidates, 'candidate')} stored in {shown(e.db_path)}"
     if e.new_candidates != e.candidates:
         stored += f" ({e.new_candidates} judged in this run)"
     if e.reason == "failed":

@@ -171,7 +171,7 @@ class Search:
 
     def _failed_before_start(self, message: str) -> RunFinished:
         """The one event of a run that could not start (the front ends print its error once)."""
-        return RunFinished("failed", None, -1.0, 0, str(self.store.path or self.store.url),
+        return RunFinished("failed", None, -1.0, 0, self.store.location,
                            error=message)
 
     def _run(self) -> Iterator[Event]:
@@ -223,7 +223,7 @@ class Search:
         yield RunStarted(
             run_id=run.id, task_name=self.task_name, job_name=self.job_name, backend=self.backend,
             hardware=hw.label, models=tuple(self.generator.models), generator=self.generator.name,
-            db_path=str(self.store.path or self.store.url), max_iters=self.config.max_iters,
+            db_path=self.store.location, max_iters=self.config.max_iters,
             branches_per_iteration=self.config.branches_per_iteration,
             resumed_candidates=self.stored_candidates, reference_code=self.task.reference_code,
             skills=tuple(skill_matches(probe, self.backend, self.task)),
@@ -253,7 +253,7 @@ class Search:
             self._finish("failed", repr(err))
             yield RunFinished("failed", self._best_id(), self.archive.best_speedup,
                               self.stored_candidates + self.candidates,
-                              str(self.store.path or self.store.url), error=repr(err),
+                              self.store.location, error=repr(err),
                               new_candidates=self.candidates)
             raise
         budget = self.spending.reason
@@ -265,7 +265,7 @@ class Search:
         spend = self.spending.snapshot()
         yield RunFinished(reason, self._best_id(), self.archive.best_speedup,
                           self.stored_candidates + self.candidates,
-                          str(self.store.path or self.store.url), error=budget or None, extra=extra,
+                          self.store.location, error=budget or None, extra=extra,
                           spend=spend if spend.calls or self.generator.name == "llm" else None,
                           new_candidates=self.candidates)
 

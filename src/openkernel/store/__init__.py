@@ -1,6 +1,8 @@
-"""The results database: SQLAlchemy 2 tables, SQLite (WAL) by default.
+"""The results database: SQLAlchemy 2 tables, SQLite (WAL) by default, PostgreSQL for many
+hosts (a ``postgresql://`` URL), migrated by Alembic.
 
-The engine is the only writer (``Store``); the dashboard opens it read-only (``open_readonly``).
+The engines are the only writers (``Store``), each of its own jobs; the dashboard opens the
+database read-only (``open_readonly``).
 """
 
 from openkernel.store.db import Store, engine_url, open_readonly

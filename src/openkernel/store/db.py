@@ -1,28 +1,33 @@
-"""Opening the database and the engine's writes to it.
+"""The engine's writes to the results database, and its reads of one job.
 
 SQLite runs in WAL mode so the dashboard can read while the engine writes; each candidate is
 committed as soon as it is judged, so a killed engine loses at most the candidates in flight.
+On PostgreSQL (a ``postgresql://`` URL) several engines, one per host, write their own jobs
+into one database at once: rows are keyed by job, run ids come from the server, kernel ids are
+random, and the rows two engines may both write (reference timings) are upserts.
+
+Opening a ``Store`` migrates the database to the newest tables (``store.migrate``).
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
-from sqlalchemy import create_engine, event, inspect, select, text, update
+from sqlalchemy import inspect, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import QueuePool
 
 from openkernel.errors import OpenKernelError
-from openkernel.store import summary
+from openkernel.store import engines, migrate, summary
+from openkernel.store.engines import engine_url
 from openkernel.store.liveness import Heartbeat, this_host
 from openkernel.store.tables import (
-    Base,
     Critique,
     Kernel,
     LLMCallRecord,
@@ -31,50 +36,47 @@ from openkernel.store.tables import (
     SuiteProblem,
 )
 
-
-def engine_url(path_or_url: str | Path) -> str:
-    text = str(path_or_url)
-    return text if "://" in text else f"sqlite:///{Path(text).expanduser().resolve()}"
-
-
-def _sqlite_pragmas(engine: Engine, readonly: bool) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record):  # pragma: no cover - exercised through every test
-        cur = dbapi_conn.cursor()
-        if not readonly:
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
-        cur.execute("PRAGMA busy_timeout=10000")
-        cur.close()
-
-
 class Store:
     """The engine's handle on the database: the only writer."""
 
     def __init__(self, path_or_url: str | Path):
         url = engine_url(path_or_url)
         self.url = url
-        if url.startswith("sqlite:///"):
-            db_file = Path(url[len("sqlite:///"):])
+        self._given = str(path_or_url)
+        self.shown = engines.shown(path_or_url)  # for messages: no password
+        self.path: Path | None = engines.sqlite_file(url)
+        if self.path is not None:
             try:
-                db_file.parent.mkdir(parents=True, exist_ok=True)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as err:
-                raise OpenKernelError(f"{db_file.parent}: cannot create the database folder ({err.strerror})") from None
-            self.path: Path | None = db_file
-        else:
-            self.path = None
-        self.engine = create_engine(url)
-        if url.startswith("sqlite"):
-            _sqlite_pragmas(self.engine, readonly=False)
+                raise OpenKernelError(f"{self.path.parent}: cannot create the database folder ({err.strerror})") from None
+        self.engine = engines.writer(path_or_url)
+        self.postgres = self.engine.dialect.name == "postgresql"
         try:
-            Base.metadata.create_all(self.engine)
-            _add_missing_columns_and_indexes(self.engine)
+            migrate.upgrade(self.engine)
         except DatabaseError as err:
-            raise OpenKernelError(f"{path_or_url}: not an openkernel database ({err.orig})") from None
+            self.engine.dispose()
+            raise OpenKernelError(f"{self.shown}: not an openkernel database ({err.orig})") from None
         self.session = sessionmaker(self.engine, expire_on_commit=False)
 
+    @property
+    def location(self) -> str:
+        """Where the results are, as events and messages say it: the file, or the URL as given
+        (with its password, if any: the dashboard opens it with this)."""
+        return str(self.path) if self.path is not None else self._given
+
     def __repr__(self) -> str:
-        return f"Store({self.url})"
+        return f"Store({self.shown})"
+
+    def _upsert(self, table, keys: tuple[str, ...], **values) -> None:
+        """Insert a row, or update it where one with the same keys exists: one statement, so
+        two engines writing the same row at once never collide on its primary key."""
+        insert = pg_insert if self.postgres else sqlite_insert
+        stmt = insert(table).values(**values)
+        stmt = stmt.on_conflict_do_update(index_elements=list(keys),
+                                          set_={k: v for k, v in values.items() if k not in keys})
+        with self.engine.begin() as conn:
+            conn.execute(stmt)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -131,6 +133,9 @@ class Store:
 
     # kernels --------------------------------------------------------------------------------
     def add_kernel(self, **fields) -> Kernel:
+        if self.postgres:  # PostgreSQL's text cannot hold NUL (a candidate's output may)
+            fields = {k: v.replace("\x00", "\ufffd") if isinstance(v, str) else v
+                      for k, v in fields.items()}
         with self.session() as s, s.begin():
             row = Kernel(**fields)
             s.add(row)
@@ -215,18 +220,18 @@ class Store:
 
     def put_reference_timing(self, task_digest: str, hardware: str, kind: str, runtime: float,
                              runtime_stats: dict) -> None:
-        with self.session() as s, s.begin():
-            s.merge(ReferenceTiming(task_digest=task_digest, hardware=hardware, kind=kind,
-                                    runtime=runtime, runtime_stats=runtime_stats))
+        self._upsert(ReferenceTiming.__table__, ("task_digest", "hardware", "kind"),
+                     task_digest=task_digest, hardware=hardware, kind=kind, runtime=runtime,
+                     runtime_stats=runtime_stats, created_at=datetime.now(timezone.utc))
 
 
     # benchmark suites --------------------------------------------------------------------------
     def add_suite_problem(self, *, suite: str, task_name: str, job_name: str, position: int,
                           path: str, task_digest: str) -> None:
         """File a problem under a suite (again on a resumed suite: the newest path wins)."""
-        with self.session() as s, s.begin():
-            s.merge(SuiteProblem(suite=suite, task_name=task_name, job_name=job_name,
-                                 position=position, path=path, task_digest=task_digest))
+        self._upsert(SuiteProblem.__table__, ("suite", "task_name"), suite=suite,
+                     task_name=task_name, job_name=job_name, position=position, path=path,
+                     task_digest=task_digest)
 
     def set_suite_outcome(self, suite: str, task_name: str, outcome: str, error: str = "") -> None:
         with self.session() as s, s.begin():
@@ -251,55 +256,19 @@ def _as_dict(run: Run) -> dict:
     return {c.name: getattr(run, c.name) for c in Run.__table__.c}
 
 
-def _add_missing_columns_and_indexes(engine: Engine) -> list[str]:
-    """Bring a database made by an older openkernel up to the tables, in place.
-
-    ``create_all`` makes missing tables but leaves existing ones as they are; this adds each
-    column the tables declare and the database lacks, as a nullable column (``ALTER TABLE ...
-    ADD COLUMN``, which SQLite and PostgreSQL do without rewriting the table), then each missing
-    index. Renames and type changes are not migrations this can do: use Alembic for those.
-    Returns ``table.column`` for each column added.
-    """
-    inspector = inspect(engine)
-    added = []
-    with engine.begin() as conn:
-        for table in Base.metadata.sorted_tables:
-            if not inspector.has_table(table.name):
-                continue
-            have = {c["name"] for c in inspector.get_columns(table.name)}
-            for column in table.columns:
-                if column.name not in have:
-                    kind = column.type.compile(engine.dialect)
-                    conn.execute(text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}'))
-                    added.append(f"{table.name}.{column.name}")
-            for index in table.indexes:
-                index.create(conn, checkfirst=True)
-    return added
-
-
-def open_readonly(path: str | Path) -> Engine:
-    """An engine on an existing SQLite database that cannot write to it."""
-    db_file = Path(path).expanduser()
-    if not db_file.is_file():
-        raise OpenKernelError(f"{db_file}: no such database")
-    uri = f"file:{db_file.resolve()}?mode=ro"
-
-    def connect() -> sqlite3.Connection:
-        return sqlite3.connect(uri, uri=True, check_same_thread=False)
-
-    # A pool of its own: "sqlite://" alone means SingletonThreadPool, which closes other threads'
-    # connections once five threads have one, mid-query (the dashboard serves each request on
-    # its own thread: closed-database errors, even segfaults).
-    engine = create_engine("sqlite://", creator=connect, poolclass=QueuePool)
-    _sqlite_pragmas(engine, readonly=True)
+def open_readonly(path_or_url: str | Path) -> Engine:
+    """An engine on an existing results database that cannot write to it: a SQLite file (or
+    ``sqlite:///`` URL) or a PostgreSQL URL (read-only transactions)."""
+    engine = engines.reader(path_or_url)
     try:
-        with engine.connect() as conn:
-            tables = {r[0] for r in conn.exec_driver_sql(
-                "SELECT name FROM sqlite_master WHERE type='table'")}
+        tables = set(inspect(engine).get_table_names())
     except DatabaseError as err:
-        raise OpenKernelError(f"{db_file}: not an SQLite database ({err.orig})") from None
+        engine.dispose()
+        kind = "a PostgreSQL" if engine.dialect.name == "postgresql" else "an SQLite"
+        raise OpenKernelError(f"{engines.shown(path_or_url)}: not {kind} database ({err.orig})") from None
     if not {"kernels", "runs"} <= tables:
-        raise OpenKernelError(f"{db_file}: not an openkernel database (no kernels/runs tables)")
+        engine.dispose()
+        raise OpenKernelError(f"{engines.shown(path_or_url)}: not an openkernel database (no kernels/runs tables)")
     return engine
 
 

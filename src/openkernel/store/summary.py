@@ -13,7 +13,9 @@ asked for (a page), which keeps it well under a second on a million kernels.
 
 from __future__ import annotations
 
-from sqlalchemy import String, and_, case, func, null, or_, select, type_coerce
+from datetime import timezone
+
+from sqlalchemy import String, and_, case, cast, func, inspect, null, or_, select, type_coerce
 from sqlalchemy.engine import Connection
 
 from openkernel.store.liveness import run_state, stale_before
@@ -29,9 +31,34 @@ LATER_RUN_COLUMNS = ("engine_host", "engine_pid", "heartbeat_at")
 
 def run_columns(conn: Connection) -> list:
     """Every column of ``runs`` as a select expression (NULL for one an older database lacks)."""
-    have = {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(runs)")} \
-        if conn.dialect.name == "sqlite" else None
-    return [c if have is None or c.name in have else null().label(c.name) for c in Run.__table__.c]
+    have = {c["name"] for c in inspect(conn).get_columns(Run.__tablename__)}
+    return [c if c.name in have else null().label(c.name) for c in Run.__table__.c]
+
+
+def has_table(conn: Connection, name: str) -> bool:
+    """Whether the database holds a table (one no engine has opened since it was added lacks it)."""
+    return inspect(conn).has_table(name)
+
+
+def as_text(column, conn: Connection):
+    """A timestamp column as text, to compare and show without parsing: SQLite stores text
+    already (so its index answers); PostgreSQL casts (UTC sessions: one format everywhere)."""
+    return type_coerce(column, String) if conn.dialect.name == "sqlite" else cast(column, String)
+
+
+def distinct_list(column, conn: Connection):
+    """The distinct values of a column in a group, comma-separated (SQLite's group_concat
+    takes no separator with DISTINCT; its default is the comma)."""
+    if conn.dialect.name == "sqlite":
+        return func.group_concat(column.distinct())
+    return func.string_agg(column.distinct(), ",")
+
+
+def stale_moment(conn: Connection):
+    """``stale_before()`` as the database compares it: naive UTC text on SQLite, an aware
+    moment on PostgreSQL."""
+    moment = stale_before()
+    return moment if conn.dialect.name == "sqlite" else moment.replace(tzinfo=timezone.utc)
 
 
 def state_of(run: dict) -> str:
@@ -42,7 +69,7 @@ def state_of(run: dict) -> str:
 
 def job_figures(conn: Connection, task: str, job: str) -> dict:
     """Candidates, status mix, best kernel and newest kernel of one job (two index ranges)."""
-    mix = (select(Kernel.status, func.count(), func.max(type_coerce(Kernel.created_at, String)))
+    mix = (select(Kernel.status, func.count(), func.max(as_text(Kernel.created_at, conn)))
            .where(Kernel.task_name == task, Kernel.job_name == job, CANDIDATE)
            .group_by(Kernel.status))
     status, newest = {}, ""
@@ -83,10 +110,10 @@ def list_jobs(conn: Connection, search: str = "", offset: int = 0,
     cols = {c.name: c for c in run_columns(conn)}
     last = func.max(func.coalesce(Run.finished_at, cols["heartbeat_at"], Run.started_at))
     # Live first: the SQL side can only see heartbeats; run_state below also checks the pid.
-    fresh = func.coalesce(cols["heartbeat_at"], Run.started_at) > stale_before()
+    fresh = func.coalesce(cols["heartbeat_at"], Run.started_at) > stale_moment(conn)
     live = func.max(case((and_(Run.status == "running", fresh), 1), else_=0))
     q = select(Run.task_name, Run.job_name, func.count(Run.id), live, last,
-               func.group_concat(Run.hardware.distinct()), func.max(Run.id))
+               distinct_list(Run.hardware, conn), func.max(Run.id))
     if search.strip():
         pattern = _like(search.strip())
         q = q.where(or_(Run.task_name.ilike(pattern, escape="\\"),

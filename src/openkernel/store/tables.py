@@ -1,9 +1,9 @@
 """Table definitions. One row per run, one per candidate kernel (failures included), one per
 critic diagnosis, one per answered model call.
 
-Columns added after a table first shipped are added to older databases by ``Store`` (see
-``store.db._add_missing_columns_and_indexes``); readers of a database the engine has not
-opened since check for them.
+A change here is an Alembic revision too (``store/migrations/versions``), which ``Store``
+applies when it opens a database; readers of a database the engine has not opened since check
+for columns and tables added later.
 """
 
 from __future__ import annotations
@@ -137,8 +137,8 @@ class Critique(Base):
     """The critic's diagnosis of one kernel after one iteration of a job: of the best kernel
     (role "best") and of each parent handed to the next iteration (role "parent").
 
-    Databases made before this table existed get it from ``Store`` (``create_all`` adds missing
-    tables); readers of a database still without it treat it as holding no critiques.
+    Databases made before this table existed get it from ``Store`` (the baseline migration adds
+    missing tables); readers of a database still without it treat it as holding no critiques.
     """
 
     __tablename__ = "critiques"

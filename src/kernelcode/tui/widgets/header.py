@@ -8,6 +8,7 @@ from textual.reactive import reactive
 from kernelcode import __version__
 from kernelcode.tui.formatting import pretty_backend, pretty_hardware, speedup_str
 from kernelcode.tui.widgets.lines import TextLines
+from openkernel.db_location import shown
 
 SEP = ("  │  ", "#6e7681")
 PHASE_WORDS = {"starting": "STARTING", "running": "RUNNING", "finished": "FINISHED",
@@ -68,7 +69,7 @@ class RunHeader(TextLines):
         if self.job:
             parts.append(f"job {self.job}")
         if self.db_path:
-            parts.append(f"db {self.db_path}")
+            parts.append(f"db {shown(self.db_path)}")  # a URL's password masked
         if self.best > 0:
             parts.append(f"best {speedup_str(self.best)}")
         if self.spend:

@@ -1,0 +1,138 @@
+"""Engines on the results database: a SQLite file or a PostgreSQL URL, to write or read-only.
+
+``paths.kernels_db_path`` is a file path (SQLite in WAL mode) or a SQLAlchemy URL. A
+``postgresql://`` URL is opened with psycopg 3 (SQLAlchemy alone would pick psycopg2), every
+session in UTC so timestamps compare alike on every host, and a reader's sessions in read-only
+transactions (``default_transaction_read_only``), so the dashboard cannot write even with the
+engine's role. Put passwords in ``~/.pgpass`` or ``PGPASSWORD`` rather than in the URL: the URL
+travels in events and configs (where it is shown, ``db_location.shown`` masks a password).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from pathlib import Path
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.pool import QueuePool
+
+from openkernel.db_location import is_url, shown
+from openkernel.errors import OpenKernelError
+
+POSTGRES_HINT = "pip install 'openkernel[postgres]' (psycopg 3)"
+
+
+def engine_url(path_or_url: str | Path) -> str:
+    """The SQLAlchemy URL of a database path or URL (``postgresql://`` means psycopg 3)."""
+    text = str(path_or_url)
+    if not is_url(text):
+        return f"sqlite:///{Path(text).expanduser().resolve()}"
+    try:
+        url = make_url(text)
+    except ArgumentError:
+        raise OpenKernelError(f"{shown(text)}: not a database URL") from None
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    return url.render_as_string(hide_password=False)
+
+
+def is_postgres(url: str) -> bool:
+    return url.startswith(("postgresql", "postgres"))
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL (None for any other URL or an in-memory database)."""
+    return Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") and len(url) > 10 else None
+
+
+def _finite(value):
+    """JSON without NaN or Infinity (PostgreSQL's json rejects them): such a number is null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _json_dumps(value) -> str:
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value))
+
+
+def _sqlite_pragmas(engine: Engine, readonly: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # pragma: no cover - exercised through every test
+        cur = dbapi_conn.cursor()
+        if not readonly:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=10000")
+        cur.close()
+
+
+def _postgres(url: str, readonly: bool, shown_as: str) -> Engine:
+    try:
+        import psycopg  # noqa: F401 - only to say what is missing, in one line
+    except ImportError:
+        raise OpenKernelError(f"{shown_as}: PostgreSQL needs psycopg 3: {POSTGRES_HINT}") from None
+    options = "-c TimeZone=UTC" + (" -c default_transaction_read_only=on" if readonly else "")
+    engine = create_engine(url, connect_args={"options": options, "connect_timeout": 10},
+                           json_serializer=_json_dumps, pool_pre_ping=True)
+    try:
+        with engine.connect():
+            pass
+    except OperationalError as err:
+        engine.dispose()
+        reason = str(err.orig).strip().splitlines()[0] if err.orig else str(err)
+        raise OpenKernelError(f"{shown_as}: cannot connect to PostgreSQL ({reason})") from None
+    return engine
+
+
+def writer(path_or_url: str | Path) -> Engine:
+    """The engine's own engine (the Store's): WAL on SQLite, UTC sessions on PostgreSQL."""
+    url = engine_url(path_or_url)
+    if is_postgres(url):
+        return _postgres(url, readonly=False, shown_as=shown(path_or_url))
+    engine = create_engine(url)
+    if url.startswith("sqlite"):
+        _sqlite_pragmas(engine, readonly=False)
+    return engine
+
+
+def reader(path_or_url: str | Path) -> Engine:
+    """An engine that cannot write: SQLite opened ``mode=ro``, PostgreSQL in read-only
+    transactions. Raises OpenKernelError for a missing file or an unreachable server."""
+    if is_url(path_or_url):
+        url = engine_url(path_or_url)
+        if is_postgres(url):
+            return _postgres(url, readonly=True, shown_as=shown(path_or_url))
+        db_file = sqlite_file(url)
+        if db_file is None:
+            raise OpenKernelError(f"{shown(path_or_url)}: only SQLite files and PostgreSQL URLs are read")
+    else:
+        db_file = Path(path_or_url).expanduser()
+    if not db_file.is_file():
+        raise OpenKernelError(f"{db_file}: no such database")
+    uri = f"file:{db_file.resolve()}?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+    # A pool of its own: "sqlite://" alone means SingletonThreadPool, which closes other threads'
+    # connections once five threads have one, mid-query (the dashboard serves each request on
+    # its own thread: closed-database errors, even segfaults).
+    engine = create_engine("sqlite://", creator=connect, poolclass=QueuePool)
+    _sqlite_pragmas(engine, readonly=True)
+    return engine
+
+
+__all__ = ["engine_url", "is_postgres", "is_url", "reader", "shown", "sqlite_file",
+           "writer"]

@@ -1,0 +1,1 @@
+"""Alembic migrations of the results database (``openkernel.store.migrate`` runs them)."""

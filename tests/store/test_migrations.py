@@ -1,0 +1,94 @@
+"""Alembic migrations of the results database: an old SQLite database is upgraded in place
+and keeps its rows; a new database on SQLite and on PostgreSQL has exactly ``tables.py``."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, text
+
+from openkernel.errors import OpenKernelError
+from openkernel.store import Store, migrate, open_readonly
+from openkernel.store.tables import Base
+
+# Written by openkernel before migrations (main at 03a9c96): one offline job, 3 kernels.
+PRE_ALEMBIC = Path(__file__).parent / "data" / "pre_alembic.sql"
+
+
+def _old_database(path: Path, older: bool = False) -> Path:
+    with sqlite3.connect(path) as conn:
+        conn.executescript(PRE_ALEMBIC.read_text(encoding="utf-8"))
+        if older:  # as a database from before the LLM critic, templates and heartbeats
+            conn.executescript("""
+                DROP TABLE critiques; DROP TABLE llm_calls;
+                DROP INDEX ix_kernels_job_candidates;
+                ALTER TABLE kernels DROP COLUMN template_results;
+                ALTER TABLE runs DROP COLUMN heartbeat_at;
+                ALTER TABLE runs DROP COLUMN engine_pid;""")
+    conn.close()
+    return path
+
+
+def _differences(engine) -> list:
+    with engine.connect() as conn:
+        return compare_metadata(MigrationContext.configure(conn), Base.metadata)
+
+
+def _revision(engine) -> str | None:
+    with engine.connect() as conn:
+        return migrate.revision(conn)
+
+
+@pytest.mark.parametrize("older", [False, True], ids=["pre-alembic", "older"])
+def test_an_old_sqlite_database_is_upgraded_in_place(tmp_path, older):
+    path = _old_database(tmp_path / "old.sqlite3", older)
+    before = open_readonly(path)
+    assert "alembic_version" not in inspect(before).get_table_names()
+    before.dispose()
+
+    store = Store(path)
+    assert _revision(store.engine) == migrate.head()
+    assert _differences(store.engine) == []
+    kernels = store.job_kernels("gelu", "old job")
+    assert len(kernels) == 3 and sum(k.correctness for k in kernels) == 3
+    [job] = store.list_jobs()
+    assert (job["job_name"], job["state"], job["candidates"]) == ("old job", "completed", 2)
+    assert store.best_kernel("gelu").id == "8fc5eb98f673"
+    # The engine goes on writing into it: a new run and a kernel with the later columns.
+    run = store.start_run(task_name="gelu", job_name="old job", backend="triton")
+    store.add_kernel(id="new1", run_id=run.id, task_name="gelu", job_name="old job", iteration=1,
+                     branch=0, label="i1-b0", origin="offline", status="correct",
+                     template_results={"winner": {}})
+    assert store.get_kernel("new1").template_results == {"winner": {}}
+    store.close()
+    Store(path).close()  # opened again: already at the newest revision, nothing to do
+
+
+def test_a_new_database_has_the_tables_of_tables_py(tmp_path):
+    store = Store(tmp_path / "new.sqlite3")
+    assert _revision(store.engine) == migrate.head()
+    assert _differences(store.engine) == []
+    store.close()
+
+
+def test_a_database_from_a_newer_openkernel_is_refused(tmp_path):
+    path = tmp_path / "k.sqlite3"
+    Store(path).close()
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = 'ffff'"))
+    engine.dispose()
+    with pytest.raises(OpenKernelError, match="revision ffff, newer than this openkernel"):
+        Store(path)
+
+
+def test_postgres_gets_the_same_tables(postgres):
+    url = postgres.new_database("migrations")
+    store = Store(url)
+    assert _revision(store.engine) == migrate.head()
+    assert _differences(store.engine) == []
+    store.close()
