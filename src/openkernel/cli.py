@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from openkernel.errors import OpenKernelError
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         return {"run": cmd_run, "eval": cmd_eval, "runs": cmd_runs, "show": cmd_show,
                 "export": cmd_export, "bench": cmd_bench}[args.command](args)
     except OpenKernelError as err:
-        err_console.print(f"[bold red]error:[/] {err}", highlight=False)
+        # escaped: a message may hold brackets ("pip install 'openkernel[ray]'") that are no markup
+        err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted: every candidate judged so far is stored")
