@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,17 @@ import openkernel  # noqa: E402
 from openkernel import events as ev  # noqa: E402
 from openkernel.config import build_config  # noqa: E402
 from openkernel.errors import ConfigError  # noqa: E402
+from openkernel.evaluation.host.devices import NoDeviceLeft  # noqa: E402
+from openkernel.evaluation.host.ray_executor import RayEvaluator, _Actor  # noqa: E402
+from openkernel.evaluation.host.ray_node import (  # noqa: E402
+    ActorInfo,
+    GpuActor,
+    JudgeReply,
+    JudgeRequest,
+)
 from openkernel.generators.base import Proposal  # noqa: E402
+from openkernel.records import MemoryPlan, TaskProbe  # noqa: E402
+from openkernel.schemas import EvalResult  # noqa: E402
 from openkernel.search.loop import Search  # noqa: E402
 from openkernel.store import Store  # noqa: E402
 from openkernel.task import load_task  # noqa: E402
@@ -75,6 +86,113 @@ def test_executor_keys_are_checked():
         build_config({"executor": "dask"})
     with pytest.raises(ConfigError, match="unknown key 'ray.adress'"):
         build_config({"ray": {"adress": "auto"}})
+
+
+# -- re-queue and de-duplication, against a fake Ray (no cluster) ---------------------------
+class _Lost(Exception):
+    """Stands for ray.exceptions.RayActorError."""
+
+
+class _FakeRay:
+    class exceptions:
+        RayActorError = _Lost
+
+    def get(self, ref, timeout=None):
+        return ref
+
+    def kill(self, handle):
+        handle.killed = True
+
+
+class _Handle:
+    """An actor handle whose judge stream is ``script(request)``; counts the calls."""
+
+    def __init__(self, script):
+        self.script, self.calls, self.killed = script, 0, False
+        self.judge = self
+
+    def options(self, **_):
+        return self
+
+    def remote(self, request):
+        self.calls += 1
+        return self.script(request)
+
+
+def _reply(request, node):
+    return JudgeReply(request.key, result=EvalResult(compiled=True, correctness=True), node=node)
+
+
+def _dies(request):
+    yield "setup"
+    raise _Lost("the actor died unexpectedly before finishing this task")
+
+
+def _judges(request):
+    yield "setup"
+    yield "build"
+    yield _reply(request, "b")
+
+
+def _fake_evaluator(monkeypatch, tmp_path, examples_dir, *scripts):
+    monkeypatch.setattr("openkernel.evaluation.host.ray_executor.import_ray", _FakeRay)
+    config = build_config({"executor": "ray", "paths": {"scratch_dir": str(tmp_path)}})
+    ev_ = RayEvaluator(load_task(examples_dir / "gelu"), config)
+    info = ActorInfo(probe=TaskProbe(ok=True), targets=None, plan=MemoryPlan(), pch={},
+                     max_workers=1, node="")
+    for i, script in enumerate(scripts):
+        ev_._actors.append(_Actor(i, _Handle(script), replace(info, node="ab"[i])))
+    return ev_
+
+
+def test_a_lost_actor_s_candidate_is_requeued_on_another(monkeypatch, tmp_path, examples_dir):
+    evaluator = _fake_evaluator(monkeypatch, tmp_path, examples_dir, _dies, _judges)
+    first, second = [a.handle for a in evaluator._actors]
+    phases: list[str] = []
+    result = evaluator.evaluate("code", "triton", label="i0-b0", on_phase=phases.append)
+    assert result.correctness and phases == ["setup", "setup", "build"]
+    assert result.metadata["requeued"] == [
+        "lost with node a (_Lost); re-queued on another GPU actor"]
+    assert first.killed and not second.killed  # it cannot go on judging what moved on
+    assert [a.info.node for a in evaluator._actors] == ["b"]
+    assert any("lost" in note for note in evaluator.notes)
+    # Asked again for the same candidate (label and code): its one verdict, judged nowhere.
+    assert evaluator.evaluate("code", "triton", label="i0-b0") is result
+    assert (first.calls, second.calls) == (1, 1)
+
+
+def test_a_verdict_arriving_twice_is_kept_once(monkeypatch, tmp_path, examples_dir):
+    evaluator = _fake_evaluator(monkeypatch, tmp_path, examples_dir, _judges)
+    request = JudgeRequest("i0-b0:abc", "evaluate", "code", "triton", "i0-b0")
+    one, two = _reply(request, "a"), _reply(request, "b")
+    assert evaluator._settle(one, []) is one
+    assert evaluator._settle(two, []) is one and evaluator.duplicates == 1
+
+
+def test_every_actor_lost_ends_with_no_device_left(monkeypatch, tmp_path, examples_dir):
+    evaluator = _fake_evaluator(monkeypatch, tmp_path, examples_dir, _dies, _dies)
+    with pytest.raises(NoDeviceLeft, match="every GPU actor is lost"):
+        evaluator.evaluate("code", "triton", label="i0-b0")
+
+
+def test_a_node_asked_again_returns_its_kept_verdict():
+    class Judging:
+        notes, incumbent_speedup, calls = [], 0.0, 0
+
+        def evaluate(self, code, backend, label, on_phase, source_name):
+            self.calls += 1
+            on_phase("build")
+            return EvalResult(compiled=True)
+
+    actor = GpuActor.__new__(GpuActor)
+    actor.node, actor.evaluator = "host/abc", Judging()
+    actor._done, actor._done_lock = {}, threading.Lock()
+    request = JudgeRequest("i0-b0:abc", "evaluate", "code", "triton", "i0-b0")
+    first = list(actor.judge(request))
+    assert first[0] == "build" and isinstance(first[-1], JudgeReply)
+    assert first[-1].result.metadata["ray_node"] == "host/abc"
+    again = list(actor.judge(request))
+    assert again == [first[-1]] and actor.evaluator.calls == 1
 
 
 @pytest.fixture(scope="module")

@@ -195,6 +195,8 @@ class Search:
             return
         for warning in probe.warnings:
             yield LogEmitted("warning", warning)
+        if self.evaluator.where:  # the Ray executor: how many GPU actors, on which nodes
+            yield LogEmitted("info", self.evaluator.where)
         self.probe, self.hardware = probe, hw
         targets = self.evaluator.targets
         self.gpu_arch = targets.primary  # results are filed (and start_from_best looks) here

@@ -21,6 +21,7 @@ Ray is an optional extra; nothing imports this module unless ``executor: ray``.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -90,6 +91,7 @@ class RayEvaluator:
         self._settled: dict[str, JudgeReply] = {}  # idempotency key -> the verdict kept
         self.duplicates = 0  # verdicts that arrived for a key already settled
         self._started_ray = False
+        self.where = ""  # said once the actors are up
 
     # -- what the search loop reads ----------------------------------------------------------
     @property
@@ -190,7 +192,8 @@ class RayEvaluator:
         remote = ray.remote(GpuActor).options(
             num_gpus=1, num_cpus=rc.cpus_per_gpu, max_concurrency=_ACTOR_CONCURRENCY,
             max_restarts=0, max_task_retries=0)  # the engine re-queues; Ray never re-runs
-        handles = [remote.remote(files, self.config) for _ in range(gpus)]
+        omp = os.environ.get("OMP_NUM_THREADS")
+        handles = [remote.remote(files, self.config, omp) for _ in range(gpus)]
         probes = {h.probe.remote(): h for h in handles}
         ready, late = ray.wait(list(probes), num_returns=len(probes), timeout=rc.start_timeout_s)
         errors: list[str] = []
@@ -215,11 +218,10 @@ class RayEvaluator:
             return self._failed(f"executor: ray: no GPU actor could judge candidates: {why}")
         first = self._actors[0].info
         self._targets, self.plan, self.pch = first.targets, first.plan, first.pch
-        probe = first.probe
         nodes = sorted({a.info.node for a in self._actors})
-        probe.warnings.append(f"executor: ray: {len(self._actors)} GPU actor(s) on "
-                              f"{len(nodes)} node(s): {', '.join(nodes)}")
-        return probe
+        self.where = (f"executor: ray: {len(self._actors)} GPU actor(s) on {len(nodes)} "
+                      f"node(s): {', '.join(nodes)}")
+        return first.probe
 
     def _failed(self, error: str) -> TaskProbe:
         return TaskProbe(ok=False, error=error)

@@ -18,6 +18,7 @@ This module imports no Ray: the engine wraps :class:`GpuActor` with ``ray.remote
 
 from __future__ import annotations
 
+import os
 import queue
 import shutil
 import socket
@@ -90,8 +91,15 @@ class ActorInfo:
 class GpuActor:
     """One GPU of a node (``num_gpus=1``): judges candidates for one task, several at a time."""
 
-    def __init__(self, task_files: TaskFiles, config: Config):
+    def __init__(self, task_files: TaskFiles, config: Config, engine_omp_threads: str | None):
         self.node = _where()
+        # Ray sets OMP_NUM_THREADS to the actor's num_cpus; the local pipeline's workers inherit
+        # the engine's (torch's default when unset), so put that back: the same job, timed
+        # the same (single-threaded, the CPU reference ran 50x faster than the local one's).
+        if engine_omp_threads is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = engine_omp_threads
         # Everything of this actor stays in a node-local folder, removed at close.
         self.root = Path(tempfile.gettempdir()) / "openkernel-ray" / uuid.uuid4().hex[:12]
         for rel, data in task_files.files.items():
