@@ -158,8 +158,8 @@ class RayConfig(_Strict):
     """Where candidates are judged with ``executor: ray`` (README: Past one machine)."""
 
     address: str | None = Field(None, description="The Ray cluster to join: \"auto\" (the "
-                                "one started on this machine with `ray start`), host:port of "
-                                "its head, or ray://host:10001. None: the cluster running on "
+                                "one started on this machine with `ray start`) or host:port "
+                                "of its head (the GCS port, 6379 by default). None: the cluster running on "
                                 "this machine if there is one, else a local Ray started for "
                                 "the run and stopped after it.")
     gpus: int | None = Field(None, ge=1, description="GPU actors to start, one per GPU (each "

@@ -63,6 +63,7 @@ class _Actor:
     def __init__(self, index: int, handle, info: ActorInfo):
         self.index, self.handle, self.info = index, handle, info
         self.inflight = 0
+        self.taken = 0  # candidates sent to it so far
         self.notes_seen = 0
 
 
@@ -205,9 +206,10 @@ class RayEvaluator:
                 continue
             if not info.probe.ok:
                 errors.append(info.probe.error)
+                self._pending.append(probes[ref])  # it holds a GPU: killed at close
                 continue
             self._actors.append(_Actor(len(self._actors), probes[ref], info))
-        self._pending = [probes[ref] for ref in late]
+        self._pending += [probes[ref] for ref in late]
         if late:
             self.notes.append(f"executor: ray: {len(late)} of {gpus} GPU actors were not "
                               f"placed within {rc.start_timeout_s:g} s; judging on "
@@ -282,9 +284,12 @@ class RayEvaluator:
                 if not self._actors:
                     raise NoDeviceLeft("executor: ray: every GPU actor is lost (their nodes "
                                        "died or their GPUs failed)")
-                actor = min(self._actors, key=lambda a: a.inflight / max(1, a.info.max_workers))
+                # the most room first; among equals, the one that has judged fewest so far
+                actor = min(self._actors, key=lambda a: (a.inflight / max(1, a.info.max_workers),
+                                                         a.taken))
                 if actor.inflight < actor.info.max_workers:
                     actor.inflight += 1
+                    actor.taken += 1
                     return actor
                 self._ready.wait(timeout=1.0)
 
