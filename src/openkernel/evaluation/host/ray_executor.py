@@ -182,7 +182,9 @@ class RayEvaluator:
             gpus = rc.gpus or int(ray.cluster_resources().get("GPU", 0))
         except Exception as err:  # noqa: BLE001 - no cluster there, a version mismatch, ...
             return self._failed(f"ray.address={rc.address!r}: could not join a Ray cluster "
-                                f"({type(err).__name__}: {err})")
+                                f"({type(err).__name__}: {err}); a head started with token "
+                                f"authentication needs RAY_AUTH_MODE=token and its token here "
+                                f"(README: Past one machine)")
         if gpus < 1:
             return self._failed("executor: ray: the Ray cluster has no GPU resources: start "
                                 "each GPU node with `ray start --address=HEAD:6379 --num-gpus=N`")
