@@ -2,7 +2,7 @@
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, stability, examples, kb-softmax, kb-bench,
-#         templated.
+#         templated, ray-vs-local.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -31,6 +31,10 @@ case "$1" in
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-400}" taskset -c 0-15 python3 benchmarks/pipeline_throughput.py \
       --backend cuda --iters 1 --branches 16 --label "cuda-1gpu-16cores${W:+-w$W}" \
       ${W:+--set eval_config.max_workers=$W} --out "$OUT/throughput.json" | tail -25 ;;
+  ray-vs-local)  # the Ray executor against the local pipeline on one GPU, the same job (Ray in
+    # .whl/: gpu-wheels.sh .whl pydantic sqlalchemy pyyaml ray)
+    CUDA_VISIBLE_DEVICES=0 timeout "${T:-540}" python3 benchmarks/ray_vs_local.py --iters "${ITERS:-2}" \
+      --branches 16 --out "$OUT/ray_vs_local.json" | tail -40 ;;
   stability)
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-420}" python3 benchmarks/timing_stability.py --out "$OUT/timing_stability.json" | tail -5 ;;
   examples)

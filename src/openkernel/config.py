@@ -62,7 +62,9 @@ class EvalConfig(_Strict):
     max_workers: int | None = Field(None, ge=1, description="Candidates evaluated at once "
                                     "(building side by side; tests and timing take turns, one "
                                     "per GPU); default: on a GPU half the CPU cores, at most 8 "
-                                    "per GPU; 2 on the CPU.")
+                                    "per GPU; 2 on the CPU. With executor: ray, at most this "
+                                    "many over the cluster, each GPU's actor taking its node's "
+                                    "default share.")
     prestart_workers: bool | None = Field(None, description="Keep workers waiting for the next "
                                           "candidates with torch imported and (on a GPU) their "
                                           "CUDA context made; default: on with a GPU, off on "
@@ -158,6 +160,24 @@ class PromptConfig(_Strict):
                                            "the defaults and a seeded uniform sample of the rest.")
 
 
+class RayConfig(_Strict):
+    """Where candidates are judged with ``executor: ray`` (README: Past one machine)."""
+
+    address: str | None = Field(None, description="The Ray cluster to join: \"auto\" (the "
+                                "one started on this machine with `ray start`) or host:port "
+                                "of its head (the GCS port, 6379 by default). None: the cluster running on "
+                                "this machine if there is one, else a local Ray started for "
+                                "the run and stopped after it.")
+    gpus: int | None = Field(None, ge=1, description="GPU actors to start, one per GPU (each "
+                             "asks Ray for num_gpus=1); default: every GPU the cluster has "
+                             "when the run starts.")
+    cpus_per_gpu: float = Field(1.0, gt=0, description="CPU resources each GPU actor reserves "
+                                "from Ray for the builds of its candidates.")
+    start_timeout_s: float = Field(300.0, gt=0, description="Limit on starting the actors and "
+                                   "probing the task on each; actors not placed by then (too "
+                                   "few free GPUs) are given up.")
+
+
 class Config(_Strict):
     """A whole run. Every key is optional; an empty file runs the defaults."""
 
@@ -190,6 +210,11 @@ class Config(_Strict):
     critic: CriticConfig = Field(default_factory=CriticConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     traces: TracesConfig = Field(default_factory=TracesConfig)
+    executor: Literal["local", "ray"] = Field("local", description="Who judges candidates: "
+                                              "local (worker processes on this machine) or "
+                                              "ray (one actor per GPU of a Ray cluster; "
+                                              "pip install 'openkernel[ray]').")
+    ray: RayConfig = Field(default_factory=RayConfig)
 
     @field_validator("inference", mode="before")
     @classmethod

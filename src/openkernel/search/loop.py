@@ -89,6 +89,16 @@ def _missing_archs_warning(targets: TargetPlan) -> str:
             f"{targets.primary}{also}. CUDA C++ is still compiled for {missing}, never run there.")
 
 
+def _make_evaluator(task: Task, config: Config, store: Store):
+    """The local pipeline, or with ``executor: ray`` the GPU actors of a Ray cluster (the
+    same methods; Ray is imported only then)."""
+    if config.executor == "ray":
+        from openkernel.evaluation.host.ray_executor import RayEvaluator
+
+        return RayEvaluator(task, config, store)
+    return Evaluator(task, config, store)
+
+
 class Search:
     """One job: owns the store handle, the evaluator, the generator and the archive."""
 
@@ -101,7 +111,12 @@ class Search:
         self.job_name = config.job_name or datetime.now().strftime("run-%Y%m%d-%H%M%S")
         self._own_store = store is None  # closed at the end (SQLite checkpoints its WAL then)
         self.store = store or Store(config.paths.kernels_db_path)
-        self.evaluator = Evaluator(task, config, self.store)
+        try:
+            self.evaluator = _make_evaluator(task, config, self.store)
+        except BaseException:  # Ray asked for but not installed: one message, no open store
+            if self._own_store:
+                self.store.close()
+            raise
         self.generator = generator or make_generator(config)
         self.archive = Archive(config.search.exploration_ratio)
         seed = config.search.seed if config.search.seed is not None else random.randrange(2**31)
@@ -195,6 +210,8 @@ class Search:
             return
         for warning in probe.warnings:
             yield LogEmitted("warning", warning)
+        if self.evaluator.where:  # the Ray executor: how many GPU actors, on which nodes
+            yield LogEmitted("info", self.evaluator.where)
         self.probe, self.hardware = probe, hw
         targets = self.evaluator.targets
         self.gpu_arch = targets.primary  # results are filed (and start_from_best looks) here

@@ -78,6 +78,8 @@ class Evaluator:
         keep_scratch: Keep each candidate's scratch directory (for debugging).
     """
 
+    where = ""  # who judges, told at the start of a run: nothing to tell for this machine
+
     def __init__(self, task: Task, config: Config, store=None, *, bench_budget_s: float | None = None,
                  keep_scratch: bool = False):
         self.task, self.config, self.store = task, config, store
