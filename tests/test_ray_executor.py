@@ -208,16 +208,20 @@ def cluster():
         c.shutdown()
 
 
-def _overrides(tmp_path, address, *extra):
-    return [f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}",
+def _overrides(tmp_path, address, *extra, db=None):
+    return [f"paths.kernels_db_path={db or tmp_path / 'k.sqlite3'}",
             f"paths.scratch_dir={tmp_path / 'scratch'}", "search.seed=1", "executor=ray",
             f"ray.address={address}", "ray.start_timeout_s=120", *extra]
 
 
-def test_offline_search_through_ray(cluster, tmp_path, examples_dir):
+def test_offline_search_through_ray_into_postgresql(cluster, postgres, tmp_path, examples_dir):
+    """The whole path past one machine: candidates judged on two Ray nodes, results in a real
+    PostgreSQL server (the node-kill test below writes to SQLite)."""
     c, _ = cluster
+    url = postgres.new_database("ray_e2e")
     events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
-        tmp_path, c.address, "job_name=ray-e2e", "max_iters=1", "branches_per_iteration=2")))
+        tmp_path, c.address, "job_name=ray-e2e", "max_iters=1", "branches_per_iteration=2",
+        db=url)))
     finished = events[-1]
     assert isinstance(finished, ev.RunFinished) and finished.reason == "completed", finished
     evaluated = [e for e in events if isinstance(e, ev.CandidateEvaluated)]
@@ -238,7 +242,7 @@ def test_offline_search_through_ray(cluster, tmp_path, examples_dir):
         assert seen[:3] == ["generating", "queued", "building"], seen
         if e.program.kernel_exec_result.correctness:
             assert seen[-2:] == ["testing", "timing"], seen
-    store = Store(tmp_path / "k.sqlite3")
+    store = Store(url)
     try:
         rows = store.job_kernels("gelu", "ray-e2e")
         assert sorted(r.label for r in rows if not r.is_program0) == ["i0-b0", "i0-b1"]
