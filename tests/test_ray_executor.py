@@ -322,3 +322,33 @@ def test_a_node_killed_mid_run_requeues_its_candidate(cluster, tmp_path, example
         assert sorted(r.label for r in rows) == ["i0-b0", "i0-b1"]  # each stored exactly once
     finally:
         store.close()
+
+
+def test_the_reference_timings_come_from_a_node_into_the_engine_s_store(monkeypatch, tmp_path,
+                                                                       examples_dir):
+    """The bench table under Ray: the first actor's eager/torch.compile/max-autotune timings
+    are kept in the engine's store under that node's hardware, asked for once."""
+    from openkernel.records import Hardware
+
+    stats = {"eager": {"median": 2.0}, "compile": {"median": 1.0}, "autotune": {"median": 0.8}}
+
+    class Timings:
+        asked = 0
+
+        def remote(self):
+            Timings.asked += 1
+            return stats, ""
+
+    evaluator = _fake_evaluator(monkeypatch, tmp_path, examples_dir, _judges)
+    evaluator._actors[0].handle.baselines = Timings()
+    hw = Hardware(label="NVIDIA H200", device="cuda", gpu_arch="sm_90")
+    evaluator._probe = TaskProbe(ok=True, hardware=hw)
+    store = Store(tmp_path / "k.sqlite3")
+    evaluator.store = store
+    try:
+        assert evaluator.baselines() == stats and evaluator.baselines() == stats
+        assert Timings.asked == 1
+        kept = store.reference_timing(evaluator.task.digest, "NVIDIA H200", "compile")
+        assert kept.runtime == 1.0 and kept.runtime_stats["autotune"]["median"] == 0.8
+    finally:
+        store.close()

@@ -73,12 +73,14 @@ class RayEvaluator:
     Args:
         task: The task; its files are sent to every node.
         config: The run's configuration (``ray``, ``eval_config``).
-        store: Unused on this side (each node times the torch.compile reference once itself).
+        store: Where the first actor's reference timings (eager, torch.compile, max-autotune)
+            are kept for the bench table, as the local pipeline keeps its own.
     """
 
     def __init__(self, task: Task, config: Config, store=None):
         self.ray = import_ray()
-        self.task, self.config = task, config
+        self.task, self.config, self.store = task, config, store
+        self._baselines: dict | None = None
         self.incumbent_speedup = 0.0
         self.notes: list[str] = []
         self.pch: dict = {}
@@ -152,7 +154,30 @@ class RayEvaluator:
         return out
 
     def baselines(self) -> dict | None:
-        return None  # measured on each node; not gathered on this side
+        """The reference's timings as the first live actor measured them on its GPU (each node
+        times the reference once for its own verdicts); kept in the store under that node's
+        hardware, so the bench table has them. None on CPU nodes, or when timing failed
+        (``baseline_error`` says why)."""
+        if self._baselines is not None or not self._actors:
+            return self._baselines
+        hw = self.hardware
+        if hw.device != "cuda":
+            return None
+        ec = self.config.eval_config
+        # the node compiles the reference in both modes and times them: its own timeouts bound it
+        wait = 3 * (ec.build_timeout_s + ec.test_timeout_s) + 60
+        try:
+            stats, why = self.ray.get(self._actors[0].handle.baselines.remote(), timeout=wait)
+        except Exception as err:  # noqa: BLE001 - the node was lost meanwhile
+            self.baseline_error = f"timing the reference on the Ray node failed: {err}"
+            return None
+        self.baseline_error = why or ""
+        if stats and "compile" in stats:
+            self._baselines = stats
+            if self.store is not None:
+                self.store.put_reference_timing(self.task.digest, hw.label, "compile",
+                                                stats["compile"]["median"], stats)
+        return self._baselines
 
     def close(self) -> None:
         """Stop every actor (each stops its spare workers) and the Ray this run started."""

@@ -136,6 +136,12 @@ class GpuActor:
             if isinstance(item, JudgeReply):
                 return
 
+    def baselines(self) -> tuple[dict | None, str]:
+        """The reference's eager and torch.compile timings on this node's GPU (None on a CPU
+        node), and why they are missing when they are."""
+        stats = self.evaluator.baselines()
+        return stats, self.evaluator.baseline_error
+
     def busy(self, wall_since: float | None) -> dict[int, dict]:
         """The GPU's timed turns since a wall-clock time, in wall-clock seconds (monotonic
         clocks of two hosts cannot be compared)."""
