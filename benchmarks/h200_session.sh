@@ -20,12 +20,13 @@ case "$1" in
       tests/test_profiling.py tests/test_generators_offline.py tests/test_pch.py tests/test_templates.py \
       tests/test_generators_traced.py tests/test_memory_plan.py tests/test_blame.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
   throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU (ALLONLY=1: only the latter); NOPROF=1: no ncu
-    extra=${NOPROF:+--set eval_config.profile=false}
+    # OVERLAP=1: checks share the GPU (eval_config.overlap_checks), the label says so
+    extra="${NOPROF:+--set eval_config.profile=false} ${OVERLAP:+--set eval_config.overlap_checks=true}"
     [ -n "${ALLONLY:-}" ] || CUDA_VISIBLE_DEVICES=0 timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
-      --iters 2 --branches 16 --label "triton-1gpu${NOPROF:+-noprofile}" $extra --out "$OUT/throughput.json" | tail -25
+      --iters 2 --branches 16 --label "triton-1gpu${NOPROF:+-noprofile}${OVERLAP:+-overlap}" $extra --out "$OUT/throughput.json" | tail -25
     if [ "$gpus" -gt 1 ]; then
       timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
-        --iters 2 --branches 16 --label "triton-${gpus}gpu${NOPROF:+-noprofile}" $extra --out "$OUT/throughput.json" | tail -25
+        --iters 2 --branches 16 --label "triton-${gpus}gpu${NOPROF:+-noprofile}${OVERLAP:+-overlap}" $extra --out "$OUT/throughput.json" | tail -25
     fi ;;
   throughput-cuda)  # 16 CUDA C++ candidates, one GPU, 16 cores (as on the one-GPU H200); W=workers
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-400}" taskset -c 0-15 python3 benchmarks/pipeline_throughput.py \

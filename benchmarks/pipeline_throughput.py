@@ -7,8 +7,10 @@ Runs a real search job (offline generator, fresh database and build cache, so no
 reused from an earlier run) and reports: candidates judged per minute; per GPU the share of
 wall time its timed turns were held (tests, trials, profiles: the evaluator's own accounting),
 also after warm-up (from the first turn on), and NVML's utilisation sampled every 100 ms (the
-share of time a kernel was running); and whether every candidate was judged once and stored
-once. Results are appended to ``--out`` under ``--label``.
+share of time a kernel was running); how stable the timings were (the reference's median as
+each candidate's rounds timed it, its spread across candidates, the candidates' own CVs: with
+``--set eval_config.overlap_checks=true`` they show that checks sharing the GPU leave timing
+alone); and whether every candidate was judged once and stored once. Results are appended to ``--out`` under ``--label``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import platform
 import sqlite3
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -85,7 +88,11 @@ def run_job(task: Path, backend: str, iters: int, branches: int, extra: list[str
                          "duplicate_of": r.metadata.get("duplicate_of"),
                          "profile_s": (r.profiler_data or {}).get("profile_s"),
                          "profile_phase_s": (r.profiler_data or {}).get("profile_phase_s"),
-                         "profile_prestarted": (r.profiler_data or {}).get("profile_prestarted")})
+                         "profile_prestarted": (r.profiler_data or {}).get("profile_prestarted"),
+                         # the reference as this candidate's rounds timed it, and their spread
+                         "ref_ms": r.runtime * r.runtime_improvement
+                         if r.runtime > 0 and r.runtime_improvement > 0 else None,
+                         "cv": (r.runtime_stats or {}).get("cv")})
             print(f"{event.label:8} {event.status.value:13} {r.runtime_improvement:6.2f}x "
                   f"gpu {r.metadata.get('gpu_slot')} {r.metadata.get('evaluation_s', 0):.1f} s", flush=True)
         elif isinstance(event, ev.LogEmitted):
@@ -115,7 +122,16 @@ def run_job(task: Path, backend: str, iters: int, branches: int, extra: list[str
             if sampler.handles and first is not None else None,
         }
     statuses = Counter(r["status"] for r in rows)
+    refs = [r["ref_ms"] for r in judged if r["ref_ms"]]
+    cvs = sorted(r["cv"] for r in judged if r["cv"] is not None)
+    timing = {  # timing stability within the job (the same reference, timed by every candidate)
+        "ref_ms_median": statistics.median(refs) if refs else None,
+        "ref_ms_cv_across_candidates": round(statistics.pstdev(refs) / statistics.fmean(refs), 4)
+        if len(refs) > 1 else None,
+        "candidate_cv_median": cvs[len(cvs) // 2] if cvs else None,
+    }
     return {
+        "timing": timing,
         "pch": (finished.extra or {}).get("pch") if finished else None,
         "ninja_steps_s": ninja_steps(tmp / "builds"),
         "task": str(task.relative_to(ROOT) if task.is_relative_to(ROOT) else task),

@@ -61,6 +61,27 @@ def test_plan_keeps_a_pristine_copy_for_a_reference_that_writes_its_inputs():
     assert plan_memory(fp, H200).keep_pristine
 
 
+def test_overlapping_checks_fit_the_memory_they_are_given():
+    """checks_per_gpu workers at their checks' peak beside the others waiting, within the GPU."""
+    usable = int(141 * GIB * 0.9)
+    for fp in (Footprint(input_bytes=6 * GIB, output_bytes=6 * GIB, peak_bytes=12 * GIB),
+               Footprint(input_bytes=GIB // 4, output_bytes=GIB // 4, peak_bytes=GIB // 2),
+               Footprint(input_bytes=30 * GIB, output_bytes=10 * GIB, peak_bytes=45 * GIB)):
+        plan = plan_memory(fp, H200, max_workers_per_gpu=8)
+        w, c = plan.workers_per_gpu, plan.checks_per_gpu
+        assert 1 <= c <= w
+        ctx = 2 * (640 << 20)
+        waiting = plan.footprint_bytes + fp.param_bytes + ctx
+        assert c == 1 or c * (plan.budget_bytes + ctx) + (w - c) * waiting <= usable, (fp, plan)
+    small = plan_memory(Footprint(input_bytes=GIB // 4, output_bytes=GIB // 4,
+                                  peak_bytes=GIB // 2), H200, max_workers_per_gpu=8)
+    six = plan_memory(Footprint(input_bytes=6 * GIB, output_bytes=6 * GIB, peak_bytes=12 * GIB),
+                      H200, max_workers_per_gpu=8)
+    assert small.checks_per_gpu == small.workers_per_gpu == 8  # small problems: all at once
+    assert six.checks_per_gpu < six.workers_per_gpu  # 32 GiB checks: a few at a time
+    assert plan_memory(None, CPU).checks_per_gpu >= 1
+
+
 def test_a_huge_problem_gets_one_worker_per_gpu():
     fp = Footprint(input_bytes=30 * GIB, output_bytes=10 * GIB, peak_bytes=45 * GIB)
     plan = plan_memory(fp, H200, max_workers_per_gpu=8)

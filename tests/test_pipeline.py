@@ -72,6 +72,100 @@ def test_least_loaded_placement_and_exclusive_turns():
     assert busy[0] == {"busy_s": 0.0, "turns": 0, "intervals": []}
 
 
+def test_checks_share_a_device_and_timing_holds_it_alone():
+    """Up to check_slots workers check at once; a timed turn has nothing beside it, and once
+    one waits for it no new check starts (timing is not starved by a stream of checks)."""
+    pool = DevicePool([0], per_device=4, check_slots=2)
+    log, lock = [], threading.Lock()
+    inside = {"check": 0, "time": 0}
+    peak = {"check": 0}
+
+    def hold(kind, seconds, i):
+        with (pool.checks(0) if kind == "check" else pool.turn(0)):
+            with lock:
+                inside[kind] += 1
+                peak["check"] = max(peak["check"], inside["check"])
+                log.append((kind, i, dict(inside)))
+            time.sleep(seconds)
+            with lock:
+                inside[kind] -= 1
+
+    threads = [threading.Thread(target=hold, args=("check", 0.3, i)) for i in range(3)]
+    threads.append(threading.Thread(target=hold, args=("time", 0.1, 9)))
+    threads += [threading.Thread(target=hold, args=("check", 0.1, 10 + i)) for i in range(2)]
+    for t in threads[:3]:
+        t.start()
+    time.sleep(0.05)  # two checks in, one waiting for a slot
+    threads[3].start()
+    time.sleep(0.05)  # the timer waits: the later checks must queue behind it
+    for t in threads[4:]:
+        t.start()
+    for t in threads:
+        t.join()
+    assert peak["check"] == 2
+    for kind, i, now in log:
+        if kind == "time":
+            assert now == {"check": 0, "time": 1}, log
+        else:
+            assert now["time"] == 0, log
+    order = [i for _, i, _ in log]
+    assert order.index(9) < order.index(10) and order.index(9) < order.index(11), log
+    busy = pool.busy()[0]
+    assert busy["turns"] == 6
+    # overlaps counted once: the 3 long checks two at a time, then the turn, then the rest
+    assert 0.7 <= busy["busy_s"] < 0.3 * 3 + 0.1 + 0.2, busy
+
+
+def test_overlapping_checks_of_real_workers_never_meet_a_timed_turn(tmp_path):
+    """Two real workers with overlap_checks: their tests run in the device's shared hold at
+    the same time, each asks for the turn before timing, and no timing overlaps anything."""
+    ev = _evaluator(tmp_path)
+    pool = DevicePool([0], per_device=2, check_slots=2)
+    spans, lock = [], threading.Lock()
+
+    def recorded(kind, factory):
+        import contextlib
+
+        @contextlib.contextmanager
+        def cm():
+            with factory():
+                start = time.monotonic()
+                try:
+                    yield
+                finally:
+                    with lock:
+                        spans.append((kind, start, time.monotonic()))
+        return cm
+
+    runs = {}
+
+    def judge(name):
+        worker = ev._spawn("cpu", None)
+        (worker.scratch / "candidate.py").write_text((CANDIDATES / "good_gelu.py").read_text())
+        job = replace(_job(ev), code_path=str(worker.scratch / "candidate.py"),
+                      scratch=str(worker.scratch), overlap_checks=True, correctness_seeds=3)
+        runs[name] = drive(worker, job, build_timeout_s=120, test_timeout_s=120,
+                           turn=recorded("time", lambda: pool.turn(0)),
+                           checks=recorded("check", lambda: pool.checks(0)))
+
+    threads = [threading.Thread(target=judge, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for run in runs.values():
+        assert run.payload and run.payload["correctness"], run.log_tail
+        assert run.payload["cand_stats"]["n_trials"] > 0  # timed, after its checks
+    checks = [s for s in spans if s[0] == "check"]
+    timed = [s for s in spans if s[0] == "time"]
+    assert len(checks) == 2 and len(timed) == 2, spans
+    (_, a0, a1), (_, b0, b1) = checks
+    assert max(a0, b0) < min(a1, b1), spans  # the two candidates' checks overlapped
+    for _, t0, t1 in timed:
+        others = [s for s in spans if s[1:] != (t0, t1)]
+        assert all(e <= t0 + 1e-3 or s >= t1 - 1e-3 for _, s, e in others), spans
+
+
 def test_waiting_for_the_turn_counts_against_no_timeout(tmp_path):
     """A worker that built waits for its turn longer than the build timeout and is judged."""
     ev = _evaluator(tmp_path)

@@ -184,6 +184,7 @@ class MemoryPlan:
     footprint_bytes: int = 0  # the problem's own footprint (Footprint.peak_bytes)
     budget_bytes: int = 0  # what the worker's own checks may reach (0: no limit, the CPU)
     workers_per_gpu: int = 1  # workers holding task data on one GPU at once
+    checks_per_gpu: int = 1  # of them, at their checks' peak at once (eval_config.overlap_checks)
     exclusive: bool = False  # this worker has its GPU to itself (a retry)
     chunk_elements: int = 1 << 24  # comparisons, fingerprints and float64 work per chunk
     precision_set: str = "main"  # "main", "small" or "skip"

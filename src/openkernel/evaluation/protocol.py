@@ -71,6 +71,7 @@ class Job:
     min_trials: int = 3
     max_trials: int = 50
     adaptive_trials: bool = True  # stop timing once the comparison is decided (worker/stopping.py)
+    overlap_checks: bool = False  # tests share the GPU with other checks; only timing is alone
     incumbent_speedup: float = 0.0  # the best kernel's speedup so far (0: none), for stopping
     plan: dict = field(default_factory=dict)  # a MemoryPlan as JSON (records.MemoryPlan)
     autotune_baseline: bool = False  # reference: time max-autotune-no-cudagraphs too

@@ -37,12 +37,15 @@ class DevicePool:
     """Workers spread over ``devices``, at most ``per_device`` on each; one timed turn per device.
 
     A worker is placed when it starts (:meth:`acquire`: the least-loaded healthy device) and
-    builds side by side with the others; its timed phase (tests, benchmark, profile) runs
-    inside :meth:`turn`, which one worker per device holds at a time. The time turns are held
-    is the device's busy time (:meth:`busy`).
+    builds side by side with the others; its timed phase (benchmark, profile; also the tests
+    unless checks overlap) runs inside :meth:`turn`, which one worker per device holds at a
+    time, with no checks beside it. With overlapping checks, a worker's tests run inside
+    :meth:`checks`, which up to ``check_slots`` workers hold at once while no one is timing; a
+    worker waiting for its turn keeps new checks off the device, so timing is never starved.
+    The time the device is held either way is its busy time (:meth:`busy`).
     """
 
-    def __init__(self, devices: list[int], per_device: int = 1):
+    def __init__(self, devices: list[int], per_device: int = 1, check_slots: int = 1):
         if not devices:
             raise ValueError("a device pool needs at least one device")
         self._cond = threading.Condition()
@@ -51,7 +54,10 @@ class DevicePool:
         self._load = {d: 0 for d in self.devices}
         self._exclusive: set[int] = set()  # devices one worker holds alone (a retry)
         self._waiting_exclusive = 0  # while one waits, no other worker is placed
-        self._turns = {d: threading.Lock() for d in self.devices}
+        self.check_slots = max(1, check_slots)  # workers in their checks at once, per device
+        self._checking = {d: 0 for d in self.devices}
+        self._timing: set[int] = set()  # devices a worker holds alone (timing, a profile)
+        self._want_turn = {d: 0 for d in self.devices}  # workers waiting for the turn
         self._busy: dict[int, list[tuple[float, float]]] = {d: [] for d in self.devices}
         self.failed: dict[int, str] = {}
         self.created = time.monotonic()
@@ -103,19 +109,52 @@ class DevicePool:
 
     @contextmanager
     def turn(self, device: int):
-        """The device to oneself: the timed phase of one worker at a time."""
-        with self._turns[device]:
-            start = time.monotonic()
+        """The device to oneself: the timed phase of one worker at a time, no checks beside."""
+        with self._cond:
+            self._want_turn[device] += 1
             try:
-                yield
+                self._cond.wait_for(lambda: device not in self._timing
+                                    and not self._checking[device])
             finally:
+                self._want_turn[device] -= 1
+            self._timing.add(device)
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._timing.discard(device)
                 self._busy[device].append((start, time.monotonic()))
+                self._cond.notify_all()
+
+    @contextmanager
+    def checks(self, device: int):
+        """A worker's correctness and integrity checks: shared with up to ``check_slots`` others
+        on the device, never beside a timed turn (nor ahead of one that waits)."""
+        with self._cond:
+            self._cond.wait_for(lambda: device not in self._timing and not self._want_turn[device]
+                                and self._checking[device] < self.check_slots)
+            self._checking[device] += 1
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._checking[device] -= 1
+                self._busy[device].append((start, time.monotonic()))
+                self._cond.notify_all()
 
     def busy(self, since: float | None = None) -> dict[int, dict]:
-        """Per device: seconds held in turns, the number of turns and the intervals."""
+        """Per device: seconds it was held (turns and checks, overlaps counted once), the
+        number of holds and their intervals."""
         out = {}
         for d in self.devices:
             spans = [(a, b) for a, b in self._busy[d] if since is None or b > since]
-            out[d] = {"busy_s": round(sum(b - max(a, since or a) for a, b in spans), 3),
-                      "turns": len(spans), "intervals": spans}
+            held, end = 0.0, None
+            for a, b in sorted((max(a, since or a), b) for a, b in spans):
+                if end is None or a > end:
+                    held, end = held + (b - a), b
+                elif b > end:
+                    held, end = held + (b - end), b
+            out[d] = {"busy_s": round(held, 3), "turns": len(spans), "intervals": spans}
         return out

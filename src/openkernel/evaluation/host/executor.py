@@ -177,6 +177,7 @@ class Evaluator:
             if hw.device == "cuda":
                 pool = self._acquire_pool()
                 pool.per_device = min(pool.per_device, self.plan.workers_per_gpu)
+                pool.check_slots = self.plan.checks_per_gpu if self.ec.overlap_checks else 1
         if probe.ok and hw.device == "cuda":
             # Every candidate's improve_over_compile needs it: time it now, beside the first builds.
             threading.Thread(target=self._compile_speed_ratio, args=(hw,), daemon=True,
@@ -381,7 +382,8 @@ class Evaluator:
         budget = self.bench_budget_s if self.bench_budget_s is not None else (2.0 if gpu else 1.0)
         return {"bench_budget_s": budget, "min_trials": 10 if gpu else 3,
                 "max_trials": 2000 if gpu else 50, "adaptive_trials": self.ec.adaptive_trials,
-                "incumbent_speedup": self.incumbent_speedup}
+                "incumbent_speedup": self.incumbent_speedup,
+                "overlap_checks": self.ec.overlap_checks}
 
     def _acquire(self, arch: str | None = None, exclusive: bool = False) -> int | None:
         """A GPU slot of ``arch`` (default: the primary target's), None on the CPU."""
@@ -441,8 +443,12 @@ class Evaluator:
             job = replace(job, scratch=str(scratch))
             turn = (lambda: self._slots.turn(gpu_index)) if (
                 gpu_index is not None and self._slots is not None) else None
+            # a retry holds its GPU alone (the smaller plan): its checks take the turn too
+            checks = (lambda: self._slots.checks(gpu_index)) if (
+                turn is not None and job.overlap_checks and not job.plan.get("exclusive")) else None
             run = drive(worker, job, self.ec.build_timeout_s * scale, self.ec.test_timeout_s * scale,
-                        turn=turn, release_on_result=profiler is not None, on_phase=on_phase)
+                        turn=turn, release_on_result=profiler is not None, on_phase=on_phase,
+                        checks=checks)
             run.prestarted = prestarted
             if profiler is not None:
                 run.full_log = read_full_log(worker)

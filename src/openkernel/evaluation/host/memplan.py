@@ -15,7 +15,9 @@ memory of one forward, ``records.Footprint``). A worker's own checks are planned
 
 Workers per GPU: every worker holds its task data while it builds and runs its first call
 (about F plus the candidate's weights), the one in its turn up to the budget, and each process
-has a CUDA context; a spare holds no task data, only its context. Level 1 (a retry after an
+has a CUDA context; a spare holds no task data, only its context. Checks per GPU (with
+``eval_config.overlap_checks``): how many of those workers may be at their checks' peak at
+once, each up to the budget, beside the others holding their first call's data. Level 1 (a retry after an
 evaluator fault) has the GPU to itself, smaller chunks and the precision check on the small
 set or skipped.
 """
@@ -69,7 +71,7 @@ def plan_memory(fp: Footprint | None, hw: Hardware, *, memory_fraction: float = 
             "set, or the reference accepts no other sizes)")
     if hw.device != "cuda" or not hw.gpu_memory_bytes:
         plan.budget_bytes = 0  # no device to fit into: the CPU's memory limit applies instead
-        plan.workers_per_gpu = max_workers_per_gpu
+        plan.workers_per_gpu = plan.checks_per_gpu = max_workers_per_gpu
         return plan
     usable = int(hw.gpu_memory_bytes * memory_fraction)
     if level > 0:
@@ -79,6 +81,11 @@ def plan_memory(fp: Footprint | None, hw: Hardware, *, memory_fraction: float = 
     per_worker = footprint + fp.param_bytes + 2 * CONTEXT_BYTES  # its own and a spare's
     others = max(0, usable - budget - 2 * CONTEXT_BYTES) // per_worker
     plan.workers_per_gpu = max(1, min(max_workers_per_gpu, 1 + int(others)))
+    # C checking and W - C waiting: C (budget + contexts) + (W - C) per_worker <= usable.
+    extra = budget + 2 * CONTEXT_BYTES - per_worker
+    room = usable - plan.workers_per_gpu * per_worker
+    plan.checks_per_gpu = plan.workers_per_gpu if extra <= 0 else max(
+        1, min(plan.workers_per_gpu, room // extra))
     if plan.workers_per_gpu > 1:
         # A worker may not take what the plan gave the others (its own failure if it tries).
         cap = max(budget + (4 << 30), int(1.5 * budget))
@@ -99,7 +106,8 @@ def describe(plan: MemoryPlan) -> str:
         return "memory plan: no footprint measured"
     text = (f"memory plan (level {plan.level}): footprint {_gib(plan.footprint_bytes)}, checks "
             f"within {_gib(plan.budget_bytes) if plan.budget_bytes else 'the CPU limit'}, "
-            f"{plan.workers_per_gpu} worker(s) per GPU, float64 check on "
+            f"{plan.workers_per_gpu} worker(s) per GPU ({plan.checks_per_gpu} at their checks' "
+            f"peak at once with overlapping checks), float64 check on "
             f"{ {'main': 'the main set', 'small': 'a smaller set', 'skip': 'no set'}[plan.precision_set] }")
     if plan.precision_why:
         text += f" ({plan.precision_why})"

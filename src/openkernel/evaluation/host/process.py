@@ -120,11 +120,14 @@ class PhaseClock:
 
 
 def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_s: float,
-          turn=None, release_on_result: bool = False, on_phase=None) -> WorkerRun:
+          turn=None, release_on_result: bool = False, on_phase=None, checks=None) -> WorkerRun:
     """Send ``job`` to a started worker, enforce the phase timeouts, collect its report.
 
     ``turn`` is a context manager factory; the worker's timed phase runs inside it (the
-    executor passes the GPU's exclusive turn). Waiting for the turn counts against no timeout.
+    executor passes the GPU's exclusive turn). ``checks`` (with overlapping checks) is the
+    factory of the device's shared hold: a worker that asks for it before its tests gets it,
+    and gives it up when it asks for the turn to time; without it, the tests take the turn.
+    Waiting for either counts against no timeout.
     The turn ends when the worker has exited, or, with ``release_on_result``, once its result
     is in: Nsight Compute writes its report after the profiled process is gone, on the CPU,
     and the next candidate's tests need not wait for that. ``on_phase`` (if given) is called
@@ -146,6 +149,8 @@ def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_
 
     buf = b""
     held = contextlib.ExitStack()
+    sharing = contextlib.ExitStack()  # the shared hold of overlapping checks
+    has_turn = False
     try:
         while True:
             remaining = clock.remaining()
@@ -174,13 +179,22 @@ def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_
                     out.compile_s += 0.0 if compiling else time.monotonic() - out.compile_from
                     out.compile_from = time.monotonic()
                 elif msg.get("wait") and out.phase != "queued":
+                    share = msg["wait"] == "check" and checks is not None
+                    if has_turn:  # checks in the turn (none shared): time in the same turn
+                        worker.send(protocol.GO)
+                        continue
                     out.phase = "queued"
                     out.phase_starts.append(("queued", time.monotonic() - t0))
                     clock.switch(None)
                     if on_phase is not None and turn is not None:  # no turn to wait for: no queue
                         on_phase("queued")
-                    if turn is not None:
-                        held.enter_context(turn())
+                    if share:
+                        sharing.enter_context(checks())
+                    else:
+                        sharing.close()  # the checks are done: no hold kept while waiting
+                        if turn is not None:
+                            held.enter_context(turn())
+                        has_turn = True
                     granted = True
                     worker.send(protocol.GO)
                 elif "result" in msg:
@@ -196,6 +210,7 @@ def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_
         except subprocess.TimeoutExpired:
             _kill_group(worker.proc)
             out.returncode = worker.proc.wait()
+        sharing.close()
         held.close()
         worker.kill()
     out.wall_s = time.monotonic() - t0

@@ -593,13 +593,18 @@ def _evaluate(ev: Evaluation) -> dict:
     if ev.gpu:
         torch.cuda.empty_cache()  # while waiting for the turn, hold no task data for others
     ev.mark("warmup")
-    # Built and warmed up side by side with other candidates; tests and timing run alone on
-    # the GPU (the executor grants the turn).
-    ch.wait_turn()
+    # Built and warmed up side by side with other candidates. Timing runs alone on the GPU
+    # (the executor grants the turn); the tests too, unless checks overlap (then they share
+    # the GPU with other candidates' checks, and the turn is asked for before timing).
+    ch.wait_turn("check" if ev.job.overlap_checks else None)
     ch.phase("test")
     try:
         ev.test()
         if ev.payload["correctness"]:
+            if ev.job.overlap_checks:
+                if ev.gpu:
+                    torch.cuda.empty_cache()  # the checks' memory back to the GPU for others
+                ch.wait_turn("time")
             ev.benchmark()
     except ig.IntegrityViolation as v:
         ev.violation(v.check, str(v))

@@ -50,9 +50,10 @@ class Channel:
     def result(self, payload: dict) -> None:
         self.send(result=payload)
 
-    def wait_turn(self) -> None:
-        """Ask for the timed phase and block until the executor grants it (``go`` on stdin)."""
-        self.send(wait=True)
+    def wait_turn(self, kind: str | None = None) -> None:
+        """Ask for the timed phase ("time"; by default), or for a shared hold for checks
+        ("check"), and block until the executor grants it (``go`` on stdin)."""
+        self.send(wait=kind or True)
         if _read_line(0, self._read).strip() != protocol.GO:
             os._exit(3)  # the executor is gone: nothing left to report to
 
