@@ -135,6 +135,24 @@ CASES = {
         "return x * s + 1", "torch.randn(batch, 43), 0.75", args="x, s",
         globals_="batch = 17"), 0),
     # -- a convolution left to torch (cuDNN), its epilogue fused; pooling windows ----------
+    "conv2d_alone": ("fused_matmul", reference(
+        "return self.conv(x)", "torch.randn(batch, 4, 13, 11)",
+        init="self.conv = nn.Conv2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)",
+        globals_="batch = 2"), 0),
+    "conv_transpose2d_alone": ("fused_matmul", reference(
+        "return self.conv(x)", "torch.randn(batch, 4, 5, 7)",
+        init="self.conv = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2, bias=False)",
+        globals_="batch = 2"), 0),
+    "conv1d_alone": ("fused_matmul", reference(
+        "return self.conv(x)", "torch.randn(batch, 3, 29)",
+        init="self.conv = nn.Conv1d(3, 5, 4, stride=3, padding=2, dilation=2)", globals_="batch = 3"), 0),
+    "conv3d_depthwise_alone": ("fused_matmul", reference(
+        "return self.conv(x)", "torch.randn(batch, 3, 5, 6, 7)",
+        init="self.conv = nn.Conv3d(3, 3, 3, padding=1, groups=3)", globals_="batch = 2"), 0),
+    "conv_transpose3d_alone": ("fused_matmul", reference(
+        "return self.conv(x)", "torch.randn(batch, 2, 3, 4, 5)",
+        init="self.conv = nn.ConvTranspose3d(2, 3, (2, 3, 2), stride=(2, 1, 2), dilation=(1, 2, 1))",
+        globals_="batch = 2"), 0),
     "conv2d_relu_bias": ("fused_pointwise", reference(
         "return torch.relu(self.conv(x)) + self.bias", "torch.randn(batch, 3, 13, 11)",
         init="self.conv = nn.Conv2d(3, 8, 3, padding=1)\nself.bias = nn.Parameter(torch.randn(8, 1, 1))",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from openkernel.generators.templates.conv import conv_spec
 from openkernel.generators.templates.emit import Emitter, Unfusable, ctype
 from openkernel.generators.templates.graph import (
     MATMUL_OPS,
@@ -48,7 +49,8 @@ LOOP_FROM = 1024  # rows of at most this many columns (when static) need no loop
 class Kernel:
     """One kernel of the plan, written."""
 
-    kind: str  # "pointwise", "reduction", "matmul" or "library" (a torch call, LIBRARY_OPS)
+    kind: str  # "pointwise", "reduction", "matmul", "library" (a torch call, LIBRARY_OPS) or
+    # "conv" (a convolution alone, as a Triton implicit GEMM: templates/conv.py)
     outputs: list[Value]
     anchor: Node | None = None  # the matmul, or a reduction of the domain
     domain: Domain | None = None
@@ -61,10 +63,11 @@ class Kernel:
     views: tuple[str, str] = ("", "")  # a matmul's operands as torch views (forward code)
     bases: list[Value] = field(default_factory=list)  # what those views are views of
     call: str = ""  # a library kernel's torch call (forward code)
+    conv: object = None  # a "conv" kernel's ConvSpec (templates/conv.py)
 
     @property
     def key(self):
-        if self.kind in ("matmul", "library"):
+        if self.kind in ("matmul", "library", "conv"):
             return (self.kind, id(self.anchor))
         if self.kind == "reduction":
             return ("reduction", self.domain)
@@ -89,7 +92,7 @@ class Plan:
     @property
     def family(self) -> str:
         kinds = {k.kind for k in self.kernels}
-        return "matmul" if "matmul" in kinds else "reduction" if "reduction" in kinds else \
+        return "matmul" if kinds & {"matmul", "conv"} else "reduction" if "reduction" in kinds else \
             "pointwise"
 
 
@@ -243,6 +246,7 @@ def _write_library(kernel: Kernel, plan: Plan) -> None:
     except ValueError as err:
         raise Unfusable(node, str(err)) from None
     kernel.call = f"torch.ops.aten.{node.op}({', '.join(args)})"
+    kernel.views = tuple(args[:3])  # input, weight, bias ("None"): a "conv" kernel's operands
     kernel.reads = list(dict.fromkeys(kernel.bases))
     kernel.writes = [kernel.outputs[0]]
     kernel.symbols = []
@@ -288,21 +292,25 @@ def make_plan(graph: Graph, names: dict[str, str]) -> Plan | str:
         return why
     stored = {v.id for v in graph.outputs if not v.leaf}
     plan = Plan(graph, [], stored, names)
+    # values something reads (a node's other outputs may be unused: max pooling's indices)
+    used = stored | {v.id for n in graph.reachable() for v in n.tensors()}
     for _ in range(4 * len(graph.values) + 8):
         try:
             kernels = _kernels(plan)
         except Unfusable as err:
-            new = {v.id for v in err.node.outputs} - plan.stored
+            new = {v.id for v in err.node.outputs if v.id in used} - plan.stored
             if not new:
                 return f"the graph templates cannot split {err.node.aten} (op {err.node.index})"
             plan.stored |= new
             continue
         plan.kernels = kernels
-        if not plan.triton:
-            ops = ", ".join(dict.fromkeys(k.anchor.aten for k in kernels))
-            return (f"no template covers {ops} alone: it is left to torch's library kernel "
-                    "(cuDNN on a GPU), as torch.compile leaves it, and the templates write only "
-                    "the kernels around it")
+        if not plan.triton:  # a convolution alone: no library call, a Triton kernel of ours
+            for kernel in kernels:
+                spec = conv_spec(kernel.anchor) if kernel.anchor.op == "convolution" else \
+                    f"{kernel.anchor.aten} alone"
+                if isinstance(spec, str):
+                    return f"no template covers {kernel.anchor.aten} ({spec})"
+                kernel.kind, kernel.conv = "conv", spec
         for k, kernel in enumerate(kernels):
             kernel.name = f"_k{k}_{kernel.anchor.op if kernel.kind == 'library' else kernel.kind}"
             kernel.ops = _ops_of(kernel, plan.stored)

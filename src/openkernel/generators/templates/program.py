@@ -12,6 +12,7 @@ from __future__ import annotations
 import keyword
 import re
 
+from openkernel.generators.templates import conv
 from openkernel.generators.templates.graph import Graph
 from openkernel.generators.templates.plan import Kernel, Plan
 from openkernel.generators.templates.sizes import Size, numel
@@ -87,6 +88,8 @@ def _short(aten: str) -> str:
 
 def describe(kernel: Kernel) -> str:
     ops = list(dict.fromkeys(_short(o) for o in kernel.ops))
+    if kernel.kind == "conv":
+        return conv.describe(kernel.conv)
     if kernel.kind == "library":
         return f"{_short(kernel.anchor.aten)} by torch (cuDNN on a GPU), as torch.compile leaves it"
     if kernel.kind == "matmul":
@@ -125,6 +128,8 @@ def _signature(kernel: Kernel, w: KernelWriter, name: str) -> list[str]:
 
 
 def kernel_source(kernel: Kernel) -> str:
+    if kernel.kind == "conv":
+        return conv.source(kernel.name, kernel.conv)
     out = []
     for variant, w in kernel.bodies.items():
         name = kernel.name + (f"_{variant}" if variant else "")
@@ -146,6 +151,10 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
     head = [f"# {kernel.name}: {describe(kernel)}"[:96]]
     if kernel.kind == "library":  # the kernels after it index its result as contiguous
         return head + [f"{names[kernel.outputs[0].id]} = {kernel.call}.contiguous()"]
+    if kernel.kind == "conv":
+        x, w, b = kernel.views
+        return head + conv.launch(kernel.name, kernel.conv, x, w, None if b == "None" else b,
+                                  names[kernel.outputs[0].id])
     for v in kernel.writes:
         head.append(f"{names[v.id]} = torch.empty({_shape(v.shape)}, device=device, "
                     f"dtype={_tl_dtype(v.dtype)})")
@@ -229,7 +238,7 @@ def render(plan: Plan, params: dict) -> str:
            "(openkernel's offline generator)"
            + (", around torch's own kernel for what is left to it" if n < len(plan.kernels) else "")
            + ":"] + [f"{k.name}: {describe(k)}." for k in plan.kernels]
-    if any(k.kind == "matmul" for k in plan.kernels):
+    if any(k.kind in ("matmul", "conv") for k in plan.kernels):
         consts += 'INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # Triton on the CPU\n'
     header = HEADER if "INTERPRETED" in consts else HEADER.replace("import os\n\n", "")
     head = '"""' + "\n".join(doc) + '\n"""\n\n' + header + "\n" + consts

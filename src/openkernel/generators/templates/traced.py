@@ -86,7 +86,7 @@ def plan_for(task: Task | None, trace: OpTrace) -> Plan | str:
 
 
 def _tunables(plan: Plan) -> tuple[Tunable, ...]:
-    kinds = {k.kind for k in plan.kernels}
+    kinds = _kinds(plan)
     out: list[Tunable] = []
     if "matmul" in kinds:
         out += MATMUL
@@ -100,6 +100,12 @@ def _tunables(plan: Plan) -> tuple[Tunable, ...]:
     if "matmul" in kinds or any(k.looped for k in plan.kernels):
         out.append(STAGES)
     return tuple(out)
+
+
+def _kinds(plan: Plan) -> set[str]:
+    """The kinds whose tunables and start points a plan uses (a Triton convolution tiles as a
+    matmul does; a library call has none)."""
+    return {"matmul" if k.kind == "conv" else k.kind for k in plan.kernels} - {"library"}
 
 
 def _merged(table: dict, kinds: set[str]) -> tuple[dict, ...]:
@@ -127,7 +133,7 @@ class TracedTemplate(Template):
             return f"the {self.name} template is Triton only"
         fitted = copy.copy(self)
         fitted.tunables = _tunables(result)
-        kinds = {k.kind for k in result.kernels}
+        kinds = _kinds(result)
         fitted.starts, fitted.cpu_starts = _merged(_STARTS, kinds), _merged(_CPU_STARTS, kinds)
         label = "; ".join(describe(k) for k in result.kernels)
         n = len(result.kernels)
