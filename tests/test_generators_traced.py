@@ -111,6 +111,22 @@ CASES = {
         "return F.mse_loss(x, y) + F.smooth_l1_loss(x, y)",
         "torch.randn(batch, dim), torch.randn(batch, dim)", args="x, y",
         globals_="batch = 19\ndim = 333"), 0),
+    # -- scans along one dim (a carry between column blocks) --------------------------------
+    "cumsum_rows": ("fused_reduction", reference(
+        "return torch.cumsum(x, dim=1)", "torch.randn(batch, dim)",
+        globals_="batch = 7\ndim = 301"), 0),
+    "cumprod_middle_dim": ("fused_reduction", reference(
+        "return torch.cumprod(x * 0.1 + 1.0, dim=1)", "torch.randn(batch, 37, 5)",
+        globals_="batch = 3"), 0),
+    "cumsum_reverse": ("fused_reduction", reference(
+        "return torch.cumsum(x.flip(1), dim=1).flip(1)", "torch.randn(batch, dim)",
+        globals_="batch = 5\ndim = 99"), 0),
+    "cumsum_exclusive_masked": ("fused_reduction", reference(
+        """
+        c = torch.cumsum((x * mask).narrow(1, 0, x.size(1) - 1), dim=1)
+        return torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), c), dim=1)""",
+        "torch.randn(batch, dim), torch.rand(batch, dim) > 0.5", args="x, mask",
+        globals_="batch = 4\ndim = 77"), 0),
     # -- matmul with a pointwise epilogue --------------------------------------------------
     "addmm_epilogue": ("fused_matmul", reference(
         "return torch.relu(torch.addmm(bias, a, b, beta=0.5, alpha=2.0)) * scale",
@@ -254,8 +270,8 @@ def test_traced_templates_are_correct_under_the_evaluator(name, config, tmp_path
 
 
 def test_uncovered_ops_are_named_with_their_place(tmp_path, config):
-    source = reference("return torch.cumsum(torch.relu(x), dim=1)", "torch.randn(2, 3, 8, 8)")
-    path = tmp_path / "scan.py"
+    source = reference("return torch.sort(torch.relu(x), dim=1).values", "torch.randn(2, 3, 8, 8)")
+    path = tmp_path / "sort.py"
     path.write_text(source)
     task = load_task(path)
     ev = Evaluator(task, config)
@@ -265,7 +281,7 @@ def test_uncovered_ops_are_named_with_their_place(tmp_path, config):
         ev.close()
     reason = OfflineGenerator().supports(task, probe, "triton")
     assert reason == ("The offline generator has no template for this task: no template covers "
-                      "aten.cumsum.default (op 2 of 2). Configure a model under `inference` "
+                      "aten.sort.default (op 2 of 2). Configure a model under `inference` "
                       "to search it.")
     rows = skill_matches(probe, "triton", task)
     assert [(r["template"], r["usable"]) for r in rows] == [("fused_pointwise", False)]

@@ -19,7 +19,7 @@ from openkernel.records import OpTrace
 VIEW_OPS = {"view", "_unsafe_view", "reshape", "expand", "permute", "t", "transpose", "unsqueeze",
             "squeeze", "alias", "detach", "clone", "contiguous", "lift_fresh", "lift_fresh_copy",
             "real", "flatten", "slice", "select", "as_strided", "unbind", "split", "split_with_sizes",
-            "view_as", "expand_as", "numpy_T", "unfold_copy"}
+            "view_as", "expand_as", "numpy_T", "unfold_copy", "flip"}
 MATMUL_OPS = {"mm", "bmm"}
 REDUCE_KINDS = {"sum", "amax", "amin", "argmax", "argmin", "all", "any", "prod"}
 

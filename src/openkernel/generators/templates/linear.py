@@ -115,6 +115,8 @@ def torch_view(v: Value, names: dict[str, str], stored: set[str], bases: list) -
         return f"{src}.permute({', '.join(str(d) for d in args[1])})"
     if op == "t":
         return f"{src}.t()"
+    if op == "flip":  # a copy in torch, not a view: still the operand's values
+        return f"{src}.flip({list(args[1])})"
     if op == "transpose":
         return f"{src}.transpose({args[1]}, {args[2]})"
     dim = node.kwargs.get("dim", args[1] if len(args) > 1 else 0)

@@ -34,6 +34,7 @@ from openkernel.generators.templates.reductions import (
     write_looped,
     write_one_pass,
 )
+from openkernel.generators.templates.scan import SCAN_OPS, scan_domain, write_scan
 from openkernel.generators.templates.sizes import Size
 from openkernel.generators.templates.views import view_problem
 from openkernel.generators.templates.writer import KernelWriter
@@ -50,7 +51,8 @@ class Kernel:
     """One kernel of the plan, written."""
 
     kind: str  # "pointwise", "reduction", "matmul", "library" (a torch call, LIBRARY_OPS) or
-    # "conv" (a convolution alone, as a Triton implicit GEMM: templates/conv.py)
+    # "conv" (a convolution alone, as a Triton implicit GEMM: templates/conv.py) or "scan"
+    # (cumsum, cumprod: templates/scan.py)
     outputs: list[Value]
     anchor: Node | None = None  # the matmul, or a reduction of the domain
     domain: Domain | None = None
@@ -67,7 +69,7 @@ class Kernel:
 
     @property
     def key(self):
-        if self.kind in ("matmul", "library", "conv"):
+        if self.kind in ("matmul", "library", "conv", "scan"):
             return (self.kind, id(self.anchor))
         if self.kind == "reduction":
             return ("reduction", self.domain)
@@ -92,7 +94,8 @@ class Plan:
     @property
     def family(self) -> str:
         kinds = {k.kind for k in self.kernels}
-        return "matmul" if kinds & {"matmul", "conv"} else "reduction" if "reduction" in kinds else \
+        return "matmul" if kinds & {"matmul", "conv"} else "reduction" if kinds & {
+            "reduction", "scan"} else \
             "pointwise"
 
 
@@ -113,7 +116,7 @@ def _node_problem(node: Node) -> str:
     if node.op == "reduce":
         kind = node.kwargs["kind"]
         return "" if kind in SUPPORTED_REDUCTIONS else f"a {kind} reduction"
-    if node.op in MATMUL_OPS or node.op in KNOWN or node.op in LIBRARY_OPS:
+    if node.op in MATMUL_OPS or node.op in KNOWN or node.op in LIBRARY_OPS or node.op in SCAN_OPS:
         return ""
     return "no template"
 
@@ -165,6 +168,8 @@ def _first_anchor(v: Value, stored: set[str]) -> Node | None:
 def _spec(v: Value, stored: set[str]) -> Kernel:
     if v.node is not None and v.node.op in LIBRARY_OPS:
         return Kernel("library", [v], v.node)
+    if v.node is not None and v.node.op in SCAN_OPS:
+        return Kernel("scan", [v], v.node, scan_domain(v.node))
     anchor = _first_anchor(v, stored)
     if anchor is None:
         return Kernel("pointwise", [v])
@@ -201,7 +206,12 @@ def _write(kernel: Kernel, plan: Plan) -> None:
     if kernel.kind == "library":
         _write_library(kernel, plan)
         return
-    if kernel.kind == "pointwise":
+    if kernel.kind == "scan":
+        w, em = make()
+        em.anchor = _no_anchor
+        write_scan(w, em, kernel.anchor, kernel.outputs[0])
+        kernel.bodies["looped"] = w
+    elif kernel.kind == "pointwise":
         w, em = make()
         em.anchor = _no_anchor
         write_pointwise(w, em, kernel.outputs)

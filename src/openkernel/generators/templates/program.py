@@ -90,6 +90,8 @@ def describe(kernel: Kernel) -> str:
     ops = list(dict.fromkeys(_short(o) for o in kernel.ops))
     if kernel.kind == "conv":
         return conv.describe(kernel.conv)
+    if kernel.kind == "scan":
+        return f"{_short(kernel.anchor.aten)} over dim {kernel.domain.dims[0]} ({', '.join(ops)})"
     if kernel.kind == "library":
         return f"{_short(kernel.anchor.aten)} by torch (cuDNN on a GPU), as torch.compile leaves it"
     if kernel.kind == "matmul":
@@ -108,7 +110,7 @@ def _signature(kernel: Kernel, w: KernelWriter, name: str) -> list[str]:
            [f"{w.names[v.id]}_ptr" for v in kernel.writes]
     if kernel.kind == "pointwise":
         extra, consts = ["n_elements"], ["BLOCK"]
-    elif kernel.kind == "reduction":
+    elif kernel.kind in ("reduction", "scan"):
         extra, consts = ["n_rows", "n_cols"], ["ROWS", "BLOCK_C"]
     else:
         strides = ["stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk", "stride_bn"]
@@ -136,6 +138,8 @@ def kernel_source(kernel: Kernel) -> str:
         what = describe(kernel)
         if variant == "fused":
             what += ": one pass, each row in registers"
+        elif variant == "looped" and kernel.kind == "scan":
+            what += ": each row in BLOCK_C steps, a carry between them"
         elif variant == "looped":
             what += ": rows longer than MAX_FUSED, in BLOCK_C steps"
         writes = ", ".join(w.names[v.id] for v in kernel.writes)
@@ -189,6 +193,11 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
     d = kernel.domain
     args = ptrs + ["n_rows", "n_cols"] + syms
     head.append(f"n_rows, n_cols = {d.rows.code()}, {d.cols.code()}")
+    if kernel.kind == "scan":
+        return head + _guard([
+            "rows = min(triton.next_power_of_2(n_rows), max(1, TILE // LOOP_BLOCK))",
+            *_call(f"{kernel.name}_looped[(triton.cdiv(n_rows, rows),)]", args
+                   + ["ROWS=rows", "BLOCK_C=LOOP_BLOCK", "num_warps=NUM_WARPS"])], d.rows.code())
     fused = [
         "block_c = triton.next_power_of_2(n_cols)",
         "rows = min(triton.next_power_of_2(n_rows), max(1, TILE // block_c))",

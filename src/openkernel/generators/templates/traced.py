@@ -105,7 +105,8 @@ def _tunables(plan: Plan) -> tuple[Tunable, ...]:
 def _kinds(plan: Plan) -> set[str]:
     """The kinds whose tunables and start points a plan uses (a Triton convolution tiles as a
     matmul does; a library call has none)."""
-    return {"matmul" if k.kind == "conv" else k.kind for k in plan.kernels} - {"library"}
+    alias = {"conv": "matmul", "scan": "reduction"}
+    return {alias.get(k.kind, k.kind) for k in plan.kernels} - {"library"}
 
 
 def _merged(table: dict, kinds: set[str]) -> tuple[dict, ...]:

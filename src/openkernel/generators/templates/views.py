@@ -53,6 +53,11 @@ def source_frame(em: Emitter, node: Node, out: Value, f: Frame) -> Frame:
         for j, p in enumerate(order):
             idx[p] = d[j]
         return Frame(src.shape, tuple(idx))
+    if op == "flip":  # index i of a flipped dim reads size - 1 - i
+        dims = {x % n_src for x in _dims_arg(node, 1, "dims", [])}
+        return Frame(src.shape, tuple(
+            em.w.index(f"{em.w.size(s)} - 1 - {i}") if j in dims and s != Size(1) else i
+            for j, (s, i) in enumerate(zip(src.shape, d))))
     if op in ("t", "transpose", "numpy_T"):
         if n_src < 2:
             return Frame(src.shape, d)
