@@ -3,8 +3,9 @@
 With ``job.autotune_baseline`` the reference is also compiled with
 ``mode="max-autotune-no-cudagraphs"`` (Inductor's GEMM/convolution templates and autotuned
 Triton configs, without CUDA graphs, which would hide launch cost the candidates pay) and timed
-in the same interleaved rounds, so the three baselines see the same GPU state. A failure of
-that mode is kept as ``autotune_error``; the default timings still count.
+in the same interleaved rounds, so the three baselines see the same GPU state. Its compile runs
+inside the GPU's turn (it benchmarks kernels on the GPU). A failure of that mode is kept as
+``autotune_error``; the default timings still count.
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ def run_reference_timing(job: Job, ch) -> dict:
         compiled = torch.compile(model)
         compiled(*inputs)
         fns["compile"] = lambda: compiled(*inputs)
+        ch.wait_turn()  # compiled side by side with other work; timed alone on its GPU
         if job.autotune_baseline:
+            # In the turn: max-autotune times its GEMM/convolution choices on the GPU while it
+            # compiles, which would disturb another candidate's timed trials.
             try:
                 # Dynamo guards each cache entry on its backend, so the same module compiled in
                 # another mode gets its own graph and the default one stays as it is.
@@ -40,7 +44,6 @@ def run_reference_timing(job: Job, ch) -> dict:
                 fns["autotune"] = lambda: tuned(*inputs)
             except Exception as err:  # the default baselines stand without it
                 result["autotune_error"] = f"{type(err).__name__}: {err}"[:2000]
-        ch.wait_turn()  # compiled side by side with other work; timed alone on its GPU
         ch.phase("benchmark")
         timer = Timer(device)
         samples = timer.interleaved(fns, budget_s=job.bench_budget_s, min_trials=job.min_trials,
