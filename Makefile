@@ -25,7 +25,7 @@ browser:
 # 127.0.0.1 (tests/pg_server.py); nothing is started here and no service is enabled.
 postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
 	  else echo "PostgreSQL missing and not root: PostgreSQL tests will be skipped"; fi; }
 
 run: install
