@@ -98,6 +98,11 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     from openkernel.store.tables import SuiteProblem
 
     store = Store(tmp_path / "runs" / "kernels.sqlite3")
+    from openkernel.store.tables import Run
+
+    with store.engine.connect() as conn:  # the bench asks for the strongest baseline
+        configs = conn.execute(select(Run.config)).scalars().all()
+    assert configs and all(c["eval_config"]["max_autotune_baseline"] for c in configs)
     relu = rows["level1/19_ReLU"]
     with store.engine.connect() as conn:
         digest = conn.execute(select(SuiteProblem.task_digest).where(

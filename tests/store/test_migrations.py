@@ -92,3 +92,16 @@ def test_postgres_gets_the_same_tables(postgres):
     assert _revision(store.engine) == migrate.head()
     assert _differences(store.engine) == []
     store.close()
+
+
+def test_the_baseline_downgrades_to_no_tables_and_upgrades_again(tmp_path):
+    """Alembic's own round trip: below the baseline nothing of openkernel's is left."""
+    from alembic import command
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'k.sqlite3'}")
+    migrate.upgrade(engine)
+    with engine.begin() as conn:
+        command.downgrade(migrate._config(conn), "base")
+    assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
+    migrate.upgrade(engine)
+    assert _differences(engine) == [] and _revision(engine) == migrate.head()

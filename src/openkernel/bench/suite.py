@@ -55,7 +55,9 @@ def run_suite(problems: list[Problem], suite: str, overrides: list[str], store: 
     for position, problem in enumerate(problems):
         if control is not None and control.stopped:
             return
-        task, config = resolve_run(problem.path, [*overrides, f"job_name={suite}",
+        # The table's strongest baseline is on unless the user's overrides say otherwise.
+        task, config = resolve_run(problem.path, ["eval_config.max_autotune_baseline=true",
+                                                  *overrides, f"job_name={suite}",
                                                   f"task_name={problem.name}"])
         store.add_suite_problem(suite=suite, task_name=problem.name, job_name=suite,
                                 position=position, path=str(problem.path), task_digest=task.digest)

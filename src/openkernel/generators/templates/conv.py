@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from openkernel.generators.templates.graph import Node, Value
+from openkernel.generators.templates.graph import Node, Value, int_list
 
 _DIMS = ("d", "h", "w")  # the last nd of them name the spatial dims
 
@@ -38,11 +38,6 @@ class ConvSpec:
         return _DIMS[-self.nd:]
 
 
-def _ints(value, n: int) -> list[int]:
-    values = [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
-    return values * n if len(values) == 1 else values
-
-
 def conv_spec(node: Node) -> ConvSpec | str:
     """The node's arguments, or why this kernel cannot compute it."""
     x, w = node.args[0], node.args[1]
@@ -53,11 +48,14 @@ def conv_spec(node: Node) -> ConvSpec | str:
         return f"a {nd}-d convolution (or one without a batch dim)"
     if any(not s.static for s in w.shape):
         return "a convolution whose weight has symbolic sizes"
-    args = node.args + [None] * (9 - len(node.args))
-    spec = ConvSpec(nd=nd, kernel=[s.coeff for s in w.shape[2:]], stride=_ints(args[3], nd),
-                    padding=_ints(args[4], nd), dilation=_ints(args[5], nd),
-                    transposed=bool(args[6]), output_padding=_ints(args[7] or 0, nd),
-                    groups=int(args[8] or 1), bias=isinstance(args[2], Value))
+    spec = ConvSpec(nd=nd, kernel=[s.coeff for s in w.shape[2:]],
+                    stride=int_list(node.arg(3, "stride"), nd, [1] * nd),
+                    padding=int_list(node.arg(4, "padding"), nd),
+                    dilation=int_list(node.arg(5, "dilation"), nd, [1] * nd),
+                    transposed=bool(node.arg(6, "transposed", False)),
+                    output_padding=int_list(node.arg(7, "output_padding"), nd),
+                    groups=int(node.arg(8, "groups", 1) or 1),
+                    bias=isinstance(node.arg(2, "bias"), Value))
     if x.dtype != w.dtype:
         return "a convolution of mixed dtypes"
     return spec

@@ -24,6 +24,15 @@ MATMUL_OPS = {"mm", "bmm"}
 REDUCE_KINDS = {"sum", "amax", "amin", "argmax", "argmin", "all", "any", "prod"}
 
 
+def int_list(value, n: int, default: list[int] | None = None) -> list[int]:
+    """An int-or-list argument as ``n`` ints (``[2]`` and ``2`` mean ``[2] * n``); None or an
+    empty list gives ``default`` (zeros without one), as torch's pooling and convolution do."""
+    if value is None or (isinstance(value, (list, tuple)) and not value):
+        return list(default) if default is not None else [0] * n
+    values = [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+    return values * n if len(values) == 1 else values
+
+
 @dataclass(frozen=True)
 class DType:
     """A dtype argument: ``float32``."""
@@ -88,6 +97,12 @@ class Node:
     aten: str  # the traced op, e.g. "aten.add.Tensor"
     overload: str = ""
     note: str = ""
+
+    def arg(self, pos: int, key: str, default=None):
+        """An argument given by keyword or by position (``default`` when not given)."""
+        if key in self.kwargs:
+            return self.kwargs[key]
+        return self.args[pos] if len(self.args) > pos else default
 
     def tensors(self) -> list[Value]:
         """Tensor arguments, in order (lists flattened)."""

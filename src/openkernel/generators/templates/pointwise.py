@@ -372,8 +372,7 @@ def _cat(em: Emitter, node: Node, out: Value, frame: Frame) -> Code:
     """cat along one dim (RoPE's rotate-half, a concatenated projection): every piece is read at
     the output's index less the piece's start, clamped into the piece so that every load is in
     bounds, and the piece the index falls in is chosen with nested ``tl.where``."""
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-    dim %= len(out.shape)
+    dim = node.arg(1, "dim", 0) % len(out.shape)
     pieces = [p for p in node.args[0] if isinstance(p, Value) and len(p.shape) == len(out.shape)
               and p.shape[dim] != Size(0)]  # torch.cat also takes (and skips) empty 1-D pieces
     if not pieces:

@@ -13,23 +13,10 @@ from __future__ import annotations
 import itertools
 
 from openkernel.generators.templates.emit import Code, Emitter, Frame, Unfusable, ctype
-from openkernel.generators.templates.graph import Node, Value
+from openkernel.generators.templates.graph import Node, Value, int_list
 
 POOL_OPS = {"avg_pool2d", "avg_pool3d", "max_pool2d_with_indices", "max_pool3d_with_indices",
             "max_pool2d", "max_pool3d"}
-
-
-def _arg(node: Node, pos: int, key: str, default=None):
-    if key in node.kwargs:
-        return node.kwargs[key]
-    return node.args[pos] if len(node.args) > pos else default
-
-
-def _ints(value, n: int, default: list[int] | None = None) -> list[int]:
-    if value is None or (isinstance(value, (list, tuple)) and not value):
-        return list(default) if default is not None else [0] * n
-    values = [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
-    return values * n if len(values) == 1 else values
 
 
 def pool(em: Emitter, node: Node, out: Value, frame: Frame) -> Code:
@@ -39,18 +26,18 @@ def pool(em: Emitter, node: Node, out: Value, frame: Frame) -> Code:
     is_max = node.op.startswith("max_pool")
     nd = 3 if "3d" in node.op else 2
     src: Value = node.args[0]
-    kernel = _ints(_arg(node, 1, "kernel_size"), nd)
-    stride = _ints(_arg(node, 2, "stride"), nd, kernel)
-    padding = _ints(_arg(node, 3, "padding", 0), nd)
+    kernel = int_list(node.arg(1, "kernel_size"), nd)
+    stride = int_list(node.arg(2, "stride"), nd, kernel)
+    padding = int_list(node.arg(3, "padding", 0), nd)
     if is_max:
-        dilation = _ints(_arg(node, 4, "dilation", 1), nd)
-        ceil_mode = bool(_arg(node, 5, "ceil_mode", False))
+        dilation = int_list(node.arg(4, "dilation", 1), nd)
+        ceil_mode = bool(node.arg(5, "ceil_mode", False))
         include_pad, divisor = True, None
     else:
         dilation = [1] * nd
-        ceil_mode = bool(_arg(node, 4, "ceil_mode", False))
-        include_pad = bool(_arg(node, 5, "count_include_pad", True))
-        divisor = _arg(node, 6, "divisor_override")
+        ceil_mode = bool(node.arg(4, "ceil_mode", False))
+        include_pad = bool(node.arg(5, "count_include_pad", True))
+        divisor = node.arg(6, "divisor_override")
         if ceil_mode:  # its divisor counts the window clipped to the padded input
             raise Unfusable(node, "average pooling with ceil_mode")
     w = em.w

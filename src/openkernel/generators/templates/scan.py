@@ -26,7 +26,7 @@ _TILE = frozenset("rc")
 
 def scan_domain(node: Node) -> Domain:
     src = node.args[0]
-    dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else 0)
+    dim = node.arg(1, "dim", 0)
     return Domain(tuple(src.shape), (dim % max(1, len(src.shape)),))
 
 

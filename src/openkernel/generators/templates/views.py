@@ -12,17 +12,11 @@ from openkernel.generators.templates.graph import Node, Value
 from openkernel.generators.templates.sizes import Size, numel, row_major
 
 
-def _dims_arg(node: Node, pos: int, key: str, default=None):
-    if key in node.kwargs:
-        return node.kwargs[key]
-    return node.args[pos] if len(node.args) > pos else default
-
-
 def view_problem(node: Node) -> str:
     """Why this view cannot be folded into indices ("" when it can)."""
     if node.op == "as_strided":
         src, size, stride = node.args[0], node.args[1], node.args[2]
-        offset = _dims_arg(node, 3, "storage_offset", 0)
+        offset = node.arg(3, "storage_offset", 0)
         if offset not in (0, None) or list(map(_size, stride)) != row_major(
                 tuple(map(_size, size))) or numel(map(_size, size)) != src.numel:
             return "a strided view that is not a reshape"
@@ -54,7 +48,7 @@ def source_frame(em: Emitter, node: Node, out: Value, f: Frame) -> Frame:
             idx[p] = d[j]
         return Frame(src.shape, tuple(idx))
     if op == "flip":  # index i of a flipped dim reads size - 1 - i
-        dims = {x % n_src for x in _dims_arg(node, 1, "dims", [])}
+        dims = {x % n_src for x in node.arg(1, "dims", [])}
         return Frame(src.shape, tuple(
             em.w.index(f"{em.w.size(s)} - 1 - {i}") if j in dims and s != Size(1) else i
             for j, (s, i) in enumerate(zip(src.shape, d))))
@@ -68,15 +62,15 @@ def source_frame(em: Emitter, node: Node, out: Value, f: Frame) -> Frame:
         idx[a], idx[b] = idx[b], idx[a]
         return Frame(src.shape, tuple(idx))
     if op in ("select", "unbind"):
-        dim = _dims_arg(node, 1, "dim", 0) % n_src
-        index = out.index if op == "unbind" else _dims_arg(node, 2, "index", 0)
+        dim = node.arg(1, "dim", 0) % n_src
+        index = out.index if op == "unbind" else node.arg(2, "index", 0)
         return Frame(src.shape, d[:dim] + (_start(em, index, src.shape[dim]),) + d[dim:])
     if op in ("slice", "split", "split_with_sizes"):
-        dim = _dims_arg(node, 1, "dim", 0) if op == "slice" else _dims_arg(node, 2, "dim", 0)
+        dim = node.arg(1, "dim", 0) if op == "slice" else node.arg(2, "dim", 0)
         dim %= n_src
         if op == "slice":
-            start = _dims_arg(node, 2, "start", 0) or 0
-            step = _dims_arg(node, 4, "step", 1) or 1
+            start = node.arg(2, "start", 0) or 0
+            step = node.arg(4, "step", 1) or 1
         else:
             sizes = node.args[1]
             if op == "split":

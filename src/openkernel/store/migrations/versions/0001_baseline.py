@@ -183,4 +183,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise NotImplementedError("the baseline is not undone: restore a copy of the database")
+    """Below the baseline there are no tables: drop the baseline's (dependents first). Every
+    result goes with them; keep a copy of the database before asking for this."""
+    bind = op.get_bind()
+    present = set(sa.inspect(bind).get_table_names())
+    for table in reversed(_baseline().sorted_tables):
+        if table.name in present:
+            table.drop(bind)
