@@ -400,7 +400,7 @@ def test_an_exhausted_sweep_ends_the_job_with_the_critics_word_and_its_traces(tm
     last word, and the trace dataset holds each candidate as its winner's concrete code."""
     import torch
 
-    from openkernel.generators.templates import TEMPLATES
+    from openkernel.generators.handwritten import TEMPLATES
     from openkernel.store.traces import read_dataset
     from openkernel.templating import is_template
 

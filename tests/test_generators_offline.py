@@ -20,7 +20,7 @@ from openkernel.config import Config
 from openkernel.generators import make_generator
 from openkernel.generators.base import ProposalRequest
 from openkernel.generators.offline import OfflineGenerator, skill_matches
-from openkernel.generators.templates import TEMPLATES
+from openkernel.generators.handwritten import TEMPLATES
 from openkernel.records import Hardware, TaskProbe
 from openkernel.schemas import EvalResult, Program
 from openkernel.task import load_task
@@ -275,7 +275,7 @@ def test_sweeps_cover_the_space_without_repeats_then_say_so(examples_dir):
                                         branch=0, parent=None, best=None, rng=random.Random(0)))
     template = start.params["template"]
     space = {tuple(sorted(p.items())) for p in
-             __import__("openkernel.generators.templates", fromlist=["TEMPLATES"]).TEMPLATES[0]
+             __import__("openkernel.generators.handwritten", fromlist=["TEMPLATES"]).TEMPLATES[0]
              .space(True, "triton")}
     assert len(space) == 12  # CPU choices of the elementwise template: 4 x 3 x 1
     judged = {param_key(template, v.params)[1] for v in start.variants}

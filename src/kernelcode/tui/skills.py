@@ -46,7 +46,7 @@ def matches_for(state: RunState) -> tuple[list[dict], str]:
                         "engine has probed the reference. Press s again after the first candidate.")
         return [], "The judged candidates carry no template parameters: no skill was used."
     try:
-        from openkernel.generators.templates import TEMPLATES
+        from openkernel.generators.handwritten import TEMPLATES
     except ImportError as err:
         return [], f"The offline template library is not available ({err})."
     rows = []

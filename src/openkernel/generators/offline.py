@@ -15,8 +15,8 @@ from __future__ import annotations
 import threading
 
 from openkernel.generators.base import Proposal, ProposalRequest, param_key
-from openkernel.generators.templates import TEMPLATES, Match, Template
-from openkernel.generators.templates.common import op_bases
+from openkernel.generators.handwritten import TEMPLATES, Match, Template
+from openkernel.generators.handwritten.common import op_bases
 from openkernel.records import TaskProbe
 from openkernel.schemas import Program
 from openkernel.task import Task
@@ -87,8 +87,8 @@ def skill_matches(probe: TaskProbe, backend: str, task: Task | None = None) -> l
 
 
 def _claims(template: Template, probe: TaskProbe) -> bool:
-    from openkernel.generators.templates.activations import ATEN_NAMES
-    from openkernel.generators.templates.traced import TracedTemplate, plan_for
+    from openkernel.generators.activations import ATEN_NAMES
+    from openkernel.generators.compiler.families import TracedTemplate, plan_for
 
     if isinstance(template, TracedTemplate):
         plan = plan_for(None, probe.trace) if probe.trace is not None else None

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import copy
 
-from openkernel.generators.templates.base import Match, Template, Tunable
-from openkernel.generators.templates.graph import build_graph
-from openkernel.generators.templates.plan import Plan, make_plan
-from openkernel.generators.templates.program import describe, leaf_names, render
-from openkernel.generators.templates.refparse import parse_reference
+from openkernel.generators.family import Match, Template, Tunable
+from openkernel.generators.compiler.graph import build_graph
+from openkernel.generators.compiler.plan import Plan, make_plan
+from openkernel.generators.compiler.modelnew import describe, leaf_names, render
+from openkernel.generators.refparse import parse_reference
 from openkernel.records import OpTrace, TaskProbe
 from openkernel.task import Task
 

@@ -12,8 +12,8 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from openkernel.generators.templates.graph import Value
-from openkernel.generators.templates.sizes import SYMBOL, Size
+from openkernel.generators.compiler.graph import Value
+from openkernel.generators.compiler.sizes import SYMBOL, Size
 
 TOKEN = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 
-from openkernel.generators.templates.activations import ATEN_NAMES, bind
-from openkernel.generators.templates.base import Match, Template, Tunable
-from openkernel.generators.templates.common import (
+from openkernel.generators.activations import ATEN_NAMES, bind
+from openkernel.generators.family import Match, Template, Tunable
+from openkernel.generators.handwritten.common import (
     FLOAT_DTYPES,
     TRITON_HEADER,
     act_args,
@@ -21,7 +21,7 @@ from openkernel.generators.templates.common import (
     module_preamble,
     op_bases,
 )
-from openkernel.generators.templates.refparse import parse_reference
+from openkernel.generators.refparse import parse_reference
 from openkernel.records import TaskProbe
 from openkernel.task import Task
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import keyword
 import re
 
-from openkernel.generators.templates import conv
-from openkernel.generators.templates.graph import Graph
-from openkernel.generators.templates.plan import Kernel, Plan
-from openkernel.generators.templates.sizes import Size, numel
-from openkernel.generators.templates.writer import KernelWriter
+from openkernel.generators.compiler.kernels import conv
+from openkernel.generators.compiler.graph import Graph
+from openkernel.generators.compiler.plan import Kernel, Plan
+from openkernel.generators.compiler.sizes import Size, numel
+from openkernel.generators.compiler.writer import KernelWriter
 
 HEADER = '''import os
 

@@ -19,9 +19,9 @@ import random
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from openkernel.generators.templates.graph import MATMUL_OPS, VIEW_OPS, Node, ScalarCode, Value
-from openkernel.generators.templates.sizes import ONE, Size, non_one, numel, row_major
-from openkernel.generators.templates.writer import TOKEN, KernelWriter
+from openkernel.generators.compiler.graph import MATMUL_OPS, VIEW_OPS, Node, ScalarCode, Value
+from openkernel.generators.compiler.sizes import ONE, Size, non_one, numel, row_major
+from openkernel.generators.compiler.writer import TOKEN, KernelWriter
 
 FLOATS = {"float32": "f32", "float16": "f32", "bfloat16": "f32", "float64": "f64"}
 TL_TYPES = {"f32": "tl.float32", "f64": "tl.float64", "i64": "tl.int64", "i32": "tl.int32",
@@ -235,14 +235,14 @@ class Emitter:
         else:
             node = v.node
             if node.op in VIEW_OPS:
-                from openkernel.generators.templates.views import source_frame  # (views uses us)
+                from openkernel.generators.compiler.views import source_frame  # (views uses us)
 
                 src = node.args[0]
                 code = self.value(src, source_frame(self, node, v, f))
             elif node.op == "reduce" or node.op in MATMUL_OPS:
                 code = self.anchor(self, node, v, f)
             else:
-                from openkernel.generators.templates.pointwise import emit_op
+                from openkernel.generators.compiler.kernels.pointwise import emit_op
 
                 code = emit_op(self, node, v, f)
         self.w.block.cache[key] = code

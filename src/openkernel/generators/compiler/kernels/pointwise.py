@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from openkernel.generators.templates.activations import BY_NAME
-from openkernel.generators.templates.emit import (
+from openkernel.generators.activations import BY_NAME
+from openkernel.generators.compiler.emit import (
     TL_TYPES,
     Code,
     Emitter,
@@ -22,10 +22,10 @@ from openkernel.generators.templates.emit import (
     ctype,
     literal,
 )
-from openkernel.generators.templates.graph import DType, Node, ScalarCode, Value
-from openkernel.generators.templates.pooling import POOL_OPS, pool
-from openkernel.generators.templates.sizes import ONE, Size
-from openkernel.generators.templates.writer import KernelWriter
+from openkernel.generators.compiler.graph import DType, Node, ScalarCode, Value
+from openkernel.generators.compiler.kernels.pooling import POOL_OPS, pool
+from openkernel.generators.compiler.sizes import ONE, Size
+from openkernel.generators.compiler.writer import KernelWriter
 
 _FLOAT = ("f32", "f64")
 

@@ -5,7 +5,7 @@ outputs are stored at first. Each stored value is written by one kernel, whose k
 first reduction or matmul met on the way down from the value: a matmul kernel (the value is its
 epilogue), a reduction kernel (the value is a row or an element of the reduced tensor), or a
 pointwise kernel. Whenever a kernel meets a reduction or matmul it cannot compute at its own
-indices (:class:`~openkernel.generators.templates.emit.Unfusable`), that node's result is stored
+indices (:class:`~openkernel.generators.compiler.emit.Unfusable`), that node's result is stored
 too and the plan is made again. Finally kernels of the same kind over the same domain that do
 not depend on each other are merged (a LayerNorm's mean and output, cross-entropy's row max
 and sum), so each row is read once.
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from openkernel.generators.templates.conv import conv_spec
-from openkernel.generators.templates.emit import Emitter, Unfusable, ctype
-from openkernel.generators.templates.graph import (
+from openkernel.generators.compiler.kernels.conv import conv_spec
+from openkernel.generators.compiler.emit import Emitter, Unfusable, ctype
+from openkernel.generators.compiler.graph import (
     MATMUL_OPS,
     VIEW_OPS,
     Graph,
@@ -25,19 +25,19 @@ from openkernel.generators.templates.graph import (
     Unknown,
     Value,
 )
-from openkernel.generators.templates.linear import torch_view, write_matmul
-from openkernel.generators.templates.pointwise import KNOWN, write_pointwise
-from openkernel.generators.templates.reductions import (
+from openkernel.generators.compiler.kernels.matmul import torch_view, write_matmul
+from openkernel.generators.compiler.kernels.pointwise import KNOWN, write_pointwise
+from openkernel.generators.compiler.kernels.reductions import (
     Domain,
     ReductionAnchor,
     level,
     write_looped,
     write_one_pass,
 )
-from openkernel.generators.templates.scan import SCAN_OPS, scan_domain, write_scan
-from openkernel.generators.templates.sizes import Size
-from openkernel.generators.templates.views import view_problem
-from openkernel.generators.templates.writer import KernelWriter
+from openkernel.generators.compiler.kernels.scan import SCAN_OPS, scan_domain, write_scan
+from openkernel.generators.compiler.sizes import Size
+from openkernel.generators.compiler.views import view_problem
+from openkernel.generators.compiler.writer import KernelWriter
 
 SUPPORTED_REDUCTIONS = {"sum", "amax", "amin", "argmax", "argmin", "all", "any"}
 # Ops left to torch's library kernel (cuDNN on a GPU), as torch.compile leaves them: their
@@ -51,8 +51,8 @@ class Kernel:
     """One kernel of the plan, written."""
 
     kind: str  # "pointwise", "reduction", "matmul", "library" (a torch call, LIBRARY_OPS) or
-    # "conv" (a convolution alone, as a Triton implicit GEMM: templates/conv.py) or "scan"
-    # (cumsum, cumprod: templates/scan.py)
+    # "conv" (a convolution alone, as a Triton implicit GEMM: compiler/kernels/conv.py) or "scan"
+    # (cumsum, cumprod: compiler/kernels/scan.py)
     outputs: list[Value]
     anchor: Node | None = None  # the matmul, or a reduction of the domain
     domain: Domain | None = None
@@ -65,7 +65,7 @@ class Kernel:
     views: tuple[str, str] = ("", "")  # a matmul's operands as torch views (forward code)
     bases: list[Value] = field(default_factory=list)  # what those views are views of
     call: str = ""  # a library kernel's torch call (forward code)
-    conv: object = None  # a "conv" kernel's ConvSpec (templates/conv.py)
+    conv: object = None  # a "conv" kernel's ConvSpec (compiler/kernels/conv.py)
 
     @property
     def key(self):

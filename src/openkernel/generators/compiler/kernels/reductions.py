@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from openkernel.generators.templates.emit import (
+from openkernel.generators.compiler.emit import (
     TL_TYPES,
     Code,
     Emitter,
@@ -27,9 +27,9 @@ from openkernel.generators.templates.emit import (
     Unfusable,
     ctype,
 )
-from openkernel.generators.templates.graph import Node, Value
-from openkernel.generators.templates.sizes import ONE, Size, numel
-from openkernel.generators.templates.writer import KernelWriter
+from openkernel.generators.compiler.graph import Node, Value
+from openkernel.generators.compiler.sizes import ONE, Size, numel
+from openkernel.generators.compiler.writer import KernelWriter
 
 ROW, TILE = frozenset("r"), frozenset("rc")
 _INIT = {"sum": "0", "amax": '-float("inf")', "amin": 'float("inf")', "all": "1", "any": "0"}

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import itertools
 
-from openkernel.generators.templates.emit import Code, Emitter, Frame, Unfusable, ctype
-from openkernel.generators.templates.graph import Node, Value, int_list
+from openkernel.generators.compiler.emit import Code, Emitter, Frame, Unfusable, ctype
+from openkernel.generators.compiler.graph import Node, Value, int_list
 
 POOL_OPS = {"avg_pool2d", "avg_pool3d", "max_pool2d_with_indices", "max_pool3d_with_indices",
             "max_pool2d", "max_pool3d"}

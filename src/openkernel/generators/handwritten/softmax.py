@@ -8,8 +8,8 @@ registers. The choice is made at call time from the actual row length.
 
 from __future__ import annotations
 
-from openkernel.generators.templates.base import Match, Template, Tunable
-from openkernel.generators.templates.common import (
+from openkernel.generators.family import Match, Template, Tunable
+from openkernel.generators.handwritten.common import (
     FLOAT_DTYPES,
     TRITON_HEADER,
     dtype_name,
@@ -17,7 +17,7 @@ from openkernel.generators.templates.common import (
     module_preamble,
     op_bases,
 )
-from openkernel.generators.templates.refparse import parse_reference
+from openkernel.generators.refparse import parse_reference
 from openkernel.records import TaskProbe
 from openkernel.task import Task
 

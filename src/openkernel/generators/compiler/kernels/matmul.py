@@ -10,10 +10,10 @@ their strides, so a transposed weight (``x @ W.t()``) is read in place.
 
 from __future__ import annotations
 
-from openkernel.generators.templates.emit import Code, Emitter, Frame, Unfusable
-from openkernel.generators.templates.graph import VIEW_OPS, Node, Value
-from openkernel.generators.templates.sizes import ONE
-from openkernel.generators.templates.writer import KernelWriter
+from openkernel.generators.compiler.emit import Code, Emitter, Frame, Unfusable
+from openkernel.generators.compiler.graph import VIEW_OPS, Node, Value
+from openkernel.generators.compiler.sizes import ONE
+from openkernel.generators.compiler.writer import KernelWriter
 
 _MAIN_LOOP = '''pid = tl.program_id(0)
 num_m = tl.cdiv(M, BLOCK_M)

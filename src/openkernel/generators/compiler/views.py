@@ -7,9 +7,9 @@ the indices; an expand drops broadcast ones; a slice or select offsets one.
 
 from __future__ import annotations
 
-from openkernel.generators.templates.emit import Emitter, Frame, Unfusable, literal
-from openkernel.generators.templates.graph import Node, Value
-from openkernel.generators.templates.sizes import Size, numel, row_major
+from openkernel.generators.compiler.emit import Emitter, Frame, Unfusable, literal
+from openkernel.generators.compiler.graph import Node, Value
+from openkernel.generators.compiler.sizes import Size, numel, row_major
 
 
 def view_problem(node: Node) -> str:

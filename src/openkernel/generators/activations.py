@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from openkernel.generators.templates.refparse import Reference, Value
+from openkernel.generators.refparse import Reference, Value
 
 
 def _tanh_tl(z: str) -> str:

@@ -6,11 +6,11 @@ probe's list of aten ops plus the reference's syntax tree; the traced ones (trac
 written from the probe's graph of aten ops (graph.py, plan.py and the kernel writers).
 """
 
-from openkernel.generators.templates.base import Match, Template, Tunable
-from openkernel.generators.templates.elementwise import Elementwise
-from openkernel.generators.templates.matmul import MatmulEpilogue
-from openkernel.generators.templates.softmax import RowSoftmax
-from openkernel.generators.templates.traced import FusedMatmul, FusedPointwise, FusedReduction
+from openkernel.generators.family import Match, Template, Tunable
+from openkernel.generators.handwritten.elementwise import Elementwise
+from openkernel.generators.handwritten.matmul import MatmulEpilogue
+from openkernel.generators.handwritten.softmax import RowSoftmax
+from openkernel.generators.compiler.families import FusedMatmul, FusedPointwise, FusedReduction
 
 # The list-matched templates first (tuned for their one op; the elementwise one has CUDA C++),
 # then the ones written from the traced graph, which cover what the others do not.

@@ -10,15 +10,15 @@ from memory (a flip of the result, the exclusive form's shift).
 
 from __future__ import annotations
 
-from openkernel.generators.templates.emit import Code, Emitter, Frame, Unfusable, ctype
-from openkernel.generators.templates.graph import Node, Value
-from openkernel.generators.templates.reductions import (
+from openkernel.generators.compiler.emit import Code, Emitter, Frame, Unfusable, ctype
+from openkernel.generators.compiler.graph import Node, Value
+from openkernel.generators.compiler.kernels.reductions import (
     Domain,
     ReductionAnchor,
     _columns,
     _preamble,
 )
-from openkernel.generators.templates.writer import KernelWriter
+from openkernel.generators.compiler.writer import KernelWriter
 
 SCAN_OPS = {"cumsum", "cumprod"}
 _TILE = frozenset("rc")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from openkernel.generators.templates.graph import Node, Value, int_list
+from openkernel.generators.compiler.graph import Node, Value, int_list
 
 _DIMS = ("d", "h", "w")  # the last nd of them name the spatial dims
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from openkernel.generators.templates.activations import BoundActivation, aten_base
-from openkernel.generators.templates.refparse import Reference
+from openkernel.generators.activations import BoundActivation, aten_base
+from openkernel.generators.refparse import Reference
 from openkernel.records import TaskProbe
 
 TRITON_HEADER = '''import torch

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from openkernel.generators.templates.sizes import ONE, Size, SizeTable, numel
+from openkernel.generators.compiler.sizes import ONE, Size, SizeTable, numel
 from openkernel.records import OpTrace
 
 # Ops that only re-index their input: no data of their own (the kernels fold them into indices).
