@@ -71,7 +71,7 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     for name in ("level1/19_ReLU", "level1/23_Softmax", "level1/89_sort"):
         assert name in first.stdout
     assert "README.py" in first.stderr and "skipped" in first.stderr
-    assert "no template" in first.stdout  # why the sort has no candidate
+    assert "no kernel" in first.stdout  # why the sort has no candidate
     data = json.loads(out.read_text())
     rows = {p["name"]: p for p in data["problems"]}
     assert [p["name"] for p in data["problems"]] == ["level1/19_ReLU", "level1/23_Softmax",
@@ -79,7 +79,7 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     assert rows["level1/19_ReLU"]["status"] == "completed" and rows["level1/19_ReLU"]["correct"]
     assert rows["level1/19_ReLU"]["candidates"] == 2 and rows["level1/19_ReLU"]["speedup"] > 0
     assert rows["level1/89_sort"]["status"] == "failed" and not rows["level1/89_sort"]["correct"]
-    assert "no template" in rows["level1/89_sort"]["error"]
+    assert "no kernel" in rows["level1/89_sort"]["error"]
     assert all(p["evaluator_faults"] == 0 for p in data["problems"])
     assert set(data["fast_p"]) == {"0", "1", "1.5", "2"}
     assert data["fast_p"]["0"] == pytest.approx(2 / 3)

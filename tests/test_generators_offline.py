@@ -20,7 +20,7 @@ from openkernel.config import Config
 from openkernel.generators import make_generator
 from openkernel.generators.base import ProposalRequest
 from openkernel.generators.offline import OfflineGenerator, skill_matches
-from openkernel.generators.handwritten import TEMPLATES
+from openkernel.generators.offline import FAMILIES
 from openkernel.records import Hardware, TaskProbe
 from openkernel.schemas import EvalResult, Program
 from openkernel.task import load_task
@@ -203,7 +203,7 @@ def test_supports_refuses_unknown_ops_plainly(examples_dir):
                       input_shapes=[[1, 3, 8, 8]], input_dtypes=["torch.float32"])
     gen = OfflineGenerator()
     reason = gen.supports(task, probe, "triton")
-    assert reason.startswith("The offline generator has no template for this task")
+    assert reason.startswith("The offline generator has no kernel family for this task")
     assert "aten.convolution.default" in reason and "`inference`" in reason
     proposal = gen.propose(ProposalRequest(task=task, probe=probe, backend="triton", iteration=0,
                                            branch=0, parent=None, best=None))
@@ -275,7 +275,7 @@ def test_sweeps_cover_the_space_without_repeats_then_say_so(examples_dir):
                                         branch=0, parent=None, best=None, rng=random.Random(0)))
     template = start.params["template"]
     space = {tuple(sorted(p.items())) for p in
-             __import__("openkernel.generators.handwritten", fromlist=["TEMPLATES"]).TEMPLATES[0]
+             __import__("openkernel.generators.offline", fromlist=["FAMILIES"]).FAMILIES[0]
              .space(True, "triton")}
     assert len(space) == 12  # CPU choices of the elementwise template: 4 x 3 x 1
     judged = {param_key(template, v.params)[1] for v in start.variants}
@@ -313,7 +313,7 @@ def test_skill_matches(examples_dir):
     gelu = TaskProbe(ok=True, aten_ops=["aten.gelu.default"])
     assert [r["template"] for r in skill_matches(gelu, "triton")] == ["elementwise"]
     assert skill_matches(TaskProbe(ok=True, aten_ops=["aten.convolution.default"]), "triton") == []
-    assert {t.name for t in TEMPLATES} == {"elementwise", "row_softmax", "matmul_epilogue",
+    assert {t.name for t in FAMILIES} == {"elementwise", "row_softmax", "matmul_epilogue",
                                            "fused_pointwise", "fused_reduction", "fused_matmul"}
 
 

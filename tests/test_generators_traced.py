@@ -280,7 +280,7 @@ def test_uncovered_ops_are_named_with_their_place(tmp_path, config):
     finally:
         ev.close()
     reason = OfflineGenerator().supports(task, probe, "triton")
-    assert reason == ("The offline generator has no template for this task: no template covers "
+    assert reason == ("The offline generator has no kernel family for this task: no kernel covers "
                       "aten.sort.default (op 2 of 2). Configure a model under `inference` "
                       "to search it.")
     rows = skill_matches(probe, "triton", task)

@@ -33,7 +33,7 @@ class Param:
 
 @dataclass(frozen=True)
 class Activation:
-    """One activation the elementwise and matmul templates can apply."""
+    """One activation the elementwise and matmul families can apply."""
 
     name: str
     aten: str  # aten base name, e.g. "leaky_relu"
@@ -122,7 +122,7 @@ def bind(aten: str, ref: Reference | None) -> BoundActivation | str:
     """
     candidates = [a for a in ACTIVATIONS if a.aten == aten]
     if not candidates:
-        return f"no activation template for aten.{aten}"
+        return f"no activation for aten.{aten}"
     act = next((a for a in candidates if a.name == aten), candidates[0])
     if ref is not None:
         # Several activations share one aten op (elu/selu, hardtanh/relu6, gelu/gelu_tanh):

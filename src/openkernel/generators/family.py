@@ -1,4 +1,10 @@
-"""What a template is: tunables with discrete choices, a matcher and a renderer.
+"""What a kernel family is: tunables with discrete choices, a matcher and a renderer.
+
+The offline generator's vocabulary: a *family* is a kind of kernel it can write (hand-written
+ones in ``handwritten/``, the compiler's in ``compiler/families.py``); a family's tunables make
+each candidate a *templated* kernel (its parameter space, as ``TEMPLATE_PARAMS`` is for a
+model's answer); the evaluator judges the points of that space together as one *sweep*.
+Stored params keep the family's name under the key ``template`` (older jobs' rows have it).
 
 Search over tunables is deliberately simple (DESIGN: the MAP-Elites archive does the
 selection): start points are curated per device, mutation moves one or two tunables to a
@@ -34,15 +40,15 @@ class Tunable:
 
 @dataclass
 class Match:
-    """A template that fits a task, with what it learned about the task (``spec``)."""
+    """A family that fits a task, with what it learned about the task (``spec``)."""
 
-    template: "Template"
+    family: "Family"
     why: str
     spec: dict = field(default_factory=dict)
 
 
-class Template(ABC):
-    """A parametrised kernel. Subclasses set the class attributes and implement two methods."""
+class Family(ABC):
+    """A family of parametrised kernels. Subclasses set the class attributes and implement two methods."""
 
     name: str = ""
     summary: str = ""
@@ -54,7 +60,7 @@ class Template(ABC):
 
     @abstractmethod
     def match(self, task: Task, probe: TaskProbe, backend: str) -> Match | str | None:
-        """A Match, a reason this template nearly fits but cannot (str), or None."""
+        """A Match, a reason this family nearly fits but cannot (str), or None."""
 
     @abstractmethod
     def render(self, match: Match, params: dict, backend: str) -> str:
@@ -77,7 +83,7 @@ class Template(ABC):
         return {t.name: rng.choice(t.values(interpreter)) for t in self.tunables_for(backend)}
 
     def clean(self, params: dict, interpreter: bool, backend: str) -> dict:
-        """Keep only this template's tunables, each on an allowed value (nearest by index)."""
+        """Keep only this family's tunables, each on an allowed value (nearest by index)."""
         out = {}
         for t in self.tunables_for(backend):
             values = t.values(interpreter)
@@ -110,7 +116,7 @@ class Template(ABC):
         return params, changed
 
     def space(self, interpreter: bool, backend: str) -> list[dict]:
-        """Every combination of the tunables' values (the template's whole space)."""
+        """Every combination of the tunables' values (the family's whole space)."""
         tunables = self.tunables_for(backend)
         return [dict(zip((t.name for t in tunables), values))
                 for values in itertools.product(*(t.values(interpreter) for t in tunables))]

@@ -1,4 +1,4 @@
-"""Read what a template needs from the reference's source: signatures and scalar arguments.
+"""Read what a kernel family needs from the reference's source: signatures and scalar arguments.
 
 The probe tells us *which* aten ops run, not their scalar arguments (a leaky_relu slope, a
 softmax dim, gelu's approximate mode). Those come from the reference's syntax tree. A value is
@@ -30,7 +30,7 @@ class Value:
 
 @dataclass
 class Reference:
-    """The parts of a KernelBench reference a template reuses."""
+    """The parts of a KernelBench reference a kernel family reuses."""
 
     tree: ast.Module
     init_signature: str = ""  # parameters after self, verbatim: "negative_slope: float = 0.01"

@@ -1,7 +1,7 @@
-"""Templates written from the probe's traced aten graph, not matched from a list.
+"""The compiler's kernel families: plans of the probe's traced aten graph, not matched from a list.
 
-One planner (plan.py) turns the whole forward into kernels; three templates name the families
-its plans fall into, each with the tunables its kernels use:
+One planner (plan.py) turns the whole forward into kernels; three families name the kinds its
+plans fall into, each with the tunables its kernels use:
 
 * ``fused_pointwise``: any chain of pointwise ops over broadcast tensors, one kernel;
 * ``fused_reduction``: row reductions with pointwise prologue and epilogue (softmax,
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 
-from openkernel.generators.family import Match, Template, Tunable
+from openkernel.generators.family import Family, Match, Tunable
 from openkernel.generators.compiler.graph import build_graph
 from openkernel.generators.compiler.plan import Plan, make_plan
 from openkernel.generators.compiler.modelnew import describe, leaf_names, render
@@ -116,10 +116,10 @@ def _merged(table: dict, kinds: set[str]) -> tuple[dict, ...]:
                   table[k][i % len(table[k])].items()} for i in range(count))
 
 
-class TracedTemplate(Template):
+class CompiledFamily(Family):
     """A family of plans of the traced graph (see the module docstring)."""
 
-    family = ""
+    kind = ""
 
     def match(self, task: Task, probe: TaskProbe, backend: str) -> Match | str | None:
         trace = probe.trace
@@ -127,11 +127,11 @@ class TracedTemplate(Template):
             return None
         result = plan_for(task, trace)
         if isinstance(result, str):
-            return result if self.family == "pointwise" else None  # said once, not thrice
-        if result.family != self.family:
+            return result if self.kind == "pointwise" else None  # said once, not thrice
+        if result.kind != self.kind:
             return None
         if backend != "triton":
-            return f"the {self.name} template is Triton only"
+            return f"the {self.name} family is Triton only"
         fitted = copy.copy(self)
         fitted.tunables = _tunables(result)
         kinds = _kinds(result)
@@ -149,24 +149,24 @@ class TracedTemplate(Template):
         return render(match.spec["plan"], params)
 
 
-class FusedPointwise(TracedTemplate):
+class FusedPointwise(CompiledFamily):
     name = "fused_pointwise"
-    family = "pointwise"
+    kind = "pointwise"
     summary = "any chain of pointwise ops over broadcast tensors, fused into one kernel"
     tunables = POINTWISE + (WARPS,)
 
 
-class FusedReduction(TracedTemplate):
+class FusedReduction(CompiledFamily):
     name = "fused_reduction"
-    family = "reduction"
+    kind = "reduction"
     summary = ("row reductions with pointwise prologue and epilogue (softmax, norms, losses, "
                "sum/mean/max/argmax): one pass, or looped with online softmax")
     tunables = REDUCTION + LOOPED + POINTWISE + (WARPS, STAGES)
 
 
-class FusedMatmul(TracedTemplate):
+class FusedMatmul(CompiledFamily):
     name = "fused_matmul"
-    family = "matmul"
+    kind = "matmul"
     summary = ("Linear / addmm / mm / bmm / matmul as a tiled tl.dot kernel with its pointwise "
                "epilogue fused")
     tunables = MATMUL + REDUCTION + LOOPED + POINTWISE + (WARPS, STAGES)

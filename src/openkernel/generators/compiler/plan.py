@@ -92,14 +92,15 @@ class Plan:
         return [k for k in self.kernels if k.kind != "library"]
 
     @property
-    def family(self) -> str:
+    def kind(self) -> str:
+        """The family's kind (compiler/families.py): its heaviest kernel's."""
         kinds = {k.kind for k in self.kernels}
         return "matmul" if kinds & {"matmul", "conv"} else "reduction" if kinds & {
             "reduction", "scan"} else \
             "pointwise"
 
 
-# --- what no template covers ------------------------------------------------------------------
+# --- what no kernel covers ---------------------------------------------------------------------
 def _node_problem(node: Node) -> str:
     if node.note:
         return node.note
@@ -118,7 +119,7 @@ def _node_problem(node: Node) -> str:
         return "" if kind in SUPPORTED_REDUCTIONS else f"a {kind} reduction"
     if node.op in MATMUL_OPS or node.op in KNOWN or node.op in LIBRARY_OPS or node.op in SCAN_OPS:
         return ""
-    return "no template"
+    return "no kernel"
 
 
 def _flat(x) -> list:
@@ -128,7 +129,7 @@ def _flat(x) -> list:
 
 
 def uncovered(graph: Graph) -> str:
-    """"no template covers aten.avg_pool2d.default (op 1 of 1)", or "" when all is covered."""
+    """"no kernel covers aten.avg_pool2d.default (op 1 of 1)", or "" when all is covered."""
     if graph.problems:
         return "; ".join(dict.fromkeys(graph.problems))
     total = len(graph.trace.top_ops)
@@ -140,12 +141,12 @@ def uncovered(graph: Graph) -> str:
             where = f"op {node.origin + 1} of {total}"
             if node.aten != top:
                 where += f", in its decomposition: {node.aten}"
-            if problem != "no template":
+            if problem != "no kernel":
                 where += f": {problem}"
             found[node.origin] = f"{top} ({where})"
     if not found:
         return ""
-    return "no template covers " + ", ".join(found[k] for k in sorted(found))
+    return "no kernel covers " + ", ".join(found[k] for k in sorted(found))
 
 
 # --- planning ---------------------------------------------------------------------------------
@@ -310,7 +311,7 @@ def make_plan(graph: Graph, names: dict[str, str]) -> Plan | str:
         except Unfusable as err:
             new = {v.id for v in err.node.outputs if v.id in used} - plan.stored
             if not new:
-                return f"the graph templates cannot split {err.node.aten} (op {err.node.index})"
+                return f"the compiler cannot split {err.node.aten} (op {err.node.index})"
             plan.stored |= new
             continue
         plan.kernels = kernels
@@ -319,13 +320,13 @@ def make_plan(graph: Graph, names: dict[str, str]) -> Plan | str:
                 spec = conv_spec(kernel.anchor) if kernel.anchor.op == "convolution" else \
                     f"{kernel.anchor.aten} alone"
                 if isinstance(spec, str):
-                    return f"no template covers {kernel.anchor.aten} ({spec})"
+                    return f"no kernel covers {kernel.anchor.aten} ({spec})"
                 kernel.kind, kernel.conv = "conv", spec
         for k, kernel in enumerate(kernels):
             kernel.name = f"_k{k}_{kernel.anchor.op if kernel.kind == 'library' else kernel.kind}"
             kernel.ops = _ops_of(kernel, plan.stored)
         return plan
-    return "the graph templates found no way to split this graph"
+    return "the compiler found no way to split this graph"
 
 
 def _kernels(plan: Plan) -> list[Kernel]:

@@ -4,7 +4,7 @@ The probe prints every symbolic size as Python over ``s0, s1, ...`` (the input d
 Almost all are such products (a batch, ``s0*s1`` after a flatten); the rest (``s0 + 1``,
 ``(s0//2)``) become their own symbols, ``d0, d1, ...``, which the candidate's forward computes
 once from the s's. Products then stay closed under multiplication and compare by value, which
-is all the templates need: numels, row-major strides, broadcasting. (sympy would do it too, at
+is all the compiler needs: numels, row-major strides, broadcasting. (sympy would do it too, at
 the cost of printing its results back into Triton.)
 """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 
 from openkernel.generators.activations import ATEN_NAMES, bind
-from openkernel.generators.family import Match, Template, Tunable
+from openkernel.generators.family import Family, Match, Tunable
 from openkernel.generators.handwritten.common import (
     FLOAT_DTYPES,
     TRITON_HEADER,
@@ -160,7 +160,7 @@ class ModelNew(nn.Module):
 '''
 
 
-class Elementwise(Template):
+class Elementwise(Family):
     name = "elementwise"
     summary = "one activation applied elementwise (masked tail, 64-bit offsets)"
     backends = ("triton", "cuda")
@@ -197,10 +197,10 @@ class Elementwise(Template):
             return None
         ref = parse_reference(task.reference_code)
         if ref is None or len(ref.forward_args) != 1 or len(probe.input_shapes) != 1:
-            return "the elementwise template takes exactly one tensor input"
+            return "the elementwise family takes exactly one tensor input"
         dtypes = {dtype_name(d) for d in probe.input_dtypes}
         if not dtypes <= FLOAT_DTYPES:
-            return f"the elementwise template handles floating inputs only (got {sorted(dtypes)})"
+            return f"the elementwise family handles floating inputs only (got {sorted(dtypes)})"
         act = bind(ops[0], ref)
         if isinstance(act, str):
             return act

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 from openkernel.generators.activations import ATEN_NAMES, bind
-from openkernel.generators.family import Match, Template, Tunable
+from openkernel.generators.family import Family, Match, Tunable
 from openkernel.generators.handwritten.common import (
     FLOAT_DTYPES,
     TRITON_HEADER,
@@ -115,7 +115,7 @@ def _act_before_bias(ref: Reference, act_names: set[str]) -> bool:
     return False
 
 
-class MatmulEpilogue(Template):
+class MatmulEpilogue(Family):
     name = "matmul_epilogue"
     summary = "tiled tl.dot matmul, float32 accumulation, bias + activation fused in the epilogue"
     tunables = (
@@ -144,30 +144,30 @@ class MatmulEpilogue(Template):
         if not ops or ops[0] not in ("mm", "matmul"):
             return None
         if backend != "triton":
-            return "the matmul template is Triton only"
+            return "the matmul_epilogue family is Triton only"
         rest = [op for op in ops[1:] if op != "add"]
         has_bias = "add" in ops
         if len(rest) > 1 or (rest and rest[0] not in ATEN_NAMES):
-            return f"the matmul template fuses a bias and one activation, not {rest}"
+            return f"the matmul_epilogue family fuses a bias and one activation, not {rest}"
         ref = parse_reference(task.reference_code)
         operands = _operands(ref) if ref else None
         if operands is None:
-            return "the matmul template needs `a @ b` (or torch.mm) on forward's own arguments"
+            return "the matmul_epilogue family needs `a @ b` (or torch.mm) on forward's own arguments"
         shapes = dict(zip(ref.forward_args, probe.input_shapes))
         a, b = operands
         if len(shapes.get(a, [])) != 2 or len(shapes.get(b, [])) != 2:
-            return "the matmul template handles 2-D operands only"
+            return "the matmul_epilogue family handles 2-D operands only"
         others = [n for n in ref.forward_args if n not in operands]
         n = shapes[b][1]
         bias = None
         if has_bias:
             if len(others) != 1 or shapes.get(others[0]) != [n]:
-                return "the matmul template adds a 1-D bias of length N only"
+                return "the matmul_epilogue family adds a 1-D bias of length N only"
             bias = others[0]
         elif others:
-            return "the matmul template takes the two operands (and a bias) only"
+            return "the matmul_epilogue family takes the two operands (and a bias) only"
         if not {dtype_name(d) for d in probe.input_dtypes} <= FLOAT_DTYPES:
-            return "the matmul template handles floating inputs only"
+            return "the matmul_epilogue family handles floating inputs only"
         act = bind(rest[0], ref) if rest else None
         if isinstance(act, str):
             return act

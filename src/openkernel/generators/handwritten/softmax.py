@@ -8,7 +8,7 @@ registers. The choice is made at call time from the actual row length.
 
 from __future__ import annotations
 
-from openkernel.generators.family import Match, Template, Tunable
+from openkernel.generators.family import Family, Match, Tunable
 from openkernel.generators.handwritten.common import (
     FLOAT_DTYPES,
     TRITON_HEADER,
@@ -95,7 +95,7 @@ class ModelNew(nn.Module):
 '''
 
 
-class RowSoftmax(Template):
+class RowSoftmax(Family):
     name = "row_softmax"
     summary = "softmax / log_softmax over the last dim: single pass, or online looped"
     tunables = (
@@ -119,18 +119,18 @@ class RowSoftmax(Template):
         if len(ops) != 1 or ops[0] not in _OPS:
             return None
         if backend != "triton":
-            return "the row softmax template is Triton only"
+            return "the row_softmax family is Triton only"
         kind, names = _OPS[ops[0]]
         ref = parse_reference(task.reference_code)
         if ref is None or len(ref.forward_args) != 1 or len(probe.input_shapes) != 1:
-            return f"the {kind} template takes exactly one tensor input"
+            return f"the {kind} family takes exactly one tensor input"
         dtypes = {dtype_name(d) for d in probe.input_dtypes}
         if not dtypes <= FLOAT_DTYPES:
-            return f"the {kind} template handles floating inputs only"
+            return f"the {kind} family handles floating inputs only"
         dim = ref.scalar(names, "dim", 1, None)
         ndim = len(probe.input_shapes[0])
         if dim is None or dim.init_param or dim.const not in (-1, ndim - 1):
-            return f"the {kind} template reduces over the last dimension only (dim=-1)"
+            return f"the {kind} family reduces over the last dimension only (dim=-1)"
         why = f"the reference runs aten.{ops[0]} over the last dimension of one tensor"
         return Match(self, why, {"ref": ref, "log": kind == "log_softmax", "label": kind})
 

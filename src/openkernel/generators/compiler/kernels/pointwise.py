@@ -107,7 +107,7 @@ def _closed(text: str) -> bool:
 
 
 def _act(name: str, x: str, **params) -> str:
-    """An expression of activations.py (shared with the elementwise template) on ``x``."""
+    """An expression of activations.py (shared with the elementwise family) on ``x``."""
     expr = BY_NAME[name].triton
     for key, value in {"x": x, **params}.items():
         expr = re.sub(rf"\b{key}\b", value, expr)
