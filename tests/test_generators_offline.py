@@ -17,6 +17,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from openkernel.config import Config
+from openkernel.evaluation.worker.trace import trace_forward
 from openkernel.generators import make_generator
 from openkernel.generators.base import ProposalRequest
 from openkernel.generators.offline import OfflineGenerator, skill_matches
@@ -81,7 +82,7 @@ def _probe(ref, inputs, init=()) -> TaskProbe:
                      input_shapes=[list(t.shape) for t in inputs],
                      input_dtypes=[str(t.dtype) for t in inputs],
                      output_shapes=[list(out.shape)], output_dtypes=[str(out.dtype)],
-                     hardware=hardware)
+                     hardware=hardware, trace=trace_forward(model, inputs))
 
 
 def _run_candidate(code: str, tmp_path: Path, name: str, init, sets, ref) -> None:
@@ -222,7 +223,8 @@ def test_cuda_backend_elementwise_only(examples_dir, tmp_path):
     compile(proposal.code, "cand.py", "exec")
     softmax = load_task(examples_dir / "softmax")
     sprobe = TaskProbe(ok=True, aten_ops=["aten._softmax.default"], input_shapes=[[64, 512]],
-                       input_dtypes=["torch.float32"])
+                       input_dtypes=["torch.float32"], trace=trace_forward(
+                           torch.nn.Softmax(dim=-1), [torch.randn(64, 512)]))
     assert "Triton only" in gen.supports(softmax, sprobe, "cuda")
 
 
@@ -301,20 +303,19 @@ def test_sweeps_cover_the_space_without_repeats_then_say_so(examples_dir):
     assert child.failed == "exhausted" and "every combination" in child.log
 
 
-def test_skill_matches(examples_dir):
+def test_skill_matches(examples_dir, tmp_path):
     task = load_task(examples_dir / "matmul_bias_relu")
-    probe = TaskProbe(ok=True, aten_ops=["aten.mm.default", "aten.add.Tensor",
-                                         "aten.relu.default"],
-                      input_shapes=[[64, 128], [128, 96], [96]], input_dtypes=["torch.float32"] * 3)
+    _, ref, sets = _task_and_inputs(examples_dir / "matmul_bias_relu", "cpu", tmp_path)
+    probe = _probe(ref, sets[0])
     rows = skill_matches(probe, "triton", task)
-    assert [r["template"] for r in rows] == ["matmul_epilogue"]
+    assert [r["template"] for r in rows] == ["fused_matmul"]
     assert rows[0]["usable"] and "GROUP_M" in rows[0]["tunables"]
     assert skill_matches(probe, "cuda", task)[0]["usable"] is False
     gelu = TaskProbe(ok=True, aten_ops=["aten.gelu.default"])
     assert [r["template"] for r in skill_matches(gelu, "triton")] == ["elementwise"]
     assert skill_matches(TaskProbe(ok=True, aten_ops=["aten.convolution.default"]), "triton") == []
-    assert {t.name for t in FAMILIES} == {"elementwise", "row_softmax", "matmul_epilogue",
-                                           "fused_pointwise", "fused_reduction", "fused_matmul"}
+    assert {t.name for t in FAMILIES} == {"elementwise", "fused_pointwise", "fused_reduction",
+                                          "fused_matmul"}
 
 
 @pytest.mark.gpu

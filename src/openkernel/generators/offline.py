@@ -19,17 +19,15 @@ from openkernel.generators.compiler.families import FusedMatmul, FusedPointwise,
 from openkernel.generators.family import Family, Match
 from openkernel.generators.handwritten.common import op_bases
 from openkernel.generators.handwritten.elementwise import Elementwise
-from openkernel.generators.handwritten.matmul import MatmulEpilogue
-from openkernel.generators.handwritten.softmax import RowSoftmax
 from openkernel.records import TaskProbe
 from openkernel.schemas import Program
 from openkernel.task import Task
 from openkernel.templating import Variant
 
-# The hand-written families first (tuned for their one op; the elementwise one has CUDA C++),
-# then the compiler's, written from the traced graph, which cover what the others do not.
-FAMILIES: tuple[Family, ...] = (Elementwise(), RowSoftmax(), MatmulEpilogue(),
-                                FusedPointwise(), FusedReduction(), FusedMatmul())
+# The hand-written elementwise family first (tuned for its one op, and the only one with CUDA
+# C++), then the compiler's, written from the traced graph: they cover everything else (the
+# hand-written softmax and matmul families they made redundant are retired).
+FAMILIES: tuple[Family, ...] = (Elementwise(), FusedPointwise(), FusedReduction(), FusedMatmul())
 
 
 def _interpreter(request: ProposalRequest) -> bool:
@@ -103,11 +101,7 @@ def _claims(family: Family, probe: TaskProbe) -> bool:
         plan = plan_for(None, probe.trace) if probe.trace is not None else None
         return plan is not None and not isinstance(plan, str) and plan.kind == family.kind
     ops = op_bases(probe)
-    if family.name == "elementwise":
-        return len(ops) == 1 and ops[0] in ATEN_NAMES
-    if family.name == "row_softmax":
-        return ops in (["_softmax"], ["_log_softmax"])
-    return bool(ops) and ops[0] in ("mm", "matmul")
+    return family.name == "elementwise" and len(ops) == 1 and ops[0] in ATEN_NAMES
 
 
 def _params_of(program: Program | None, family: Family) -> dict | None:
