@@ -61,6 +61,17 @@ def test_compute_ops_ignore_allocation_and_views():
     assert ig.compute_ops(["aten.empty_like.default", "aten.view.default", "aten.gelu.default"]) == {"gelu"}
 
 
+def test_a_fused_library_call_covers_the_ops_it_fuses():
+    """A candidate that is nothing but the library call (with a decoy kernel) is caught, a
+    library call with our own kernels around it is not."""
+    assert ig.torch_covers({"addmm", "relu"}, {"_addmm_activation"})
+    assert ig.torch_covers({"mm", "add", "relu"}, {"_addmm_activation"})
+    assert ig.torch_covers({"convolution"}, {"convolution"})
+    assert not ig.torch_covers({"addmm", "native_group_norm"}, {"addmm"})
+    assert not ig.torch_covers({"convolution", "relu", "add"}, {"convolution"})
+    assert not ig.torch_covers(set(), {"mm"})
+
+
 def test_guard_sees_a_replaced_timer(monkeypatch):
     import time
 

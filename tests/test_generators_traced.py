@@ -57,7 +57,8 @@ def reference(forward: str, inputs: str, args: str = "x", init: str = "pass",
                          inputs=inputs, init_values=init_values)
 
 
-# name -> (family, reference source, branch: which start point, 1 = the smaller CPU tiles)
+# name -> (family, reference source, branch: which start point, 1 = the smaller CPU tiles; for
+# a GEMM or convolution with more around it, 0 is the library-backed plan, 1 the all-Triton one)
 CASES = {
     # -- any chain of pointwise ops over broadcast tensors --------------------------------
     "broadcast_params": ("fused_pointwise", reference(
@@ -131,11 +132,11 @@ CASES = {
     "addmm_epilogue": ("fused_matmul", reference(
         "return torch.relu(torch.addmm(bias, a, b, beta=0.5, alpha=2.0)) * scale",
         "torch.randn(m, k), torch.randn(k, n), torch.randn(n), torch.randn(m, 1)",
-        args="a, b, bias, scale", globals_="m = 45\nk = 37\nn = 29"), 0),
+        args="a, b, bias, scale", globals_="m = 45\nk = 37\nn = 29"), 1),
     "bmm_residual": ("fused_matmul", reference(
         "return torch.bmm(a, b) * 0.125 + r",
         "torch.randn(batch, 33, 21), torch.randn(batch, 21, 17), torch.randn(batch, 33, 17)",
-        args="a, b, r", globals_="batch = 3"), 0),
+        args="a, b, r", globals_="batch = 3"), 1),
     "matmul_broadcast": ("fused_matmul", reference(
         "return torch.sigmoid(torch.matmul(a, b)) + a.mean()",
         "torch.randn(2, heads, 19, 23), torch.randn(23, 11)", args="a, b",
@@ -169,13 +170,13 @@ CASES = {
         "return self.conv(x)", "torch.randn(batch, 2, 3, 4, 5)",
         init="self.conv = nn.ConvTranspose3d(2, 3, (2, 3, 2), stride=(2, 1, 2), dilation=(1, 2, 1))",
         globals_="batch = 2"), 0),
-    "conv2d_relu_bias": ("fused_pointwise", reference(
+    "conv2d_relu_bias": ("fused_matmul", reference(
         "return torch.relu(self.conv(x)) + self.bias", "torch.randn(batch, 3, 13, 11)",
         init="self.conv = nn.Conv2d(3, 8, 3, padding=1)\nself.bias = nn.Parameter(torch.randn(8, 1, 1))",
         globals_="batch = 2"), 0),
-    "conv_transpose_maxpool": ("fused_pointwise", reference(
+    "conv_transpose_maxpool": ("fused_matmul", reference(
         "return F.hardtanh(F.max_pool2d(self.conv(x), 2), -0.5, 0.5)", "torch.randn(batch, 4, 7, 9)",
-        init="self.conv = nn.ConvTranspose2d(4, 6, 3, stride=2)", globals_="batch = 2"), 0),
+        init="self.conv = nn.ConvTranspose2d(4, 6, 3, stride=2)", globals_="batch = 2"), 1),
     "avg_pool3d_padded": ("fused_pointwise", reference(
         "return F.avg_pool3d(x, 3, stride=2, padding=1, count_include_pad=False) * 2",
         "torch.randn(batch, 3, 7, 9, 6)", globals_="batch = 2"), 0),
@@ -185,9 +186,13 @@ CASES = {
     "max_pool1d_ceil_dilated": ("fused_pointwise", reference(
         "return F.max_pool1d(torch.tanh(x), 3, stride=2, padding=1, dilation=2, ceil_mode=True)",
         "torch.randn(batch, 5, 41)", globals_="batch = 3"), 0),
-    "conv3d_groupnorm_pool": ("fused_reduction", reference(
+    "conv3d_groupnorm_pool": ("fused_matmul", reference(
         "return F.avg_pool3d(self.norm(self.conv(x)), 2)", "torch.randn(batch, 2, 6, 7, 8)",
         init="self.conv = nn.Conv3d(2, 4, 3)\nself.norm = nn.GroupNorm(2, 4)", globals_="batch = 2"), 0),
+    "linear_relu_scale": ("fused_matmul", reference(  # cuBLASLt's bias + ReLU epilogue
+        "return torch.relu(self.fc(x)) * self.scale", "torch.randn(batch, 33)",
+        init="self.fc = nn.Linear(33, 18)\nself.scale = nn.Parameter(torch.randn(18))",
+        globals_="batch = 13"), 0),
     "gemm_groupnorm_hardtanh": ("fused_matmul", reference(
         "return F.hardtanh(self.norm(self.fc(x)), -0.5, 0.5)", "torch.randn(batch, 20)",
         init="self.fc = nn.Linear(20, 24)\nself.norm = nn.GroupNorm(6, 24)",
@@ -265,8 +270,12 @@ def test_traced_templates_are_correct_under_the_evaluator(name, config, tmp_path
     assert proposal.model == f"offline:{family}", proposal.description
     assert result.correctness, f"{proposal.description}\n{result.eval_log}\n{proposal.code}"
     assert "@triton.jit" in proposal.code and "class ModelNew" in proposal.code
-    if branch == 1:  # rows longer than MAX_FUSED: the looped kernel ran
+    library = proposal.params.get("LIBRARY")  # only where the plan has both kinds
+    assert ("torch.ops.aten" in proposal.code) == (library == 1), proposal.code
+    if branch == 1 and family == "fused_reduction":  # rows longer than MAX_FUSED: looped
         assert "_looped" in proposal.code and "online" in proposal.code
+    if name == "linear_relu_scale":
+        assert "_addmm_activation(" in proposal.code
 
 
 def test_uncovered_ops_are_named_with_their_place(tmp_path, config):

@@ -349,7 +349,7 @@ class Evaluation:
                 del pristine
             if k == 0:
                 ref_compute, cand_compute = ig.compute_ops(ref_ops), ig.compute_ops(ops)
-                if ref_compute and ref_compute <= cand_compute:
+                if ig.torch_covers(ref_compute, cand_compute):
                     return self.violation("torch_compute", "forward runs every compute op of the "
                                           f"reference in PyTorch ({', '.join(sorted(ref_compute))})")
                 why = ig.lowered_dtype(outs, ref_outs)

@@ -14,6 +14,7 @@ import re
 
 from openkernel.generators.compiler.kernels import conv
 from openkernel.generators.compiler.graph import Graph
+from openkernel.generators.compiler.library import VENDOR
 from openkernel.generators.compiler.plan import Kernel, Plan
 from openkernel.generators.compiler.sizes import Size, numel
 from openkernel.generators.compiler.writer import KernelWriter
@@ -93,7 +94,8 @@ def describe(kernel: Kernel) -> str:
     if kernel.kind == "scan":
         return f"{_short(kernel.anchor.aten)} over dim {kernel.domain.dims[0]} ({', '.join(ops)})"
     if kernel.kind == "library":
-        return f"{_short(kernel.anchor.aten)} by torch (cuDNN on a GPU), as torch.compile leaves it"
+        op = kernel.anchor.op
+        return f"{_short(kernel.anchor.aten)} by torch ({VENDOR.get(op, 'its library')} on a GPU)"
     if kernel.kind == "matmul":
         core = _short(kernel.anchor.aten)
         rest = list(dict.fromkeys(_short(o) for o in kernel.ops if o != kernel.anchor.aten))
@@ -185,7 +187,8 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
         head.append(f"M, N, K = {sizes[0]}, {sizes[1]}, {sizes[2]}")
         body = [f"grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), {batch})",
                 *_call(f"{kernel.name}[grid]", ptrs + ["M", "N", "K"] + strides + syms
-                       + [f"IEEE={a}.dtype == torch.float32",
+                       + [f"IEEE={a}.dtype == torch.float32 and not ({a}.is_cuda and "
+                          "torch.backends.cuda.matmul.allow_tf32)",
                           f"UPCAST=INTERPRETED and {a}.dtype == torch.bfloat16", "BLOCK_M=BLOCK_M",
                           "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", "GROUP_M=GROUP_M",
                           "num_warps=NUM_WARPS", "num_stages=NUM_STAGES"])]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from openkernel.generators.compiler.kernels.conv import conv_spec
+from openkernel.generators.compiler.library import LIBRARY_OPS, library_call
 from openkernel.generators.compiler.emit import Emitter, Unfusable, ctype
 from openkernel.generators.compiler.graph import (
     MATMUL_OPS,
@@ -40,9 +41,6 @@ from openkernel.generators.compiler.views import view_problem
 from openkernel.generators.compiler.writer import KernelWriter
 
 SUPPORTED_REDUCTIONS = {"sum", "amax", "amin", "argmax", "argmin", "all", "any"}
-# Ops left to torch's library kernel (cuDNN on a GPU), as torch.compile leaves them: their
-# result is stored and what surrounds them is fused into Triton kernels as usual.
-LIBRARY_OPS = {"convolution"}
 LOOP_FROM = 1024  # rows of at most this many columns (when static) need no looped variant
 
 
@@ -50,8 +48,8 @@ LOOP_FROM = 1024  # rows of at most this many columns (when static) need no loop
 class Kernel:
     """One kernel of the plan, written."""
 
-    kind: str  # "pointwise", "reduction", "matmul", "library" (a torch call, LIBRARY_OPS) or
-    # "conv" (a convolution alone, as a Triton implicit GEMM: compiler/kernels/conv.py) or "scan"
+    kind: str  # "pointwise", "reduction", "matmul", "library" (a torch call: library.py),
+    # "conv" (a convolution as a Triton implicit GEMM: compiler/kernels/conv.py) or "scan"
     # (cumsum, cumprod: compiler/kernels/scan.py)
     outputs: list[Value]
     anchor: Node | None = None  # the matmul, or a reduction of the domain
@@ -86,18 +84,26 @@ class Plan:
     kernels: list[Kernel]
     stored: set[str]
     names: dict[str, str]
+    # Ops left to the vendor libraries: convolutions always (Triton ones replace them where the
+    # plan asks, below), GEMMs too in a library-backed plan (``make_plan(library=True)``).
+    library: frozenset[str] = frozenset(LIBRARY_OPS)
 
     @property
     def triton(self) -> list[Kernel]:
         return [k for k in self.kernels if k.kind != "library"]
 
     @property
+    def matmuls(self) -> set[str]:
+        """The GEMM ops written as Triton matmul kernels in this plan."""
+        return MATMUL_OPS - self.library
+
+    @property
     def kind(self) -> str:
-        """The family's kind (compiler/families.py): its heaviest kernel's."""
+        """The family's kind (compiler/families.py): its heaviest kernel's (a GEMM or a
+        convolution, as a library call or a Triton kernel, makes it a matmul)."""
         kinds = {k.kind for k in self.kernels}
-        return "matmul" if kinds & {"matmul", "conv"} else "reduction" if kinds & {
-            "reduction", "scan"} else \
-            "pointwise"
+        return "matmul" if kinds & {"matmul", "conv", "library"} else "reduction" if kinds & {
+            "reduction", "scan"} else "pointwise"
 
 
 # --- what no kernel covers ---------------------------------------------------------------------
@@ -150,7 +156,7 @@ def uncovered(graph: Graph) -> str:
 
 
 # --- planning ---------------------------------------------------------------------------------
-def _first_anchor(v: Value, stored: set[str]) -> Node | None:
+def _first_anchor(v: Value, stored: set[str], matmuls: set[str]) -> Node | None:
     """The first reduction or matmul on the way down from ``v`` (depth first, args in order)."""
     seen: set[int] = set()
     stack = [v]
@@ -160,21 +166,21 @@ def _first_anchor(v: Value, stored: set[str]) -> Node | None:
             continue
         node = x.node
         seen.add(id(node))
-        if node.op == "reduce" or node.op in MATMUL_OPS:
+        if node.op == "reduce" or node.op in matmuls:
             return node
         stack.extend(reversed(node.tensors()))
     return None
 
 
-def _spec(v: Value, stored: set[str]) -> Kernel:
-    if v.node is not None and v.node.op in LIBRARY_OPS:
+def _spec(v: Value, plan: Plan) -> Kernel:
+    if v.node is not None and v.node.op in plan.library:
         return Kernel("library", [v], v.node)
     if v.node is not None and v.node.op in SCAN_OPS:
         return Kernel("scan", [v], v.node, scan_domain(v.node))
-    anchor = _first_anchor(v, stored)
+    anchor = _first_anchor(v, plan.stored, plan.matmuls)
     if anchor is None:
         return Kernel("pointwise", [v])
-    if anchor.op in MATMUL_OPS:
+    if anchor.op in plan.matmuls:
         if v.numel != anchor.outputs[0].numel:
             raise Unfusable(anchor, "the matmul's result is broadcast")
         return Kernel("matmul", [v], anchor)
@@ -256,7 +262,7 @@ def _write_library(kernel: Kernel, plan: Plan) -> None:
                 else _py_arg(a) for a in node.args]
     except ValueError as err:
         raise Unfusable(node, str(err)) from None
-    kernel.call = f"torch.ops.aten.{node.op}({', '.join(args)})"
+    kernel.call = library_call(node, args)
     kernel.views = tuple(args[:3])  # input, weight, bias ("None"): a "conv" kernel's operands
     kernel.reads = list(dict.fromkeys(kernel.bases))
     kernel.writes = [kernel.outputs[0]]
@@ -296,13 +302,21 @@ def _ops_of(kernel: Kernel, stored: set[str]) -> list[str]:
     return [n.aten for n in sorted(out, key=lambda n: n.index) if n.op not in VIEW_OPS]
 
 
-def make_plan(graph: Graph, names: dict[str, str]) -> Plan | str:
-    """The kernels for this graph, or the reason there are none."""
+def make_plan(graph: Graph, names: dict[str, str], library: bool = False) -> Plan | str:
+    """The kernels for this graph, or the reason there are none.
+
+    ``library``: GEMMs too are library calls (cuBLAS on a GPU), their epilogues Triton
+    kernels; there is no such plan when nothing would be left to Triton (a lone GEMM or
+    convolution: that is the reference's own call, not a kernel). Otherwise GEMMs and
+    convolutions are Triton kernels (a convolution stays a library call only where the Triton
+    convolution cannot compute it and something else is left to Triton).
+    """
     why = uncovered(graph)
     if why:
         return why
     stored = {v.id for v in graph.outputs if not v.leaf}
-    plan = Plan(graph, [], stored, names)
+    ops = LIBRARY_OPS | (MATMUL_OPS if library else set())
+    plan = Plan(graph, [], stored, names, frozenset(ops))
     # values something reads (a node's other outputs may be unused: max pooling's indices)
     used = stored | {v.id for n in graph.reachable() for v in n.tensors()}
     for _ in range(4 * len(graph.values) + 8):
@@ -315,12 +329,16 @@ def make_plan(graph: Graph, names: dict[str, str]) -> Plan | str:
             plan.stored |= new
             continue
         plan.kernels = kernels
-        if not plan.triton:  # a convolution alone: no library call, a Triton kernel of ours
-            for kernel in kernels:
-                spec = conv_spec(kernel.anchor) if kernel.anchor.op == "convolution" else \
-                    f"{kernel.anchor.aten} alone"
-                if isinstance(spec, str):
-                    return f"no kernel covers {kernel.anchor.aten} ({spec})"
+        if library and not plan.triton:
+            return "nothing is left to Triton: the library call alone is the reference's own"
+        for kernel in [] if library else kernels:  # convolutions as Triton kernels of ours
+            if kernel.kind != "library":
+                continue
+            spec = conv_spec(kernel.anchor) if kernel.anchor.op == "convolution" else \
+                f"{kernel.anchor.aten} alone"
+            if isinstance(spec, str) and not plan.triton:
+                return f"no kernel covers {kernel.anchor.aten} ({spec})"
+            if not isinstance(spec, str):
                 kernel.kind, kernel.conv = "conv", spec
         for k, kernel in enumerate(kernels):
             kernel.name = f"_k{k}_{kernel.anchor.op if kernel.kind == 'library' else kernel.kind}"
@@ -342,7 +360,7 @@ def _kernels(plan: Plan) -> list[Kernel]:
             raise Unfusable(v.node, "an empty tensor")
     kernels = []
     for v in order:
-        kernel = _spec(v, plan.stored)
+        kernel = _spec(v, plan)
         _write(kernel, plan)
         kernels.append(kernel)
     return _merge(kernels, plan)

@@ -1,13 +1,12 @@
-"""A convolution as a Triton implicit GEMM, for a task whose forward is a convolution alone.
-
-Beside other kernels a convolution is left to torch's library kernel (``plan.LIBRARY_OPS``); a
-convolution alone would then leave no kernel of ours, so it is written here: 1-3 spatial
-dims, stride, padding, dilation, groups, bias, and transposed (the gradient form: each output
-reads the inputs whose window covers it). Per group, the output is a GEMM: rows are output
+"""A convolution as a Triton implicit GEMM (the all-Triton plan's; a library-backed plan
+calls cuDNN instead: compiler/library.py): 1-3 spatial dims, stride, padding, dilation,
+groups, bias, and transposed (the gradient form: each output reads the inputs whose window
+covers it). Per group, the output is a GEMM: rows are output
 positions (batch x spatial), columns output channels, and the reduction runs over input
 channels x kernel positions; the A tile is gathered from the input at computed indices (zeros
 outside it, the padding), the B tile read from the weight. ``tl.dot`` accumulates in float32
-(full float32 precision for float32 inputs), the bias is added on the tile, one store.
+(float32 inputs in full precision, or TF32 where cuDNN's own convolution would use it: on a GPU
+with ``torch.backends.cudnn.allow_tf32``), the bias is added on the tile, one store.
 """
 
 from __future__ import annotations
@@ -129,7 +128,7 @@ def source(name: str, spec: ConvSpec) -> str:
         f"        b = tl.load(w_ptr + {w_off}, mask=b_mask, other=0.0)",
         "        if UPCAST:  # the Triton interpreter multiplies bfloat16 tiles as integers",
         "            a, b = a.to(tl.float32), b.to(tl.float32)",
-        "        if IEEE:  # float32 inputs: full precision rather than TF32",
+        "        if IEEE:  # float32 in full precision (TF32 only where cuDNN's would be)",
         "            acc = tl.dot(a, b, acc, input_precision=\"ieee\")",
         "        else:",
         "            acc = tl.dot(a, b, acc)",
@@ -173,7 +172,8 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
     m = " * ".join([f"{x}.shape[0]"] + [f"{name}_out[{j}]" for j in range(nd)])
     lines.append(f"M = {m}")
     args = [x, w, b or y, y, "M", f"{x}.shape[1]", *sizes_in, f"{y}.shape[1]",
-            *[f"{name}_out[{j}]" for j in range(nd)], f"IEEE={x}.dtype == torch.float32",
+            *[f"{name}_out[{j}]" for j in range(nd)],
+            f"IEEE={x}.dtype == torch.float32 and not ({x}.is_cuda and torch.backends.cudnn.allow_tf32)",
             f"UPCAST=INTERPRETED and {x}.dtype == torch.bfloat16", "BLOCK_M=BLOCK_M",
             "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", "GROUP_M=GROUP_M", "num_warps=NUM_WARPS",
             "num_stages=NUM_STAGES"]
