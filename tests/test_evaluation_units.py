@@ -139,3 +139,18 @@ def test_phase_seconds_split_the_worker_wall_time():
     run.wall_s = 6.2
     assert run.phase_seconds() == {"setup": 1.5, "build": 0.5, "warmup": 1.0, "test": 2.0,
                                    "benchmark": 1.2}
+
+
+def test_a_reference_of_library_calls_only_is_library_bound():
+    from openkernel.evaluation.worker import precision
+
+    assert precision.library_bound(ig.compute_ops(["aten.addmm.default", "aten.t.default"])) == "addmm"
+    assert precision.library_bound({"convolution", "cudnn_convolution"}) == "convolution, cudnn_convolution"
+    assert precision.library_bound({"addmm", "relu"}) == "" and precision.library_bound(set()) == ""
+    flags = precision.apply(False)
+    assert flags.matmul_tf32 is False and flags.conv_tf32 is True and not precision.changed(flags)
+    try:
+        precision.apply(True)
+        assert "matmul False -> True" in precision.changed(flags)
+    finally:
+        precision.apply(False)

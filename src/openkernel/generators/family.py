@@ -19,7 +19,7 @@ import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from openkernel.records import TaskProbe
+from openkernel.records import KernelPrecision, TaskProbe
 from openkernel.task import Task
 
 
@@ -69,6 +69,10 @@ class Family(ABC):
     def describe(self, match: Match, params: dict) -> str:
         """A short label of what the candidate is, e.g. "gelu elementwise"."""
         return f"{match.spec.get('label', self.name)}"
+
+    def precision(self, match: Match, params: dict, probe: TaskProbe) -> list[KernelPrecision]:
+        """How each GEMM or convolution of the candidate for ``params`` computes (none here)."""
+        return []
 
     def tunables_for(self, backend: str) -> tuple[Tunable, ...]:
         return self.tunables

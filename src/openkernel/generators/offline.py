@@ -244,7 +244,9 @@ class OfflineGenerator:
             answer=account + "\n\n```python\n" + code.rstrip("\n") + "\n```\n",
             model=f"offline:{family.name}", origin="offline", description=description,
             reasoning=f"{match.why}. {origin[:1].upper() + origin[1:]}.",
-            params={"template": family.name, **params}, variants=variants)
+            params={"template": family.name, **params}, variants=variants,
+            precision=[({"template": family.name, **p}, family.precision(match, p, request.probe))
+                       for p in sweep])
 
     @staticmethod
     def sweep_size(interpreter: bool) -> int:

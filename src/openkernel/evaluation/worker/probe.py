@@ -25,7 +25,8 @@ from openkernel.evaluation.worker.correctness import (
     tolerances_for,
 )
 from openkernel.evaluation.worker.hardware import detect
-from openkernel.evaluation.worker.integrity import OpRecorder
+from openkernel.evaluation.worker import precision
+from openkernel.evaluation.worker.integrity import OpRecorder, compute_ops
 from openkernel.evaluation.worker.task_runtime import TaskRuntime, clone, tensors_in
 from openkernel.evaluation.worker.trace import trace_forward
 from openkernel.records import Footprint, TaskProbe
@@ -225,6 +226,7 @@ def run_probe(job: Job, ch) -> dict:
         flops=float(flops_mode.get_total_flops() + pointwise.flops),
         bytes_moved=float(in_bytes + out_bytes),
         warnings=warnings, hardware=hw, memory=footprint, trace=trace,
+        flags=precision.current(), library_bound=precision.library_bound(compute_ops(ops)),
         log=(f"device {device}; held-out inputs: {source}; output dtypes "
              f"{', '.join(d.removeprefix('torch.') for d in output_dtypes)}"),
     )

@@ -25,12 +25,12 @@ import copy
 import itertools
 
 from openkernel.generators.compiler.graph import build_graph
-from openkernel.generators.compiler.library import fold_epilogues
+from openkernel.generators.compiler.library import fold_epilogues, kernel_precision
 from openkernel.generators.compiler.modelnew import describe, leaf_names, render
 from openkernel.generators.compiler.plan import Plan, make_plan
 from openkernel.generators.family import Family, Match, Tunable
 from openkernel.generators.refparse import parse_reference
-from openkernel.records import OpTrace, TaskProbe
+from openkernel.records import KernelPrecision, OpTrace, TaskProbe
 from openkernel.task import Task
 
 WARPS = Tunable("num_warps", (2, 4, 8, 16), (4,), "warps per program")
@@ -178,6 +178,11 @@ class CompiledFamily(Family):
 
     def describe(self, match: Match, params: dict) -> str:
         return match.spec["labels"][params.get("LIBRARY", 0)]
+
+    def precision(self, match: Match, params: dict, probe: TaskProbe) -> list[KernelPrecision]:
+        hw = probe.hardware
+        return kernel_precision(match.spec["plans"][params.get("LIBRARY", 0)],
+                                hw is not None and hw.device == "cuda", probe.flags)
 
     def render(self, match: Match, params: dict, backend: str) -> str:
         mode = params.get("LIBRARY", 0)

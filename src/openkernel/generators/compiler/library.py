@@ -12,13 +12,41 @@ the reference on one device only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from openkernel.generators.compiler.graph import Graph, Node, Value
+from openkernel.records import KernelPrecision, PrecisionFlags
+
+if TYPE_CHECKING:
+    from openkernel.generators.compiler.plan import Plan
 
 # Ops that are always library calls (a convolution may become a Triton kernel: plan.py).
 LIBRARY_OPS = {"convolution", "addmm", "_addmm_activation"}
 # What each library op runs on a GPU, for the candidate's description.
 VENDOR = {"convolution": "cuDNN", "mm": "cuBLAS", "bmm": "cuBLAS", "addmm": "cuBLASLt",
           "_addmm_activation": "cuBLASLt"}
+
+
+def kernel_precision(plan: "Plan", gpu: bool, flags: PrecisionFlags | None) -> list[KernelPrecision]:
+    """How each GEMM and convolution of ``plan`` computes on this device under these flags:
+    a float32 one in TF32 only on a GPU whose flag allows it (the Triton kernels read the same
+    flags at run time as cuBLAS and cuDNN do), other dtypes in their own."""
+    flags = flags or PrecisionFlags()
+    out = []
+    for kernel in plan.kernels:
+        if kernel.kind not in ("matmul", "conv", "library"):
+            continue
+        node = kernel.anchor
+        conv = node.op == "convolution"
+        x = next((a for a in (node.args[:1] if conv else node.args[-2:]) if isinstance(a, Value)),
+                 node.outputs[0])
+        dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
+                 "float64": "fp64"}.get(x.dtype, x.dtype)
+        if dtype == "fp32" and gpu and (flags.conv_tf32 if conv else flags.matmul_tf32):
+            dtype = "tf32"
+        by = VENDOR.get(node.op, "torch") if kernel.kind == "library" else "triton"
+        out.append(KernelPrecision(kernel.name, node.op, by, dtype))
+    return out
 
 
 def library_call(node: Node, args: list[str]) -> str:
