@@ -315,3 +315,59 @@ def test_traced_templates_are_correct_on_the_gpu(config, tmp_path):
         if not result.correctness:
             wrong.append(f"{name}: {result.get_status().value}: {result.eval_log[-600:]}")
     assert not wrong, "\n\n".join(wrong)
+
+
+class _CudnnBatchNorm(torch.nn.Module):
+    """Batch norm as a GPU trace records it (``aten.cudnn_batch_norm``; a CPU trace records
+    ``native_batch_norm``), called directly: on the CPU only its decomposition can run."""
+
+    def __init__(self, training: bool):
+        super().__init__()
+        self.bn, self.train_form = torch.nn.BatchNorm2d(6), training
+
+    def forward(self, x):
+        bn = self.bn
+        y = torch.ops.aten.cudnn_batch_norm(x, bn.weight, bn.bias, bn.running_mean,
+                                            bn.running_var, self.train_form, 0.1, 1e-5)[0]
+        return y * 2.0
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_batch_norm_of_a_gpu_trace_is_covered(training, monkeypatch, tmp_path):
+    """level2/73_Conv2d_BatchNorm_Scaling was refused on the H200 (no kernel covered
+    aten.cudnn_batch_norm): it is recorded as its arithmetic, in inference and training form
+    (batch statistics), and the candidate matches F.batch_norm under the interpreter."""
+    import importlib.util
+
+    from openkernel.generators.compiler.families import plan_for
+    from openkernel.generators.compiler.modelnew import render
+
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's check (the GPU runs it in the traced-family tests)")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch.manual_seed(0)
+    model = _CudnnBatchNorm(training).eval()
+    with torch.no_grad():
+        model.bn.running_mean.normal_()
+        model.bn.running_var.uniform_(0.5, 2.0)
+        model.bn.weight.normal_()
+        model.bn.bias.normal_()
+    trace = trace_forward(model, [torch.randn(3, 6, 5, 7)])
+    assert "aten.cudnn_batch_norm.default" in trace.top_ops and trace.symbolic
+    plan = plan_for(None, trace)
+    assert not isinstance(plan, str), plan
+    assert [k.kind for k in plan.kernels] == (["reduction"] if training else ["pointwise"])
+    path = tmp_path / f"bn_{training}.py"
+    path.write_text(render(plan, {"BLOCK": 1024, "TILE": 4096, "MAX_FUSED": 64, "LOOP_BLOCK": 32,
+                                  "num_warps": 4, "num_stages": 2}))
+    spec = importlib.util.spec_from_file_location(f"bn_{training}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    candidate = module.ModelNew()
+    candidate.load_state_dict(model.state_dict(), strict=False)
+    for shape in [(3, 6, 5, 7), (2, 6, 3, 11), (1, 6, 4, 4)]:  # traced, held out, one pass
+        x = torch.randn(shape)
+        bn = model.bn
+        expected = torch.nn.functional.batch_norm(x, bn.running_mean.clone(), bn.running_var.clone(),
+                                                  bn.weight, bn.bias, training=training) * 2.0
+        torch.testing.assert_close(candidate(x), expected, atol=1e-4, rtol=1e-4)
