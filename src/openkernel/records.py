@@ -81,6 +81,9 @@ class TaskProbe:
     # The reference's compute ops when they are all GEMMs or convolutions (e.g. "mm"): a lone
     # library call, which no kernel of ours can be "the library call with more around it".
     library_bound: str = ""
+    # On a GPU: the code torch.compile's Inductor writes for the reference (worker/inductor.py:
+    # {"code", "args", "outputs", "made"}), the offline generator's seed; None elsewhere.
+    inductor: dict | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any], hardware: Hardware | None = None) -> "TaskProbe":

@@ -19,6 +19,7 @@ from openkernel.generators.compiler.families import FusedMatmul, FusedPointwise,
 from openkernel.generators.family import Family, Match
 from openkernel.generators.handwritten.common import op_bases
 from openkernel.generators.handwritten.elementwise import Elementwise
+from openkernel.generators.seeds.family import InductorSeed
 from openkernel.records import TaskProbe
 from openkernel.schemas import Program
 from openkernel.task import Task
@@ -28,6 +29,7 @@ from openkernel.templating import Variant
 # C++), then the compiler's, written from the traced graph: they cover everything else (the
 # hand-written softmax and matmul families they made redundant are retired).
 FAMILIES: tuple[Family, ...] = (Elementwise(), FusedPointwise(), FusedReduction(), FusedMatmul())
+SEED = InductorSeed()  # beside them where the probe captured Inductor's code (see _choose)
 
 
 def _interpreter(request: ProposalRequest) -> bool:
@@ -153,10 +155,35 @@ class OfflineGenerator:
     def preflight(self) -> str | None:
         return None  # no network, nothing to reach
 
+    def _seed(self, task: Task, probe: TaskProbe, backend: str) -> Match | None:
+        """Inductor's own kernels as a family, where the probe captured them (on a GPU)."""
+        key = (task.digest, "seed", backend)
+        if key not in self._matches:
+            result = SEED.match(task, probe, backend) if probe.inductor else None
+            self._matches[key] = result if isinstance(result, Match) else None
+        return self._matches[key]
+
     def supports(self, task: Task, probe: TaskProbe, backend: str) -> str | None:
         """None when a family fits; otherwise the plain reason."""
         result = self._match(task, probe, backend)
+        if isinstance(result, str) and self._seed(task, probe, backend) is not None:
+            return None  # Inductor's kernels are a candidate where the compiler has none
         return result if isinstance(result, str) else None
+
+    def _choose(self, request: ProposalRequest) -> Match | str:
+        """The compiler's family or Inductor's seed: a parent's own; without one, odd branches
+        of the first iteration (later: a coin) start from the seed; the seed alone where the
+        compiler refused."""
+        match = self._match(request.task, request.probe, request.backend)
+        seed = self._seed(request.task, request.probe, request.backend)
+        if seed is None:
+            return match
+        if isinstance(match, str) or _params_of(request.parent, seed.family) is not None:
+            return seed
+        if _params_of(request.parent, match.family) is not None:
+            return match
+        odd = request.branch % 2 == 1 if request.iteration == 0 else request.rng.random() < 0.5
+        return seed if odd else match
 
     def propose(self, request: ProposalRequest) -> Proposal:
         """One candidate: a start point, or the parent's params mutated (and recombined),
@@ -166,7 +193,7 @@ class OfflineGenerator:
             return self._propose(request)
 
     def _propose(self, request: ProposalRequest) -> Proposal:
-        match = self._match(request.task, request.probe, request.backend)
+        match = self._choose(request)
         if isinstance(match, str):
             return Proposal(code="", prompt=match, answer=match, model="offline",
                             origin="offline", description="no family fits", log=match,

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 '''
 
-_DECLARE = '''
+DECLARE = '''
 
 def _declare(module, name, shape, dtype, parameter):
     """An empty parameter or buffer at a dotted state_dict name (the weights are loaded)."""
@@ -254,7 +254,7 @@ def render(plan: Plan, params: dict) -> str:
         consts += 'INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # Triton on the CPU\n'
     header = HEADER if "INTERPRETED" in consts else HEADER.replace("import os\n\n", "")
     head = '"""' + "\n".join(doc) + '\n"""\n\n' + header + "\n" + consts
-    parts = [_DECLARE.strip("\n")] if state else []
+    parts = [DECLARE.strip("\n")] if state else []
     parts += [kernel_source(k) for k in plan.triton]
     parts.append(_model(plan, state, constants))
     return head + "\n\n" + "\n\n\n".join(parts) + "\n"
