@@ -35,7 +35,7 @@ PREFIX = "The offline generator has no kernel family for this task: "
 SUFFIX = " Configure a model under `inference` to search it."
 
 
-class _Timeout(Exception):
+class _Timeout(BaseException):  # not an Exception: the trace's fallbacks must not swallow it
     pass
 
 
