@@ -371,3 +371,37 @@ def test_batch_norm_of_a_gpu_trace_is_covered(training, monkeypatch, tmp_path):
         expected = torch.nn.functional.batch_norm(x, bn.running_mean.clone(), bn.running_var.clone(),
                                                   bn.weight, bn.bias, training=training) * 2.0
         torch.testing.assert_close(candidate(x), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_each_gemm_and_convolution_records_its_precision(tmp_path):
+    """What each GEMM and convolution computes in, under the run's flags on a GPU: cuBLAS in
+    full fp32 unless TF32 is opted in, cuDNN in TF32 (PyTorch's default); the record is the
+    sweep winner's (metadata.precision)."""
+    from openkernel.generators.base import precision_of
+    from openkernel.records import Hardware, PrecisionFlags
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.conv = torch.nn.Linear(8, 6), torch.nn.Conv1d(2, 3, 3)
+
+        def forward(self, x, y):
+            return torch.relu(self.fc(x)) * 2.0, self.conv(y).sigmoid()
+
+    trace = trace_forward(Net(), [torch.randn(5, 8), torch.randn(2, 2, 9)])
+    path = tmp_path / "net.py"
+    path.write_text(reference("return x", "torch.randn(5, 8)"))  # names only: the trace is Net's
+    task = load_task(path)
+    gpu = Hardware(label="NVIDIA H200 (sm_90)", device="cuda", gpu_arch="sm_90")
+    for flags, gemm in ((PrecisionFlags(), "fp32"), (PrecisionFlags(matmul_tf32=True), "tf32")):
+        probe = TaskProbe(ok=True, trace=trace, hardware=gpu, flags=flags)
+        by_branch = {}
+        for branch in (0, 1):  # the library-backed plan, then the all-Triton one
+            proposal = OfflineGenerator().propose(ProposalRequest(
+                task=task, probe=probe, backend="triton", iteration=0, branch=branch, parent=None,
+                best=None, rng=random.Random(0)))
+            by_branch[branch] = [(r["op"], r["by"], r["precision"])
+                                 for r in precision_of(proposal, proposal.params)]
+        assert by_branch[0] == [("_addmm_activation", "cuBLASLt", gemm),
+                                ("convolution", "cuDNN", "tf32")]
+        assert by_branch[1] == [("mm", "triton", gemm), ("convolution", "triton", "tf32")]
