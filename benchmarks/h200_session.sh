@@ -2,7 +2,7 @@
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, stability, examples, kb-softmax, kb-bench,
-#         templated, ray-vs-local.
+#         inductor-capture, templated, ray-vs-local.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -18,7 +18,8 @@ case "$1" in
     timeout "${T:-330}" python3 -m pytest -q -m gpu -p no:cacheprovider -n "${N:-1}" --timeout 320 -rs \
       ${FILES:-tests/test_pipeline.py tests/test_evaluation_integrity.py tests/test_sandbox.py \
       tests/test_profiling.py tests/test_generators_offline.py tests/test_pch.py tests/test_templates.py \
-      tests/test_generators_traced.py tests/test_memory_plan.py tests/test_blame.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
+      tests/test_generators_traced.py tests/test_memory_plan.py tests/test_blame.py \
+      tests/test_inductor_seeds.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
   throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU (ALLONLY=1: only the latter); NOPROF=1: no ncu
     # OVERLAP=1: checks share the GPU (eval_config.overlap_checks), the label says so
     extra="${NOPROF:+--set eval_config.profile=false} ${OVERLAP:+--set eval_config.overlap_checks=true}"
@@ -63,6 +64,11 @@ case "$1" in
       --set max_iters="${ITERS:-1}" --set branches_per_iteration="${BRANCHES:-2}" --set eval_config.profile=false \
       --set paths.kernels_db_path="$OUT/kernels.sqlite3" --set search.seed=0 ${RETRY:+--retry-failed} ${EXTRA:-} \
       --json "$OUT/kb_bench.json" 2>&1 | grep -v "^\s*$" | tail -70 ;;
+  inductor-capture)  # issue 23: Inductor's output for the seed tests (an extern GEMM, a reduction,
+    # a convolution) and for ${KB:-.kbsel}'s problems, captured on the GPU (nothing runs): JSON
+    # under $OUT/inductor; copy tests/data/inductor/*.json from there to replace the stand-in captures
+    timeout "${T:-500}" python3 benchmarks/capture_inductor.py tests/data/inductor/*.py \
+      $(ls "${KB:-.kbsel}"/level*/*.py 2>/dev/null | head -"${N:-60}") --out "$OUT/inductor" 2>&1 | tail -70 ;;
   templated)  # issue 13: a templated Triton matmul (48 combinations) and CUDA C++ GELU (16), judged
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-420}" python3 benchmarks/templated_sweep.py \
       ${ONLY:+--only $ONLY} --out "$OUT/templated.json" 2>&1 | tail -20 ;;

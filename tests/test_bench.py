@@ -71,7 +71,7 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     for name in ("level1/19_ReLU", "level1/23_Softmax", "level1/89_sort"):
         assert name in first.stdout
     assert "README.py" in first.stderr and "skipped" in first.stderr
-    assert "no template" in first.stdout  # why the sort has no candidate
+    assert "no kernel" in first.stdout  # why the sort has no candidate
     data = json.loads(out.read_text())
     rows = {p["name"]: p for p in data["problems"]}
     assert [p["name"] for p in data["problems"]] == ["level1/19_ReLU", "level1/23_Softmax",
@@ -79,7 +79,7 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     assert rows["level1/19_ReLU"]["status"] == "completed" and rows["level1/19_ReLU"]["correct"]
     assert rows["level1/19_ReLU"]["candidates"] == 2 and rows["level1/19_ReLU"]["speedup"] > 0
     assert rows["level1/89_sort"]["status"] == "failed" and not rows["level1/89_sort"]["correct"]
-    assert "no template" in rows["level1/89_sort"]["error"]
+    assert "no kernel" in rows["level1/89_sort"]["error"]
     assert all(p["evaluator_faults"] == 0 for p in data["problems"])
     assert set(data["fast_p"]) == {"0", "1", "1.5", "2"}
     assert data["fast_p"]["0"] == pytest.approx(2 / 3)
@@ -88,6 +88,9 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     assert data["fast_p"]["1"] == sum(s > 1 for s in speedups) / 3
     assert data["n_correct"] == 2 and data["geomean_compile"] is None  # no torch.compile on the CPU
     assert "fast_0 0.67" in first.stdout
+    # every table says what fp32 GEMMs ran in; no problem here is a lone library call
+    assert "fp32 GEMMs in full fp32" in first.stdout and data["precision"].startswith("fp32 GEMMs in full")
+    assert data["library_bound"] == [] and all(p["library_bound"] == "" for p in data["problems"])
 
     # With the three baselines stored (as a GPU run stores them), the table gives the best
     # kernel's speedup over max-autotune from the same rounds' times, and its geomean.
@@ -139,6 +142,22 @@ def test_summary_figures_follow_kernelbench():
     assert s.geomean_eager == pytest.approx((0.5 * 1.2 * 3.0) ** (1 / 3))
     assert s.geomean_compile == pytest.approx(math.sqrt(0.25 * 0.9)) and s.n_compile == 2
     assert summarize("empty", []).fast_p["0"] == 0.0
+
+
+def test_library_bound_problems_are_listed_apart_and_tf32_is_labelled():
+    rows = [ProblemResult("gemm", status="completed", correct=True, speedup=0.5, over_compile=0.5,
+                          library_bound="mm", allow_tf32=True),
+            ProblemResult("conv", status="completed", correct=True, speedup=0.8, over_compile=0.8,
+                          library_bound="convolution", allow_tf32=True),
+            ProblemResult("gemm_gelu", status="completed", correct=True, speedup=1.5,
+                          over_compile=1.1, allow_tf32=True)]
+    s = summarize("x", rows)
+    assert s.library_bound == ["gemm", "conv"]
+    assert s.geomean_compile_library_bound == pytest.approx(math.sqrt(0.5 * 0.8))
+    assert s.geomean_compile == pytest.approx((0.5 * 0.8 * 1.1) ** (1 / 3))  # counted, too
+    assert "TF32" in s.precision and "allow_tf32" in s.precision
+    rows[0].allow_tf32 = False
+    assert "some problems only" in summarize("x", rows).precision
 
 
 def test_discover_finds_problems_and_names_what_is_wrong(tmp_path):

@@ -400,12 +400,12 @@ def test_an_exhausted_sweep_ends_the_job_with_the_critics_word_and_its_traces(tm
     last word, and the trace dataset holds each candidate as its winner's concrete code."""
     import torch
 
-    from openkernel.generators.templates import TEMPLATES
+    from openkernel.generators.offline import FAMILIES
     from openkernel.store.traces import read_dataset
     from openkernel.templating import is_template
 
     # every candidate judges at least one new point, so the space runs out within its size
-    space = len(TEMPLATES[0].space(not torch.cuda.is_available(), "triton"))
+    space = len(FAMILIES[0].space(not torch.cuda.is_available(), "triton"))
     events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
         tmp_path, "job_name=sweep", f"max_iters={space + 1}", "branches_per_iteration=1",
         "traces.enabled=true", f"traces.dir={tmp_path / 'traces'}")))

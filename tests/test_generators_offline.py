@@ -17,10 +17,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from openkernel.config import Config
+from openkernel.evaluation.worker.trace import trace_forward
 from openkernel.generators import make_generator
 from openkernel.generators.base import ProposalRequest
 from openkernel.generators.offline import OfflineGenerator, skill_matches
-from openkernel.generators.templates import TEMPLATES
+from openkernel.generators.offline import FAMILIES
 from openkernel.records import Hardware, TaskProbe
 from openkernel.schemas import EvalResult, Program
 from openkernel.task import load_task
@@ -81,7 +82,7 @@ def _probe(ref, inputs, init=()) -> TaskProbe:
                      input_shapes=[list(t.shape) for t in inputs],
                      input_dtypes=[str(t.dtype) for t in inputs],
                      output_shapes=[list(out.shape)], output_dtypes=[str(out.dtype)],
-                     hardware=hardware)
+                     hardware=hardware, trace=trace_forward(model, inputs))
 
 
 def _run_candidate(code: str, tmp_path: Path, name: str, init, sets, ref) -> None:
@@ -203,7 +204,7 @@ def test_supports_refuses_unknown_ops_plainly(examples_dir):
                       input_shapes=[[1, 3, 8, 8]], input_dtypes=["torch.float32"])
     gen = OfflineGenerator()
     reason = gen.supports(task, probe, "triton")
-    assert reason.startswith("The offline generator has no template for this task")
+    assert reason.startswith("The offline generator has no kernel family for this task")
     assert "aten.convolution.default" in reason and "`inference`" in reason
     proposal = gen.propose(ProposalRequest(task=task, probe=probe, backend="triton", iteration=0,
                                            branch=0, parent=None, best=None))
@@ -222,7 +223,8 @@ def test_cuda_backend_elementwise_only(examples_dir, tmp_path):
     compile(proposal.code, "cand.py", "exec")
     softmax = load_task(examples_dir / "softmax")
     sprobe = TaskProbe(ok=True, aten_ops=["aten._softmax.default"], input_shapes=[[64, 512]],
-                       input_dtypes=["torch.float32"])
+                       input_dtypes=["torch.float32"], trace=trace_forward(
+                           torch.nn.Softmax(dim=-1), [torch.randn(64, 512)]))
     assert "Triton only" in gen.supports(softmax, sprobe, "cuda")
 
 
@@ -275,7 +277,7 @@ def test_sweeps_cover_the_space_without_repeats_then_say_so(examples_dir):
                                         branch=0, parent=None, best=None, rng=random.Random(0)))
     template = start.params["template"]
     space = {tuple(sorted(p.items())) for p in
-             __import__("openkernel.generators.templates", fromlist=["TEMPLATES"]).TEMPLATES[0]
+             __import__("openkernel.generators.offline", fromlist=["FAMILIES"]).FAMILIES[0]
              .space(True, "triton")}
     assert len(space) == 12  # CPU choices of the elementwise template: 4 x 3 x 1
     judged = {param_key(template, v.params)[1] for v in start.variants}
@@ -301,20 +303,19 @@ def test_sweeps_cover_the_space_without_repeats_then_say_so(examples_dir):
     assert child.failed == "exhausted" and "every combination" in child.log
 
 
-def test_skill_matches(examples_dir):
+def test_skill_matches(examples_dir, tmp_path):
     task = load_task(examples_dir / "matmul_bias_relu")
-    probe = TaskProbe(ok=True, aten_ops=["aten.mm.default", "aten.add.Tensor",
-                                         "aten.relu.default"],
-                      input_shapes=[[64, 128], [128, 96], [96]], input_dtypes=["torch.float32"] * 3)
+    _, ref, sets = _task_and_inputs(examples_dir / "matmul_bias_relu", "cpu", tmp_path)
+    probe = _probe(ref, sets[0])
     rows = skill_matches(probe, "triton", task)
-    assert [r["template"] for r in rows] == ["matmul_epilogue"]
+    assert [r["template"] for r in rows] == ["fused_matmul"]
     assert rows[0]["usable"] and "GROUP_M" in rows[0]["tunables"]
     assert skill_matches(probe, "cuda", task)[0]["usable"] is False
     gelu = TaskProbe(ok=True, aten_ops=["aten.gelu.default"])
     assert [r["template"] for r in skill_matches(gelu, "triton")] == ["elementwise"]
     assert skill_matches(TaskProbe(ok=True, aten_ops=["aten.convolution.default"]), "triton") == []
-    assert {t.name for t in TEMPLATES} == {"elementwise", "row_softmax", "matmul_epilogue",
-                                           "fused_pointwise", "fused_reduction", "fused_matmul"}
+    assert {t.name for t in FAMILIES} == {"elementwise", "fused_pointwise", "fused_reduction",
+                                          "fused_matmul"}
 
 
 @pytest.mark.gpu

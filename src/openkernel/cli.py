@@ -406,7 +406,7 @@ def _ratio(value: float | None) -> str:
 def _print_suite(summary) -> None:
     table = Table("problem", "status", "correct", "speedup", "vs compile", "vs autotune",
                   "eager ms", "compile ms", "autotune ms", "judged", "faults", "time s", "note",
-                  title=f"suite {summary.suite}")
+                  title=f"suite {summary.suite}: {summary.precision}")
     for p in summary.problems:
         table.add_row(p.name, p.status, "yes" if p.correct else "no", _ratio(p.speedup),
                       _ratio(p.over_compile), _ratio(p.over_autotune),
@@ -414,7 +414,9 @@ def _print_suite(summary) -> None:
                       f"{p.compile_ms:.4g}" if p.compile_ms else "-",
                       f"{p.autotune_ms:.4g}" if p.autotune_ms else "-", str(p.candidates),
                       str(p.evaluator_faults), f"{p.time_s:.0f}",
-                      (p.error.splitlines() or [""])[0][:70] if not p.correct else "")
+                      (p.error.splitlines() or [""])[0][:70] if not p.correct else
+                      f"library-bound ({p.library_bound}): our own kernel" if p.library_bound
+                      else "")
     # Piped: wide enough that no problem name is cut (a terminal shows what fits it).
     width = console.width
     if not console.is_terminal:
@@ -428,6 +430,10 @@ def _print_suite(summary) -> None:
                   f"({summary.n_correct} correct of {len(summary.problems)}), over torch.compile "
                   f"{_ratio(summary.geomean_compile)} ({summary.n_compile}), over max-autotune "
                   f"{_ratio(summary.geomean_autotune)} ({summary.n_autotune})", highlight=False)
+    if summary.library_bound:
+        console.print(f"library-bound (the reference is a lone GEMM or convolution; our own "
+                      f"kernel's ratio): {len(summary.library_bound)}, geomean over torch.compile "
+                      f"{_ratio(summary.geomean_compile_library_bound)}", highlight=False)
 
 
 if __name__ == "__main__":

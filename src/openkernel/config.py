@@ -88,6 +88,12 @@ class EvalConfig(_Strict):
                                         "the strongest compiler baseline, beside eager and the "
                                         "default mode (`openkernel bench` turns it on: its table "
                                         "reports speedups over it).")
+    allow_tf32: bool = Field(False, description="Opt in to TF32 for float32 GEMMs "
+                             "(torch.backends.cuda.matmul.allow_tf32) in every worker: the "
+                             "reference, torch.compile's baselines and the candidates all run "
+                             "under it, and every suite table says so. Off: float32 GEMMs "
+                             "compute in full float32, PyTorch's default (convolutions follow "
+                             "cuDNN's own default, TF32 on).")
     profile: bool = Field(True, description="On a GPU with Nsight Compute (ncu) installed, profile "
                           "each correct candidate; its summary reaches later prompts.")
     profile_original_model: bool = Field(False, description="Profile the reference too (once per "

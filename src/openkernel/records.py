@@ -12,6 +12,32 @@ from typing import Any
 CPU_LABEL = "CPU (Triton interpreter)"
 
 
+def baseline_kind(allow_tf32: bool) -> str:
+    """The store's kind of the reference's compiler baselines: timed under the run's TF32 flag
+    (``eval_config.allow_tf32``), they are kept apart from those timed without it."""
+    return "compile-tf32" if allow_tf32 else "compile"
+
+
+@dataclass(frozen=True)
+class PrecisionFlags:
+    """The torch flags that decide how float32 GEMMs and convolutions compute on a GPU, as a
+    worker ran under them (every worker of a run runs under the same ones)."""
+
+    matmul_tf32: bool = False  # torch.backends.cuda.matmul.allow_tf32 (eval_config.allow_tf32)
+    conv_tf32: bool = True  # torch.backends.cudnn.allow_tf32 (PyTorch's default)
+
+
+@dataclass(frozen=True)
+class KernelPrecision:
+    """How one GEMM or convolution of a candidate computes, under the run's flags on its
+    device (``Program.metadata["precision"]``, one per such kernel)."""
+
+    kernel: str  # the kernel's name in the candidate, e.g. "_k0_mm"
+    op: str  # the aten op it computes: "mm", "bmm", "addmm", "convolution", ...
+    by: str  # "triton", or the library that runs it: "cuBLAS", "cuBLASLt", "cuDNN"
+    precision: str  # what its inputs are multiplied in: "fp32", "tf32", "bf16", "fp16", "fp64"
+
+
 @dataclass(frozen=True)
 class Hardware:
     """What candidates run on, as the engine reports and stores it."""
@@ -51,6 +77,13 @@ class TaskProbe:
     log: str = ""
     memory: Footprint | None = None  # what the reference holds on its device (the memory plan's input)
     trace: OpTrace | None = None  # the forward's aten ops with their arguments (graph templates)
+    flags: PrecisionFlags | None = None  # the TF32 flags the reference ran under
+    # The reference's compute ops when they are all GEMMs or convolutions (e.g. "mm"): a lone
+    # library call, which no kernel of ours can be "the library call with more around it".
+    library_bound: str = ""
+    # On a GPU: the code torch.compile's Inductor writes for the reference (worker/inductor.py:
+    # {"code", "args", "outputs", "made"}), the offline generator's seed; None elsewhere.
+    inductor: dict | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any], hardware: Hardware | None = None) -> "TaskProbe":
@@ -60,6 +93,8 @@ class TaskProbe:
             data["memory"] = Footprint(**data["memory"])
         if isinstance(data.get("trace"), dict):
             data["trace"] = OpTrace.from_json(data["trace"])
+        if isinstance(data.get("flags"), dict):
+            data["flags"] = PrecisionFlags(**data["flags"])
         if isinstance(data.get("hardware"), dict):
             data["hardware"] = hardware_from_json(data["hardware"])
         elif hardware is not None:

@@ -63,7 +63,7 @@ def test_suite_page_agrees_with_the_bench_json(bench_db):
     for problem in bench_db["json"]["problems"]:
         assert problem["name"] in page
     fast = bench_db["json"]["fast_p"]
-    assert f"fast<sub>0</sub> {fast['0']:.2f}" in page and "no template" in page
+    assert f"fast<sub>0</sub> {fast['0']:.2f}" in page and "no kernel" in page
     assert "Unknown suite" in str(route(src, "/suite/nope", ""))
     runs = str(route(src, "/", ""))
     assert "suites-section" in runs and "kb level1" in runs

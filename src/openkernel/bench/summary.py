@@ -9,6 +9,12 @@ kernel faster than ``p`` times the reference (fast_0 is the share with a correct
 p = 0, 1, 1.5, 2; and the geometric means of the best speedups over eager, over
 torch.compile and over max-autotune, over the problems with a correct kernel (with their counts).
 
+A problem whose reference is nothing but library GEMMs or convolutions (one GEMM, one
+convolution) is *library-bound*: no kernel of ours can be "the library call with more around
+it", so its ratio is our own kernel's, and the suite lists those problems apart (their count
+and geomean over torch.compile). Every figure is labelled with the precision float32 GEMMs ran
+in (``eval_config.allow_tf32``: the reference, torch.compile and the candidates alike).
+
 Only portable SQLAlchemy Core is used, so the same queries run on the engine's store and on
 the dashboard's read-only connection.
 """
@@ -22,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import Engine
 
+from openkernel.records import baseline_kind
 from openkernel.store.tables import Kernel, ReferenceTiming, Run, SuiteProblem
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
@@ -49,6 +56,8 @@ class ProblemResult:
     hardware: str = ""
     error: str = ""
     path: str = ""
+    library_bound: str = ""  # the reference's library ops when it is nothing else (e.g. "mm")
+    allow_tf32: bool = False  # its run's eval_config.allow_tf32
 
 
 @dataclass
@@ -62,6 +71,9 @@ class SuiteSummary:
     n_correct: int = 0
     n_compile: int = 0  # problems with a correct kernel and a torch.compile timing
     n_autotune: int = 0  # ... and a max-autotune timing
+    library_bound: list[str] = field(default_factory=list)  # their names, listed apart
+    geomean_compile_library_bound: float | None = None  # over those with a compile ratio
+    precision: str = ""  # what float32 GEMMs ran in, for every table's label
 
     def to_json(self) -> dict:
         return {"suite": self.suite, "problems": [asdict(p) for p in self.problems],
@@ -69,7 +81,9 @@ class SuiteSummary:
                 "geomean_compile": self.geomean_compile,
                 "geomean_autotune": self.geomean_autotune, "n_problems": len(self.problems),
                 "n_correct": self.n_correct, "n_compile": self.n_compile,
-                "n_autotune": self.n_autotune}
+                "n_autotune": self.n_autotune, "library_bound": self.library_bound,
+                "geomean_compile_library_bound": self.geomean_compile_library_bound,
+                "precision": self.precision}
 
 
 def p_label(p: float) -> str:
@@ -81,13 +95,27 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
+def precision_label(problems: list[ProblemResult]) -> str:
+    """What float32 GEMMs ran in across the suite (the reference and torch.compile too)."""
+    tf32 = {p.allow_tf32 for p in problems if p.status != "not started"}
+    if tf32 == {True}:
+        return "fp32 GEMMs in TF32 (eval_config.allow_tf32; torch.compile timed alike)"
+    if tf32 == {True, False}:
+        return "fp32 GEMMs: TF32 in some problems only (eval_config.allow_tf32 differs)"
+    return "fp32 GEMMs in full fp32 (PyTorch's default; convolutions as cuDNN's default, TF32)"
+
+
 def summarize(suite: str, problems: list[ProblemResult]) -> SuiteSummary:
     """The suite's figures from its problems' rows (pure)."""
     n = len(problems)
     correct = [p for p in problems if p.correct and p.speedup]
     with_compile = [p for p in correct if p.over_compile]
     with_autotune = [p for p in correct if p.over_autotune]
+    bound = [p for p in problems if p.library_bound]
     return SuiteSummary(
+        library_bound=[p.name for p in bound], precision=precision_label(problems),
+        geomean_compile_library_bound=geomean([p.over_compile for p in bound
+                                               if p.over_compile and p.correct]),
         suite=suite, problems=problems,
         fast_p={p_label(p): (sum(1 for r in correct if r.speedup > p) / n if n else 0.0)
                 for p in FAST_P},
@@ -138,8 +166,11 @@ def _problem(conn, entry) -> ProblemResult:
                         .order_by(Run.id)).all()
     if runs:
         row.status, row.hardware = runs[-1].status, runs[-1].hardware
-        footprint = (runs[-1].config or {}).get("footprint") if isinstance(runs[-1].config, dict) else None
+        config = runs[-1].config if isinstance(runs[-1].config, dict) else {}
+        footprint = config.get("footprint")
         row.footprint_bytes = int((footprint or {}).get("peak_bytes") or 0)
+        row.library_bound = str(config.get("library_bound") or "")
+        row.allow_tf32 = bool((config.get("eval_config") or {}).get("allow_tf32"))
         row.error = runs[-1].error or row.error
         row.time_s = round(sum((r.finished_at - r.started_at).total_seconds() for r in runs
                                if r.finished_at and r.started_at), 1)
@@ -168,7 +199,8 @@ def _problem(conn, entry) -> ProblemResult:
         row.speedup = best.runtime_improvement if best.runtime_improvement > 0 else None
         row.over_compile = best.improve_over_compile if best.improve_over_compile > 0 else None
     timing = conn.execute(select(ReferenceTiming.runtime_stats).where(
-        ReferenceTiming.task_digest == entry.task_digest, ReferenceTiming.kind == "compile",
+        ReferenceTiming.task_digest == entry.task_digest,
+        ReferenceTiming.kind == baseline_kind(row.allow_tf32),
         *([ReferenceTiming.hardware == row.hardware] if row.hardware else []))).first()
     if timing and isinstance(timing.runtime_stats, dict):
         stats = timing.runtime_stats

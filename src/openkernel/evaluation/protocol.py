@@ -75,6 +75,7 @@ class Job:
     incumbent_speedup: float = 0.0  # the best kernel's speedup so far (0: none), for stopping
     plan: dict = field(default_factory=dict)  # a MemoryPlan as JSON (records.MemoryPlan)
     autotune_baseline: bool = False  # reference: time max-autotune-no-cudagraphs too
+    allow_tf32: bool = False  # torch.backends.cuda.matmul.allow_tf32 in every mode (config)
     # other modes
     target: str = "candidate"  # profile: "candidate" or "reference"
     known_ceilings: dict = field(default_factory=dict)  # hardware

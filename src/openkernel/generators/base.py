@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from openkernel.costs import LLMCall
@@ -68,6 +68,9 @@ class Proposal:
     # generator instantiated them itself (the offline generator's sweep); an LLM's template
     # is instantiated by the engine from the code's TEMPLATE_PARAMS instead.
     variants: list = field(default_factory=list)
+    # How each GEMM or convolution computes, per point of the sweep (the offline generator's):
+    # [(params, [records.KernelPrecision, ...]), ...]; see ``precision_of``.
+    precision: list = field(default_factory=list)
 
 
 class Generator(Protocol):
@@ -84,6 +87,16 @@ class Generator(Protocol):
         what to fix. Called once, before the run's first candidate."""
 
     def propose(self, request: ProposalRequest) -> Proposal: ...
+
+
+def precision_of(proposal: Proposal, params: dict) -> list[dict]:
+    """``Program.metadata["precision"]``: the records of the point the program was kept at
+    (a sweep's winner), as dicts; empty when the generator recorded none."""
+    key = param_key("", params or {})
+    for point, records in proposal.precision:
+        if param_key("", point) == key:
+            return [asdict(r) for r in records]
+    return []
 
 
 def param_key(template: str, params: dict) -> tuple:

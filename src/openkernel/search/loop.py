@@ -49,7 +49,7 @@ from openkernel.events import (
     RunStarted,
 )
 from openkernel.generators import make_generator
-from openkernel.generators.base import Generator, ProposalRequest, param_key
+from openkernel.generators.base import Generator, ProposalRequest, param_key, precision_of
 from openkernel.generators.offline import skill_matches
 from openkernel.records import Diagnosis
 from openkernel.roofline import peak_tflops_for
@@ -232,7 +232,8 @@ class Search:
             # the compute ceiling for this task's dtype, the same the roofline estimates use
             config={**self.config.model_dump(mode="json"), "hardware": asdict(hw),
                     "peak_gflops": _peak_gflops(hw, probe),
-                    "footprint": asdict(probe.memory) if probe.memory else None},
+                    "footprint": asdict(probe.memory) if probe.memory else None,
+                    "library_bound": probe.library_bound},
             task_path=str(self.task.folder or self.task.reference_path),
         )
         self.run_id = run.id
@@ -599,6 +600,7 @@ class Search:
             )
             program.add_eval_results(result)
             _mark_template(program, result, proposal)
+            program.metadata["precision"] = precision_of(proposal, program.metadata["params"])
             out.put(program)
         except NoDeviceLeft as err:  # no GPU can judge anything any more: end the run
             out.put(LogEmitted("error", f"{label}: {err}"))

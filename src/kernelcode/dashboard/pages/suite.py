@@ -41,7 +41,10 @@ def figures(summary) -> str:
             f"{_x(summary.geomean_eager)} ({summary.n_correct} correct of "
             f"{len(summary.problems)}) &middot; over torch.compile {_x(summary.geomean_compile)} "
             f"({summary.n_compile}) &middot; over max-autotune {_x(summary.geomean_autotune)} "
-            f"({summary.n_autotune})</p>")
+            f"({summary.n_autotune}) &middot; {escape(summary.precision)}"
+            + (f" &middot; library-bound {len(summary.library_bound)} (over torch.compile "
+               f"{_x(summary.geomean_compile_library_bound)}, our own kernels)"
+               if summary.library_bound else "") + "</p>")
 
 
 def problems_table(summary) -> str:
@@ -54,7 +57,8 @@ def problems_table(summary) -> str:
     body = []
     for p in summary.problems:
         color = RUN_COLORS.get(p.status, UNKNOWN_COLOR)
-        note = "" if p.correct else (p.error.splitlines() or [""])[0][:160]
+        note = (p.error.splitlines() or [""])[0][:160] if not p.correct else (
+            f"library-bound ({p.library_bound}): our own kernel" if p.library_bound else "")
         cells = [f'<a class="job-link" href="{escape(job_path(p.name, summary.suite))}">{escape(p.name)}</a>',
                  f'<span class="badge" style="background-color:{color}">{escape(p.status)}</span>',
                  "yes" if p.correct else "no", _x(p.speedup), _x(p.over_compile),

@@ -56,6 +56,7 @@ from openkernel.records import (
     Hardware,
     MemoryPlan,
     TaskProbe,
+    baseline_kind,
     hardware_from_json,
 )
 from openkernel.schemas import STATUS_LABELS, EvalResult, Status
@@ -309,7 +310,8 @@ class Evaluator:
             read_only.append(pch_dir)
         return Job(mode=mode, device=device, reference_path=str(t.reference_path),
                    hooks_path=str(t.hooks_path) if t.hooks_path else None, read_only=read_only,
-                   cuda_targets=list(self.targets.compile), pch_dir=pch_dir, **fields)
+                   cuda_targets=list(self.targets.compile), pch_dir=pch_dir,
+                   allow_tf32=self.ec.allow_tf32, **fields)
 
     def _precompile_header(self) -> None:
         """The precompiled <torch/extension.h> for CUDA C++ builds (see ``pch.py``)."""
@@ -463,7 +465,8 @@ class Evaluator:
             if self._compile_ratio is not None:
                 return self._compile_ratio or None
             autotune = self.ec.max_autotune_baseline
-            cached = self.store.reference_timing(self.task.digest, hw.label, "compile") if self.store else None
+            kind = baseline_kind(self.ec.allow_tf32)
+            cached = self.store.reference_timing(self.task.digest, hw.label, kind) if self.store else None
             stats = cached.runtime_stats if cached is not None else None
             if stats is not None and autotune and not _has_autotune(stats):
                 stats = None  # timed before the max-autotune baseline existed: time all three again
@@ -483,7 +486,7 @@ class Evaluator:
                             or f"the worker died ({run.returncode})")
                     self.baseline_error = f"timing torch.compile of the reference failed: {what}"
                 if stats and self.store is not None:
-                    self.store.put_reference_timing(self.task.digest, hw.label, "compile",
+                    self.store.put_reference_timing(self.task.digest, hw.label, kind,
                                                     stats["compile"]["median"], stats)
             try:
                 ratio = stats["compile"]["median"] / stats["eager"]["median"]

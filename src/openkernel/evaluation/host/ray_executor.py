@@ -36,7 +36,7 @@ from openkernel.evaluation.host.ray_node import (
     JudgeRequest,
     pack_task,
 )
-from openkernel.records import Hardware, MemoryPlan, TaskProbe
+from openkernel.records import Hardware, MemoryPlan, TaskProbe, baseline_kind
 from openkernel.schemas import EvalResult
 from openkernel.targets import TargetPlan
 from openkernel.task import Task
@@ -175,7 +175,8 @@ class RayEvaluator:
         if stats and "compile" in stats:
             self._baselines = stats
             if self.store is not None:
-                self.store.put_reference_timing(self.task.digest, hw.label, "compile",
+                self.store.put_reference_timing(self.task.digest, hw.label,
+                                                baseline_kind(ec.allow_tf32),
                                                 stats["compile"]["median"], stats)
         return self._baselines
 

@@ -24,12 +24,14 @@ import contextlib
 import re
 import threading
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from openkernel.evaluation.protocol import PKG_DIR, Job
 from openkernel.evaluation.worker import integrity as ig
+from openkernel.evaluation.worker import precision
 from openkernel.evaluation.worker.build import (
     CompileNotifier,
     check_cuda_sources,
@@ -128,8 +130,10 @@ class Evaluation:
         self.timer = Timer(self.device)  # captures synchronize / Event before the candidate
         self.counter = ig.LaunchCounter()
         self.guard = ig.Guard(extra=[(cls, "run") for cls, _ in self.counter.wrapped])
+        self.flags = precision.current()  # the run's TF32 flags (worker/main.py set them)
         self.payload: dict = {"compiled": False, "ran": False, "correctness": False, "log": [],
-                              "integrity_checks": [], "timing_method": self.timer.method}
+                              "integrity_checks": [], "timing_method": self.timer.method,
+                              "precision_flags": asdict(self.flags)}
         self.log = self.payload["log"]
         self.ref_ptrs: set[int] = set()
         self.history: list[tuple] = []  # fingerprints of earlier first outputs (replays)
@@ -249,6 +253,9 @@ class Evaluation:
                 raise EvaluatorFault("running the candidate", "out_of_memory",
                                      f"the GPU was short of memory the plan counted on: {err}") from err
             raise
+        why = precision.changed(self.flags)
+        if why:
+            raise ig.IntegrityViolation("precision", why)
         if _active_count() > threads:
             raise ig.IntegrityViolation("background_thread", "a thread started in forward was "
                                         "still running when it returned (work hidden from the timer)")
@@ -349,7 +356,7 @@ class Evaluation:
                 del pristine
             if k == 0:
                 ref_compute, cand_compute = ig.compute_ops(ref_ops), ig.compute_ops(ops)
-                if ref_compute and ref_compute <= cand_compute:
+                if ig.torch_covers(ref_compute, cand_compute):
                     return self.violation("torch_compute", "forward runs every compute op of the "
                                           f"reference in PyTorch ({', '.join(sorted(ref_compute))})")
                 why = ig.lowered_dtype(outs, ref_outs)
@@ -558,6 +565,8 @@ def _evaluate(ev: Evaluation) -> dict:
     changed = ev.guard.changed()
     if changed:
         return ev.violation("patched_functions", f"the candidate replaced {', '.join(changed)}")
+    if precision.changed(ev.flags):
+        return ev.violation("precision", precision.changed(ev.flags))
     for check, message in ig.static_scan(Path(job.code_path).read_text(encoding="utf-8")):
         ev.ran_checks("static_scan")
         return ev.violation(check, message)

@@ -180,6 +180,26 @@ def compute_ops(ops: list[str]) -> set[str]:
     return {b for b in bases if b not in _NON_COMPUTE}
 
 
+# Library calls that compute several of a reference's ops at once (cuBLASLt's epilogues, the
+# fused GEMM forms): a candidate calling one computes each of those ops in PyTorch.
+_COVERS = {
+    "addmm": {"mm", "add"}, "_addmm_activation": {"addmm", "mm", "add", "relu", "gelu"},
+    "baddbmm": {"bmm", "add"}, "addbmm": {"bmm", "add", "sum"}, "addmv": {"mv", "add"},
+    "linear": {"addmm", "mm", "add", "matmul"}, "matmul": {"mm", "bmm", "mv", "dot"},
+}
+
+
+def torch_covers(ref_ops: set[str], cand_ops: set[str]) -> bool:
+    """Whether the candidate's PyTorch calls compute every compute op of the reference (the
+    ``torch_compute`` check): a lone library call with a decoy kernel beside it is caught
+    even when the call is a fused form of the reference's ops (``_addmm_activation`` for an
+    addmm and a relu)."""
+    covered = set(cand_ops)
+    for op in cand_ops:
+        covered |= _COVERS.get(op, set())
+    return bool(ref_ops) and ref_ops <= covered
+
+
 # --- identity of what the evaluation relies on ---------------------------------------------
 _GUARDED = [
     (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),

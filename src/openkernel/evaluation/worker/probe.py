@@ -25,7 +25,8 @@ from openkernel.evaluation.worker.correctness import (
     tolerances_for,
 )
 from openkernel.evaluation.worker.hardware import detect
-from openkernel.evaluation.worker.integrity import OpRecorder
+from openkernel.evaluation.worker import precision
+from openkernel.evaluation.worker.integrity import OpRecorder, compute_ops
 from openkernel.evaluation.worker.task_runtime import TaskRuntime, clone, tensors_in
 from openkernel.evaluation.worker.trace import trace_forward
 from openkernel.records import Footprint, TaskProbe
@@ -216,6 +217,17 @@ def run_probe(job: Job, ch) -> dict:
         trace = trace_forward(model, inputs)
     except Exception:  # the graph is for the offline templates: a task without it still runs
         trace = None
+    seed = None
+    if gpu:  # Inductor's own kernels, the offline generator's seed (nothing runs)
+        from openkernel.evaluation.worker.inductor import capture
+
+        try:
+            seed = capture(model, inputs)
+        except Exception as err:  # our own capture failed: the task still runs without it
+            seed = {"error": f"{type(err).__name__}: {err}"[:600]}
+        if "error" in seed:
+            warnings.append(f"capturing Inductor's code for the reference failed: {seed['error']}")
+            seed = None
     in_bytes = _nbytes(inputs)
     probe = TaskProbe(
         ok=True, aten_ops=ops,
@@ -225,6 +237,8 @@ def run_probe(job: Job, ch) -> dict:
         flops=float(flops_mode.get_total_flops() + pointwise.flops),
         bytes_moved=float(in_bytes + out_bytes),
         warnings=warnings, hardware=hw, memory=footprint, trace=trace,
+        flags=precision.current(), library_bound=precision.library_bound(compute_ops(ops)),
+        inductor=seed,
         log=(f"device {device}; held-out inputs: {source}; output dtypes "
              f"{', '.join(d.removeprefix('torch.') for d in output_dtypes)}"),
     )
