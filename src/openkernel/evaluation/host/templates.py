@@ -122,7 +122,7 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
 
 def _nvcc_only(evaluator, space: Space, variants: list[Variant], sampled: bool, bound: int,
                label_: str) -> tuple[EvalResult, None]:
-    """Without a GPU, CUDA C++ combinations can only be compiled (nvcc): each one is."""
+    """Without a GPU, CUDA combinations can only be compiled (nvcc or NVRTC): each one is."""
     rows, first = [], None
     for v in variants:
         r = evaluator.evaluate(v.code, "cuda", label=f"{label_} [{label(v.params)}]")
@@ -135,7 +135,7 @@ def _nvcc_only(evaluator, space: Space, variants: list[Variant], sampled: bool, 
     built = sum(1 for r in rows if r["status"] == Status.NOT_RUN.value)
     result = first.model_copy(deep=True)
     result.template_results = results
-    result.eval_log = "\n".join([f"Template: no GPU here, so each of the {len(rows)} CUDA C++ "
-                                 f"combination(s) was compiled with nvcc only: {built} compiled."]
+    result.eval_log = "\n".join([f"Template: no GPU here, so each of the {len(rows)} CUDA "
+                                 f"combination(s) was compiled only (nvcc or NVRTC): {built} compiled."]
                                 + summary_lines(results))
     return result, None

@@ -127,7 +127,7 @@ class Evaluation:
             self.stream = torch.cuda.current_stream().cuda_stream  # the stream events time
         self.timer = Timer(self.device)  # captures synchronize / Event before the candidate
         self.counter = ig.LaunchCounter()
-        self.guard = ig.Guard(extra=[(cls, "run") for cls, _ in self.counter.wrapped])
+        self.guard = ig.Guard(extra=list(self.counter.wrapped))
         self.payload: dict = {"compiled": False, "ran": False, "correctness": False, "log": [],
                               "integrity_checks": [], "timing_method": self.timer.method}
         self.log = self.payload["log"]
@@ -213,9 +213,12 @@ class Evaluation:
         self.ch.phase("build")
         if job.backend == "cuda" and not self.gpu:
             targets = job.cuda_targets or [job.gpu_arch or ""]
-            ok, log = check_cuda_sources(path, Path(job.scratch), targets, job.build_timeout_s)
+            ok, log, module = check_cuda_sources(path, Path(job.scratch), targets,
+                                                 job.build_timeout_s)
             self.payload.update(compiled=ok, runnable=False)
             self.log.append(log)
+            if module is not None:
+                return self.check_launches(module)
             self.log.append("CUDA C++ cannot run on this machine (no GPU): compiled with nvcc "
                             "only, not tested or timed.")
             return False
@@ -227,6 +230,33 @@ class Evaluation:
             return False
         self.payload["compiled"] = True
         return True
+
+    def check_launches(self, module) -> bool:
+        """Without a GPU, an NVRTC candidate's forward runs once with its kernels' launches
+        checked, not run (its outputs mean nothing); a rejected launch is its first call's
+        failure. Always False: nothing more can run here."""
+        from openkernel.nvrtc import COMPILED, LaunchError
+
+        try:
+            model = self.rt.make_model(module.ModelNew)
+            load_state(self.ref_model, model)
+            inputs = self.rt.inputs(0)
+            with torch.no_grad():
+                model(*inputs)
+        except LaunchError as err:
+            self.payload["runnable"] = True  # it could not have run anywhere: judged here
+            self.log.append(f"first call failed: launch description rejected: {err}")
+            return False
+        except Exception as err:  # e.g. a forward that moves data to the GPU itself
+            self.log.append("the launches could not be checked without a GPU "
+                            f"({type(err).__name__}: {str(err)[:200]})")
+        else:
+            n = sum(len(k.launches) for k in COMPILED)
+            self.log.append(f"forward made {n} kernel launch(es): each launch description "
+                            "checked against its kernel's parameters and CUDA's limits")
+        self.log.append("CUDA cannot run on this machine (no GPU): compiled with NVRTC, "
+                        "not tested or timed.")
+        return False
 
     # -- one call with the per-call checks --------------------------------------------------
     def call(self, inputs: list, record: bool = False) -> tuple[list, list[str]]:
