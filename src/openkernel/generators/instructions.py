@@ -32,14 +32,7 @@ LANGUAGE = {
 - Define `class ModelNew(nn.Module)` with the same `__init__` arguments and `forward` signature as `Model`; `forward` launches your kernels and returns what `Model.forward` returns (same shapes and dtypes).
 - Bounds-check every index so any input size works; use 64-bit indexing; make inputs contiguous or honour their strides.
 - Handle each input dtype (a kernel per element type: template instances, or typed launchers) or reject the ones you do not support with a clear error; accumulate in float.
-- No ATen compute (`at::matmul`, `torch::softmax`, `torch.*` math in `forward`, ...) in place of your kernel and no fallback to the reference. No files, network, subprocesses, or tricks with timing or caching outputs: the evaluation checks for them."""Write the kernel in CUDA C++, compiled with `torch.utils.cpp_extension.load_inline`.
-- At module level: a `cuda_sources` string, a `cpp_sources` string with the functions Python calls, and `load_inline(name=<unique name>, cpp_sources=..., cuda_sources=..., functions=[...], extra_cuda_cflags=["-O3"])`.
-- Define `class ModelNew(nn.Module)` with the same `__init__` arguments and `forward` signature as `Model`; `forward` calls your extension and returns what `Model.forward` returns (same shapes and dtypes).
-- Split the build for speed: `cuda_sources` holds the `__global__` kernels and a plain launcher taking raw pointers, sizes and a `cudaStream_t`, with CUDA's own headers only (`<cuda_runtime.h>`, `<cuda_fp16.h>`, `<cuda_bf16.h>`, `<cstdint>`); ATen or torch headers there cost every build 12-30 s. The `torch::Tensor` functions go in `cpp_sources` (its `<torch/extension.h>` is precompiled), which declares the launcher and may include `<c10/cuda/CUDAStream.h>`, `<c10/cuda/CUDAGuard.h>` and `<c10/cuda/CUDAException.h>`.
-- Launch on the current stream (`c10::cuda::getCurrentCUDAStream()`, passed to the launcher), then `C10_CUDA_KERNEL_LAUNCH_CHECK()`; guard the device with `c10::cuda::CUDAGuard`.
-- Bounds-check every index so any input size works; use `int64_t` indexing; make inputs contiguous or honour their strides.
-- Handle each input dtype (map `scalar_type()` to the launcher's typed kernels: `float`, `__half`, `__nv_bfloat16`, ...) or `TORCH_CHECK` the ones you support; accumulate in float.
-- No ATen compute (`at::matmul`, `torch::softmax`, ...) in place of your kernel and no fallback to the reference. No files, network, subprocesses, or tricks with timing or caching outputs: the evaluation checks for them.""",
+- No ATen compute (`at::matmul`, `torch::softmax`, `torch.*` math in `forward`, ...) in place of your kernel and no fallback to the reference. No files, network, subprocesses, or tricks with timing or caching outputs: the evaluation checks for them.""",
 }
 
 STRATEGIES = {
