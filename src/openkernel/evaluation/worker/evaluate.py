@@ -471,23 +471,23 @@ class Evaluation:
             self.log.append(f"precision check against float64: skipped ({self.plan.precision_why})")
             return None
         with self.ours("making the precision check's inputs"):
-            if where == "small" and "sizes" in self.plan.small_set:
-                inputs, label = self.rt.sized_inputs(1, self.plan.small_set["sizes"]), \
-                    "a smaller input set (" + ", ".join(
-                        f"{n}={v}" for n, v in self.plan.small_set["sizes"].items()) + ")"
-            elif where == "small" and "extra" in self.plan.small_set:
-                sets, _ = self.rt.extra_inputs(20_000, self.ref_model)
-                inputs, label = sets[self.plan.small_set["extra"]], (
-                    f"held-out input set {self.plan.small_set['extra']}")
-                del sets
+            small = self.rt.small_inputs(1, self.plan.small_set, self.ref_model) if (
+                where == "small") else None
+            if small is not None:
+                inputs, label = small
+                del small
             else:
                 inputs = main if main is not None else self.rt.inputs(1)
                 label = "the main input set"
-        with self.ours("running the reference in float64"):
-            exact = ig.float64_reference(self.ref_model, inputs)  # on upcast copies
+        host = self.plan.precision_on_host and self.gpu
+        with self.ours("running the reference in float64" + (" on the host" if host else "")):
+            exact = ig.float64_reference(self.ref_model, inputs, host=host)
+            if host and exact is not None:
+                exact = [e.to(self.device) for e in exact]
+                label += " (the float64 run on the host)"
         if exact is None:
             self.log.append("precision check against float64: skipped (the reference has no "
-                            "float64 path)")
+                            "float64 path" + (" on the host CPU)" if host else ")"))
             return None
         outs, _ = self.call(clone(inputs) if self.plan.keep_pristine else inputs)
         with self.ours("comparing with the float64 reference"):

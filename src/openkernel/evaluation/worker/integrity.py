@@ -27,8 +27,8 @@ into the worker's memory; these checks stop the cheats that generated kernels ac
 from __future__ import annotations
 
 import ast
+import contextlib
 import builtins
-import copy
 import statistics
 import threading
 import time
@@ -294,17 +294,45 @@ def lowered_dtype(outs: list, ref_outs: list) -> str | None:
     return None
 
 
-def float64_reference(ref_model: torch.nn.Module, inputs: list) -> list | None:
-    """The reference's outputs computed in float64 (a deep copy of the model, inputs upcast),
-    or None when the reference has no float64 path. The copies are freed on return."""
+def float64_reference(ref_model: torch.nn.Module, inputs: list, host: bool = False) -> list | None:
+    """The reference's outputs computed in float64, or None when it has no float64 path.
+
+    Its floating weights and buffers are swapped for float64 ones for the run and restored
+    bit for bit after it: the float32 originals wait in host memory meanwhile, so the device
+    never holds them, a float32 copy and the float64 weights at once (a deep copy did, 5x the
+    weights at its peak: what took the level-2 GEMMs over 3x their footprint). ``host``: the
+    run is on the CPU (the device then holds none of the reference's weights during it); the
+    outputs are on the CPU too.
+    """
+    device = torch.device("cpu") if host else None
+    with _float64_weights(ref_model, device):
+        try:
+            ins64 = [t.to(device or t.device, torch.float64 if t.is_floating_point() else t.dtype)
+                     if isinstance(t, torch.Tensor) else t for t in inputs]
+            with torch.no_grad():
+                return flatten_outputs(ref_model(*ins64))
+        except Exception:
+            return None
+
+
+@contextlib.contextmanager
+def _float64_weights(model: torch.nn.Module, device: torch.device | None):
+    """``model``'s floating parameters and buffers in float64 (on ``device``, else where each
+    is) while the block runs; the originals parked on the host and put back after it."""
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()}
+    parked = []
     try:
-        model64 = copy.deepcopy(ref_model).double()
-        ins64 = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-                 for t in inputs]
-        with torch.no_grad():
-            return flatten_outputs(model64(*ins64))
-    except Exception:
-        return None
+        for t in tensors.values():
+            home = t.device
+            original = t.data.to("cpu", copy=True) if home.type != "cpu" else t.data
+            parked.append((t, original, home))
+            t.data = torch.empty(0, device=home)  # the device copy freed before the float64 one
+            t.data = original.to(device or home, torch.float64)
+        yield
+    finally:
+        for t, original, home in parked:
+            t.data = torch.empty(0, device=home)
+            t.data = original.to(home)
 
 
 def rounding_error(exact: torch.Tensor, chunk: int) -> float:
