@@ -127,7 +127,7 @@ def test_every_combination_is_screened_and_the_fastest_correct_finalist_wins(eva
     rows = result.template_results["combinations"]
     assert len(rows) == 6 and {tuple(r["params"].values()) for r in rows} == {
         (b, w) for b in (64, 128, 256) for w in (2, 4)}
-    assert all(r["status"] in ("correct", "faster") and r["screen_stats"]["n_trials"] >= 10
+    assert all(r["status"] in ("correct", "faster") and r["screen_stats"]["n_trials"] >= 1
                for r in rows)  # every one checked and screened
     screen = result.template_results["screen"]
     assert screen["set"] == "the main input set"  # a small CPU task: no smaller set exists
@@ -144,10 +144,13 @@ def test_every_combination_is_screened_and_the_fastest_correct_finalist_wins(eva
     assert "finalist(s) checked at full size" in result.eval_log
 
 
-def test_screening_drops_a_genuinely_slower_combination(evaluator):
+def test_screening_drops_a_genuinely_slower_combination(evaluator, monkeypatch):
     """WORK=8 runs the same kernel eight times (the answer unchanged, eight times the work):
     screening drops both such combinations by the statistical rule, and neither is timed at
-    full size or wins. No timing is asserted: only which combinations were dropped and why."""
+    full size or wins. No timing is asserted: only which combinations were dropped and why.
+    (A budget the interpreter cannot spend before the rule's 10 rounds: the first look then
+    drops them, however loaded the machine.)"""
+    monkeypatch.setattr(evaluator, "bench_budget_s", 20.0)
     code = GELU.replace('"BLOCK": [64, 128, 256]', '"BLOCK": [2048, 4096]').replace(
         '"NUM_WARPS": [2, 4]', '"WORK": [1, 8]').replace("NUM_WARPS = 4", "WORK = 1").replace(
         "        gelu_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, out, x.numel(), BLOCK=BLOCK,\n"

@@ -9,8 +9,8 @@ their times: the median ratio has a distribution-free interval from the order st
 (``stopping.median_interval``, at the strict level ``Z_EARLY`` because it is looked at again
 and again), and a combination whose whole interval lies above ``1 + DROP_MARGIN`` is dropped:
 it is at least 10% slower than the best, at 99.5% confidence, on this set. Screening ends when
-``keep`` combinations are left, or at its budget (never before ``MIN_PAIRS`` rounds, so the rule
-can act) or round cap; the ``keep`` fastest by median
+``keep`` combinations are left, or at its budget (on a GPU never before ``MIN_PAIRS`` rounds, so
+the rule can act) or round cap; the ``keep`` fastest by median
 are the finalists, which alone are checked and timed at full size against the reference by the
 usual interleaved method (``timing.py``). Every combination's row says where it was screened,
 how it did and, when it was dropped, why.
@@ -47,7 +47,7 @@ class Screen:
 
 
 def screen(timer, fns: dict[Any, Callable[[], Any]], budget_s: float, max_rounds: int,
-           keep: int = FINALISTS, warmup: int = 1) -> Screen:
+           keep: int = FINALISTS, min_rounds: int = MIN_PAIRS, warmup: int = 0) -> Screen:
     """Time ``fns`` round by round, dropping the clearly slower ones (module docstring).
 
     Args:
@@ -56,7 +56,10 @@ def screen(timer, fns: dict[Any, Callable[[], Any]], budget_s: float, max_rounds
         budget_s: Wall-clock budget of the screening rounds.
         max_rounds: Cap on the rounds.
         keep: How many finalists to return.
-        warmup: Untimed calls of each before the first round.
+        min_rounds: Rounds before the budget may end screening (``MIN_PAIRS`` on a GPU, so the
+            rule can act; 1 under the interpreter, where every call is slow and means little).
+        warmup: Untimed calls of each before the first round (0: the caller's first calls and
+            checks warmed them).
     """
     out = Screen(samples={k: [] for k in fns})
     alive = list(fns)
@@ -79,7 +82,7 @@ def screen(timer, fns: dict[Any, Callable[[], Any]], budget_s: float, max_rounds
         if len(alive) <= keep:
             out.stop_reason = f"{len(alive)} left"
             break
-        if out.rounds >= MIN_PAIRS and _perf_counter() > deadline:  # the rule's rounds first
+        if out.rounds >= min_rounds and _perf_counter() > deadline:
             out.stop_reason = "budget"
             break
     ranked = sorted(alive, key=lambda k: statistics.median(out.samples[k]))
