@@ -11,6 +11,7 @@ as any other kernel launch.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import time
@@ -173,9 +174,14 @@ class RawKernel:
             self._streams[handle] = stream
         return stream
 
-    def _max_shared(self) -> int:
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    @staticmethod
+    @functools.cache
+    def _max_shared_of(index: int) -> int:
+        props = torch.cuda.get_device_properties(index)
         return int(getattr(props, "shared_memory_per_block_optin", MAX_SHARED))
+
+    def _max_shared(self) -> int:
+        return self._max_shared_of(torch.cuda.current_device())
 
     def _opt_in(self, kernel, nbytes: int) -> None:
         from cuda.bindings import driver

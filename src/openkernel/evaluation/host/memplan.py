@@ -69,7 +69,7 @@ def plan_memory(fp: Footprint | None, hw: Hardware, *, memory_fraction: float = 
     on_host = 0 < flops <= HOST_FLOPS and 2 * footprint + fp.param_bytes <= HOST_BYTES
     # The float64 run against the footprint itself, never MIN_BUDGET: where the weights are
     # most of the problem it holds them three times (candidate's, float64), 3x already.
-    if level == 0 and full <= int(BUDGET_FACTOR * footprint):
+    if level == 0 and full <= (int(BUDGET_FACTOR * footprint) if hw.device == "cuda" else budget):
         plan.precision_set = "main"
     elif on_host and hw.device == "cuda":
         plan.precision_set, plan.precision_on_host = "main", True

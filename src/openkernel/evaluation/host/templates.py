@@ -29,15 +29,15 @@ def _dropped(drop: dict, variants: list[Variant]) -> str:
     """Why screening dropped a combination, in words (``worker/screening.py``'s record)."""
     if drop.get("why") == "slower":
         lo, hi = drop["ratio_ci"]
+        best = label(variants[drop["vs"]].params) if drop["vs"] < len(variants) else "the best"
         return (f"dropped after {drop['rounds']} screening rounds: {lo:.2f}-{hi:.2f}x the time of "
-                f"{label(variants[drop['vs']].params)} (99.5% interval of the per-round ratio, "
-                "over the 1.10x bar)")
+                f"{best} (99.5% interval of the per-round ratio, over the 1.10x bar)")
     return (f"not among the {drop.get('keep', 3)} fastest after {drop['rounds']} screening "
             "rounds (not clearly slower than the best), so not timed at full size")
 
 
 def _row(variant: Variant, screened: dict, ref_median: float | None,
-         variants: list[Variant]) -> dict:
+         variants: list[Variant] = ()) -> dict:
     stats = screened.get("stats") or {}
     if not screened.get("built"):
         status = Status.COMPILE_ERROR.value

@@ -31,7 +31,7 @@ from typing import Any
 
 from openkernel.evaluation.protocol import Job
 from openkernel.evaluation.worker.task_runtime import load_module
-from openkernel.nvrtc import ARCHS_VAR, COMPILED, KernelCompileError, KernelSourceError
+from openkernel.nvrtc import ARCHS_VAR, COMPILED, KernelCompileError, KernelSourceError, RawKernel
 from openkernel.targets import gencode_flags, same_arch, torch_arch_list
 
 CANDIDATE_MODULE = "openkernel_candidate"
@@ -264,7 +264,7 @@ class CompileNotifier:
     engine applies ``build_timeout_s`` while it lasts and ``test_timeout_s`` otherwise (a
     forward that never returns is then a test timeout, not a build timeout). Wraps
     ``triton.compiler.compile`` (what a JIT function's binder calls) and cpp_extension's
-    ``load_inline`` and ``load``.
+    ``load_inline`` and ``load``, and NVRTC kernels' compilation.
     """
 
     def __init__(self, ch):
@@ -299,3 +299,4 @@ class CompileNotifier:
 
         cpp.load_inline = self._wrap(cpp.load_inline)
         cpp.load = self._wrap(cpp.load)
+        RawKernel._compile = self._wrap(RawKernel._compile)  # an NVRTC kernel made in forward
