@@ -168,9 +168,9 @@ def lean_load_inline(load_inline):
 
     By default ``load_inline`` puts ``#include <torch/types.h>`` in front of ``cuda_sources``,
     so nvcc parses the ATen headers twice (device and host passes) for every candidate, even
-    one whose .cu includes CUDA's own headers only: measured on this machine with nvcc 13.0,
-    the exact command cpp_extension runs took 87 CPU seconds with it and 1.8 without (the
-    H200's ~30 s .cu step). A .cu that names nothing of torch is built with
+    one whose .cu includes CUDA's own headers only: on the 2-core development machine with
+    nvcc 13.0 the exact command cpp_extension runs took 92 CPU seconds with it and 3.1 without
+    (``benchmarks/cuda_build_phases.py``; the H200's ~30 s .cu step). A .cu that names nothing of torch is built with
     ``no_implicit_headers`` and the two CUDA headers the default adds; main.cpp keeps its
     ``<torch/extension.h>`` (precompiled, ``pch.py``). Should that build fail, the sources are
     built again as written, so a source this misjudges costs a ~2 s failed build, never a

@@ -93,10 +93,11 @@ def run_sweep(job: Job, ch) -> dict:
     try:
         with ev.ours("generating inputs"):
             small = rt.small_inputs(1, ev.plan.small_set, ev.ref_model)
-            inputs, where = small if small else (rt.inputs(1), "the main input set")
+            reduced = small is not None  # else the main set: screened and timed on the same
+            inputs, where = small if reduced else (rt.inputs(1), "the main input set")
             del small
         out["screen"] = {"set": where}
-        _check(ev, rt, models, rows, inputs, where if where != "the main input set" else "")
+        _check(ev, rt, models, rows, inputs, where if reduced else "")
         if models:
             ch.phase("benchmark")
             with torch.no_grad():
@@ -109,7 +110,7 @@ def run_sweep(job: Job, ch) -> dict:
             for i, drop in found.dropped.items():
                 rows[i]["dropped"] = drop
                 models.pop(i)
-            if where != "the main input set":  # the finalists at full size: checked, then timed
+            if reduced:  # the finalists at full size: checked, then timed
                 del inputs
                 with ev.ours("generating inputs"):
                     inputs = rt.inputs(1)
