@@ -342,6 +342,7 @@ def test_cuda_elementwise_template_runs(tmp_path, branch):
     _run_candidate(proposal.code, tmp_path, "cuda_leaky", init, sets, ref)
 
 
+@pytest.mark.slow
 def test_cuda_template_passes_the_cpu_compile_check(examples_dir, tmp_path):
     """The offline CUDA candidate compiles here in both forms: the extension's .cu with nvcc
     (CPU torch: headers shimmed), the NVRTC form with NVRTC, its launch description checked."""

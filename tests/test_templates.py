@@ -144,6 +144,7 @@ def test_every_combination_is_screened_and_the_fastest_correct_finalist_wins(eva
     assert "finalist(s) checked at full size" in result.eval_log
 
 
+@pytest.mark.slow
 def test_screening_drops_a_genuinely_slower_combination(evaluator, monkeypatch):
     """WORK=8 runs the same kernel eight times (the answer unchanged, eight times the work):
     screening drops both such combinations by the statistical rule, and neither is timed at
