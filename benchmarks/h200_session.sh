@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
-# Stages: gputests, throughput-triton, throughput-cuda, stability, examples, kb-softmax, kb-bench,
-#         inductor-capture, templated, ray-vs-local.
+# Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
+#         kb-bench, inductor-capture, templated, ray-vs-local.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -19,7 +19,7 @@ case "$1" in
       ${FILES:-tests/test_pipeline.py tests/test_evaluation_integrity.py tests/test_sandbox.py \
       tests/test_profiling.py tests/test_generators_offline.py tests/test_pch.py tests/test_templates.py \
       tests/test_generators_traced.py tests/test_memory_plan.py tests/test_blame.py \
-      tests/test_inductor_seeds.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
+      tests/test_inductor_seeds.py tests/test_nvrtc.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
   throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU (ALLONLY=1: only the latter); NOPROF=1: no ncu
     # OVERLAP=1: checks share the GPU (eval_config.overlap_checks), the label says so
     extra="${NOPROF:+--set eval_config.profile=false} ${OVERLAP:+--set eval_config.overlap_checks=true}"
@@ -33,6 +33,14 @@ case "$1" in
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-400}" taskset -c 0-15 python3 benchmarks/pipeline_throughput.py \
       --backend cuda --iters 1 --branches 16 --label "cuda-1gpu-16cores${W:+-w$W}" \
       ${W:+--set eval_config.max_workers=$W} --out "$OUT/throughput.json" | tail -25 ;;
+  cuda-build)  # issue 22: where a CUDA build's time goes. The exact nvcc command cpp_extension
+    # runs for a .cu with CUDA headers only, with and without load_inline's implicit
+    # <torch/types.h>; NVRTC on the same kernel; then the 16-candidate CUDA job (NVRTC and
+    # cpp_extension candidates side by side, reported apart under "forms" and "ninja_steps")
+    python3 benchmarks/cuda_build_phases.py --out "$OUT/cuda_build_phases.json" | tail -20
+    CUDA_VISIBLE_DEVICES=0 timeout "${T:-400}" taskset -c 0-15 python3 benchmarks/pipeline_throughput.py \
+      --backend cuda --iters 1 --branches 16 --label "cuda-1gpu-16cores-nvrtc-and-extension" \
+      --out "$OUT/throughput.json" | tail -30 ;;
   ray-vs-local)  # the Ray executor against the local pipeline on one GPU, the same job (Ray in
     # .whl/: gpu-wheels.sh .whl pydantic sqlalchemy pyyaml ray)
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-540}" python3 benchmarks/ray_vs_local.py --iters "${ITERS:-2}" \

@@ -219,8 +219,14 @@ def test_cuda_backend_elementwise_only(examples_dir, tmp_path):
     assert gen.supports(gelu, probe, "cuda") is None
     proposal = gen.propose(ProposalRequest(task=gelu, probe=probe, backend="cuda", iteration=0,
                                            branch=0, parent=None, best=None))
-    assert "load_inline" in proposal.code and "erff" in proposal.code
-    compile(proposal.code, "cand.py", "exec")
+    assert proposal.params["BUILD"] == "nvrtc"  # the first starts: NVRTC, then the extension
+    assert "RawKernel(" in proposal.code and "load_inline" not in proposal.code
+    extension = gen.propose(ProposalRequest(task=gelu, probe=probe, backend="cuda", iteration=0,
+                                            branch=4, parent=None, best=None))
+    assert "load_inline" in extension.code and "no_implicit_headers=True" in extension.code
+    for p in (proposal, extension):
+        assert "erff" in p.code
+        compile(p.code, "cand.py", "exec")
     softmax = load_task(examples_dir / "softmax")
     sprobe = TaskProbe(ok=True, aten_ops=["aten._softmax.default"], input_shapes=[[64, 512]],
                        input_dtypes=["torch.float32"], trace=trace_forward(
@@ -319,8 +325,10 @@ def test_skill_matches(examples_dir, tmp_path):
 
 
 @pytest.mark.gpu
-def test_cuda_elementwise_template_runs(tmp_path):
-    """One load_inline build (about a minute): a constructor-argument scalar, three dtypes."""
+@pytest.mark.parametrize("branch", [0, 4], ids=["nvrtc", "extension"])
+def test_cuda_elementwise_template_runs(tmp_path, branch):
+    """An NVRTC build (under a second) and a load_inline build (seconds): a
+    constructor-argument scalar, three dtypes."""
     body, init = ACTIVATION_REFS["leaky_init"]
     path = _write_reference(tmp_path, "leaky_cuda", body)
     task, ref, sets = _task_and_inputs(path, "cuda", tmp_path)
@@ -328,15 +336,17 @@ def test_cuda_elementwise_template_runs(tmp_path):
     gen = OfflineGenerator()
     assert gen.supports(task, probe, "cuda") is None
     proposal = gen.propose(ProposalRequest(task=task, probe=probe, backend="cuda", iteration=0,
-                                           branch=0, parent=None, best=None))
+                                           branch=branch, parent=None, best=None))
     x = sets[0][0]
     sets = [[x], [x.half()], [x.bfloat16()], [torch.randn(5, 7, device="cuda")],
             [torch.randn(1 << 20, device="cuda")]]
     _run_candidate(proposal.code, tmp_path, "cuda_leaky", init, sets, ref)
 
 
-def test_cuda_template_passes_the_cpu_nvcc_check(examples_dir, tmp_path):
-    """The offline CUDA C++ candidate compiles with nvcc here (CPU torch: headers shimmed)."""
+@pytest.mark.slow
+def test_cuda_template_passes_the_cpu_compile_check(examples_dir, tmp_path):
+    """The offline CUDA candidate compiles here in both forms: the extension's .cu with nvcc
+    (CPU torch: headers shimmed), the NVRTC form with NVRTC, its launch description checked."""
     from openkernel.config import build_config
     from openkernel.evaluation.host.executor import Evaluator
     from openkernel.schemas import Status
@@ -344,13 +354,19 @@ def test_cuda_template_passes_the_cpu_nvcc_check(examples_dir, tmp_path):
     gelu = load_task(examples_dir / "gelu")
     ev = Evaluator(gelu, build_config({"paths": {"scratch_dir": str(tmp_path)}, "backend": "cuda"}))
     probe = ev.probe()
-    proposal = OfflineGenerator().propose(ProposalRequest(
-        task=gelu, probe=probe, backend="cuda", iteration=0, branch=0, parent=None, best=None))
-    cuda_part = proposal.code.split("_CUDA_SRC = ")[1].split("_CPP_SRC = ")[0]
-    assert "__global__" in cuda_part and "<ATen" not in cuda_part and "<torch" not in cuda_part
-    result = ev.evaluate(proposal.code, "cuda", "cuda-template")
-    if torch.cuda.is_available():
-        assert result.correctness, result.eval_log
-    else:
+    for branch in (0, 4):  # NVRTC, then the extension
+        proposal = OfflineGenerator().propose(ProposalRequest(
+            task=gelu, probe=probe, backend="cuda", iteration=0, branch=branch, parent=None,
+            best=None))
+        if branch == 4:
+            cuda_part = proposal.code.split("_CUDA_SRC = ")[1].split("_CPP_SRC = ")[0]
+            assert "__global__" in cuda_part and "<ATen" not in cuda_part and "<torch" not in cuda_part
+        result = ev.evaluate(proposal.code, "cuda", f"cuda-template-{branch}")
+        if torch.cuda.is_available():
+            assert result.correctness, result.eval_log
+            continue
         assert result.get_status() == Status.NOT_RUN and result.compiled, result.eval_log
         assert "compiled" in result.eval_log
+        if branch == 0:
+            assert "NVRTC: act_kernel<float> compiled for sm_90" in result.eval_log
+            assert "forward made 1 kernel launch(es)" in result.eval_log

@@ -223,7 +223,8 @@ class MemoryPlan:
     exclusive: bool = False  # this worker has its GPU to itself (a retry)
     chunk_elements: int = 1 << 24  # comparisons, fingerprints and float64 work per chunk
     precision_set: str = "main"  # "main", "small" or "skip"
-    precision_why: str = ""  # why not the main set (for the log)
+    precision_why: str = ""  # why not the main set, or not on the device (for the log)
+    precision_on_host: bool = False  # the float64 run on the host CPU (memplan.HOST_FLOPS)
     small_set: dict = field(default_factory=dict)  # Footprint.small_set
     keep_pristine: bool = False  # the reference mutates its inputs: keep a pristine copy
     poison_bytes: int = 0  # free memory filled with NaN before each candidate call

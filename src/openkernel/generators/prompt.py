@@ -49,9 +49,10 @@ A worked example for {backend}:
 _TEMPLATE_HOW = {
     "triton": "In Triton, pass them as `tl.constexpr` block sizes and as `num_warps=` / `num_stages=`\n"
               "at the launch.",
-    "cuda": "In CUDA C++, format them into the source (`#define`, template arguments, block and grid\n"
-            "shapes) before `load_inline`, and put them in the extension's name so each combination\n"
-            "is a build of its own.",
+    "cuda": "In CUDA, pass them to `RawKernel(..., defines={...})` as macros (or format them into\n"
+            "the source: template arguments) and use them in the launch (block and grid shapes); with\n"
+            "`load_inline`, also put them in the extension's name so each combination is a build of\n"
+            "its own.",
 }
 
 

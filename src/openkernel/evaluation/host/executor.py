@@ -174,7 +174,7 @@ class Evaluator:
         self._probe = probe
         if probe.ok:
             self.plan = plan_memory(probe.memory, hw, memory_fraction=self.ec.gpu_memory_fraction,
-                                    max_workers_per_gpu=self._per_device())
+                                    max_workers_per_gpu=self._per_device(), flops=probe.flops)
             if hw.device == "cuda":
                 pool = self._acquire_pool()
                 pool.per_device = min(pool.per_device, self.plan.workers_per_gpu)
@@ -209,7 +209,7 @@ class Evaluator:
             first = result.metadata["evaluator_fault"]
             self._after_fault(first)
             plan = retry_plan(plan, self._probe.memory if self._probe else None, hw,
-                              self.ec.gpu_memory_fraction)
+                              self.ec.gpu_memory_fraction, self._probe.flops if self._probe else 0.0)
             run, slot, more = self._judge(replace(job, plan=plan.to_json()), code, label, cache,
                                           primary, on_phase, exclusive=hw.device == "cuda")
             requeued += more

@@ -1,11 +1,15 @@
 """Judging a templated candidate: every combination screened, the winner fully judged.
 
 The engine instantiated the combinations from the template's text (``openkernel.templating``);
-a ``sweep`` worker builds them side by side, checks each on one input set and times the
-correct ones together with the reference in one GPU turn (``worker/sweep.py``). The fastest
-correct combination then gets the whole evaluation of any candidate (every seed, held-out
-shapes, integrity, profile). ``EvalResult.template_results`` keeps every combination: its
-parameters, status, runtime statistics and speedup, or why it failed.
+a ``sweep`` worker builds them side by side, checks each on the screening set (the memory
+plan's smaller input set, else the main set), screens the correct ones against each other
+there, dropping the clearly slower ones early, and checks and times only the finalists at full
+size together with the reference in one GPU turn (``worker/sweep.py``, ``worker/screening.py``).
+The fastest correct finalist then gets the whole evaluation of any candidate (every seed,
+held-out shapes, integrity, profile). ``EvalResult.template_results`` keeps every combination:
+its parameters, status, runtime statistics and speedup (finalists), its screening statistics
+(``screen_stats``) and, when screening dropped it, why (``dropped``), or why it failed; and
+``screen``: the set screened on, the rounds, why screening stopped, the finalists and the rule.
 """
 
 from __future__ import annotations
@@ -16,7 +20,24 @@ from openkernel.schemas import EvalResult, Status
 from openkernel.templating import Space, Variant, label
 
 
-def _row(variant: Variant, screened: dict, ref_median: float | None) -> dict:
+DROP_RULE = ("a combination is dropped once the 99.5% interval of the median of its per-round "
+             "time ratio to the best so far lies wholly above 1.10 (after at least 10 rounds); "
+             "the 3 fastest left are the finalists")
+
+
+def _dropped(drop: dict, variants: list[Variant]) -> str:
+    """Why screening dropped a combination, in words (``worker/screening.py``'s record)."""
+    if drop.get("why") == "slower":
+        lo, hi = drop["ratio_ci"]
+        best = label(variants[drop["vs"]].params) if drop["vs"] < len(variants) else "the best"
+        return (f"dropped after {drop['rounds']} screening rounds: {lo:.2f}-{hi:.2f}x the time of "
+                f"{best} (99.5% interval of the per-round ratio, over the 1.10x bar)")
+    return (f"not among the {drop.get('keep', 3)} fastest after {drop['rounds']} screening "
+            "rounds (not clearly slower than the best), so not timed at full size")
+
+
+def _row(variant: Variant, screened: dict, ref_median: float | None,
+         variants: list[Variant] = ()) -> dict:
     stats = screened.get("stats") or {}
     if not screened.get("built"):
         status = Status.COMPILE_ERROR.value
@@ -27,6 +48,10 @@ def _row(variant: Variant, screened: dict, ref_median: float | None) -> dict:
     row = {"params": variant.params, "status": status, "runtime_stats": stats,
            "runtime": stats.get("median", -1.0), "speedup": -1.0,
            "error": (screened.get("error") or "")[-1500:]}
+    if screened.get("screen"):
+        row["screen_stats"] = screened["screen"]  # on the screening set (module docstring)
+    if screened.get("dropped"):
+        row["dropped"] = _dropped(screened["dropped"], variants)
     if status == Status.CORRECT.value and ref_median and stats.get("median"):
         row["speedup"] = ref_median / stats["median"]
         if row["speedup"] > 1.0 and not stats.get("tie"):  # inside the noise: a tie, correct
@@ -38,15 +63,25 @@ def summary_lines(results: dict) -> list[str]:
     """A few lines on a sweep for the log (and so for later prompts)."""
     rows = results.get("combinations", [])
     judged = len(rows)
+    screen = results.get("screen") or {}
+    dropped = [r for r in rows if r.get("dropped")]
+    finalists = [r for r in rows if r.get("runtime_stats")]
     lines = [f"Template: {judged} combination(s) of {results.get('space_size', judged)}"
              + (f" (a sample: over max_template_combinations={results.get('bound')})"
-                if results.get("sampled") else "") + " screened on one input set and timed together."]
+                if results.get("sampled") else "")
+             + (f" checked and screened on {screen['set']}"
+                + (f" ({screen['rounds']} rounds)" if screen.get("rounds") else "")
+                + f"; {len(dropped)} dropped, {len(finalists)} finalist(s) checked at full size "
+                "and timed together with the reference." if screen else
+                " screened on one input set and timed together.")]
     ranked = sorted((r for r in rows if r["speedup"] > 0), key=lambda r: -r["speedup"])
     for r in ranked[:5]:
         mark = " <- winner" if r["params"] == results.get("winner") else ""
         lines.append(f"  {label(r['params'])}: {r['runtime']:.4f} ms, {r['speedup']:.2f}x{mark}")
     if len(ranked) > 5:
         lines.append(f"  ... {len(ranked) - 5} more correct, slowest {ranked[-1]['speedup']:.2f}x")
+    for r in dropped:
+        lines.append(f"  {label(r['params'])}: {r['dropped']}")
     for r in rows:
         if r["status"] in (Status.COMPILE_ERROR.value, Status.INCORRECT.value):
             first = next((ln for ln in r["error"].splitlines() if ln.strip()), r["status"])
@@ -92,9 +127,13 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
             result.metadata["evaluator_fault"] = payload["fault"]
         return result, None
     ref_median = (payload.get("ref_stats") or {}).get("median")
-    rows = [_row(v, s, ref_median) for v, s in zip(variants, payload["variants"])]
+    rows = [_row(v, s, ref_median, variants) for v, s in zip(variants, payload["variants"])]
     results["combinations"] = rows
     results["reference_stats"] = payload.get("ref_stats") or {}
+    if payload.get("screen"):
+        screen = dict(payload["screen"])
+        screen["finalists"] = [variants[i].params for i in screen.get("finalists", [])]
+        results["screen"] = {**screen, "drop_rule": DROP_RULE}
     if payload.get("patched"):
         for r in rows:  # the screen cannot be trusted: the full checks of the winner decide
             r["error"] = (r["error"] + "\n" if r["error"] else "") + \
@@ -122,7 +161,7 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
 
 def _nvcc_only(evaluator, space: Space, variants: list[Variant], sampled: bool, bound: int,
                label_: str) -> tuple[EvalResult, None]:
-    """Without a GPU, CUDA C++ combinations can only be compiled (nvcc): each one is."""
+    """Without a GPU, CUDA combinations can only be compiled (nvcc or NVRTC): each one is."""
     rows, first = [], None
     for v in variants:
         r = evaluator.evaluate(v.code, "cuda", label=f"{label_} [{label(v.params)}]")
@@ -135,7 +174,7 @@ def _nvcc_only(evaluator, space: Space, variants: list[Variant], sampled: bool, 
     built = sum(1 for r in rows if r["status"] == Status.NOT_RUN.value)
     result = first.model_copy(deep=True)
     result.template_results = results
-    result.eval_log = "\n".join([f"Template: no GPU here, so each of the {len(rows)} CUDA C++ "
-                                 f"combination(s) was compiled with nvcc only: {built} compiled."]
+    result.eval_log = "\n".join([f"Template: no GPU here, so each of the {len(rows)} CUDA "
+                                 f"combination(s) was compiled only (nvcc or NVRTC): {built} compiled."]
                                 + summary_lines(results))
     return result, None

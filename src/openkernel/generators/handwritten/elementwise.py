@@ -53,16 +53,10 @@ class ModelNew(nn.Module):
         return y
 '''
 
-# The .cu holds only the kernel and a launcher on raw pointers, with CUDA's own headers: ATen
-# headers in a .cu cost every build ~12-30 s of host parsing (measured: 11.3 s vs 0.75 s of
-# nvcc here, 30 s on a loaded H200). The tensor side goes in cpp_sources, whose
-# <torch/extension.h> the engine precompiles (evaluation/pch.py).
-_CUDA_SRC = r'''
-#include <cstdint>
-#include <cuda_runtime.h>
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-
+# The kernel, shared by both CUDA forms. The NVRTC form (BUILD=nvrtc) compiles it alone in
+# well under a second and launches it through openkernel.nvrtc; the extension form
+# (BUILD=extension) builds it with load_inline.
+_CUDA_KERNEL = r'''
 __device__ __forceinline__ float ok_load(float v) { return v; }
 __device__ __forceinline__ float ok_load(double v) { return (float)v; }
 __device__ __forceinline__ float ok_load(__half v) { return __half2float(v); }
@@ -75,12 +69,12 @@ template <> __device__ __forceinline__ __nv_bfloat16 ok_store<__nv_bfloat16>(flo
 
 template <typename scalar_t>
 __global__ void act_kernel(const scalar_t* __restrict__ xp, scalar_t* __restrict__ yp,
-                           int64_t n{kparams}) {
-    const int64_t tile = (int64_t)OK_THREADS * OK_ELEMS;
-    for (int64_t start = (int64_t)blockIdx.x * tile; start < n; start += (int64_t)gridDim.x * tile) {
+                           long long n{kparams}) {
+    const long long tile = (long long)OK_THREADS * OK_ELEMS;
+    for (long long start = (long long)blockIdx.x * tile; start < n; start += (long long)gridDim.x * tile) {
         #pragma unroll
         for (int k = 0; k < OK_ELEMS; ++k) {
-            const int64_t i = start + (int64_t)k * OK_THREADS + threadIdx.x;
+            const long long i = start + (long long)k * OK_THREADS + threadIdx.x;
             if (i < n) {
                 const float x = ok_load(xp[i]);
                 yp[i] = ok_store<scalar_t>({expr});
@@ -88,7 +82,19 @@ __global__ void act_kernel(const scalar_t* __restrict__ xp, scalar_t* __restrict
         }
     }
 }
+'''
 
+# The extension form's .cu holds only the kernel and a launcher on raw pointers, with CUDA's own
+# headers: ATen headers in a .cu cost every build ~12-30 s of host parsing (measured: 11.3 s vs
+# 0.75 s of nvcc here, 30 s on a loaded H200), which is why load_inline is told
+# no_implicit_headers (by default it puts <torch/types.h> in front of the .cu). The tensor side
+# goes in cpp_sources, whose <torch/extension.h> the engine precompiles (evaluation/pch.py).
+_CUDA_SRC = r'''
+#include <cstdint>
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+''' + _CUDA_KERNEL + r'''
 // dtype: 0 float32, 1 float16, 2 bfloat16, 3 float64 (the tensor side maps ATen's types).
 void act_launch(const void* x, void* y, int64_t n, int dtype, cudaStream_t stream{kparams}) {
     const int64_t tiles = (n + (int64_t)OK_THREADS * OK_ELEMS - 1) / ((int64_t)OK_THREADS * OK_ELEMS);
@@ -104,6 +110,7 @@ void act_launch(const void* x, void* y, int64_t n, int dtype, cudaStream_t strea
 '''
 
 _CPP_SRC = r'''
+#include <torch/extension.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -147,6 +154,7 @@ _ext = load_inline(
     cuda_sources=_CUDA_SRC,
     functions=["act_forward"],
     extra_cuda_cflags=["-O3"],
+    no_implicit_headers=True,
     verbose=False,
 )
 
@@ -157,6 +165,51 @@ class ModelNew(nn.Module):
 {init}
     def forward(self, {arg}):
         return _ext.act_forward({arg}{call_args})
+'''
+
+
+_NVRTC_MODULE = '''import functools
+
+import torch
+import torch.nn as nn
+from openkernel.nvrtc import RawKernel
+{constants}
+THREADS = {THREADS}
+ELEMS = {ELEMS}
+
+_SRC = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+{src}"""
+_CTYPES = {{torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16",
+           torch.float64: "double"}}
+
+
+@functools.cache
+def _kernel(dtype):
+    return RawKernel(_SRC, f"act_kernel<{{_CTYPES[dtype]}}>",
+                     defines={{"OK_THREADS": THREADS, "OK_ELEMS": ELEMS}})
+
+
+for _dtype in ({dtypes}):  # compiled at import: the build
+    _kernel(_dtype)
+
+
+class ModelNew(nn.Module):
+    """{label} in one CUDA kernel compiled with NVRTC (computes in float, stores the input dtype)."""
+
+{init}
+    def forward(self, {arg}):
+        x = {arg}.contiguous()
+        if x.dtype not in _CTYPES:
+            raise TypeError(f"unsupported dtype {{x.dtype}}")
+        y = torch.empty_like(x)
+        n = x.numel()
+        if n == 0:
+            return y
+        tiles = -(-n // (THREADS * ELEMS))
+        _kernel(x.dtype)(grid=min(tiles, 1 << 22), block=THREADS, args=(x, y, n{call_args}))
+        return y
 '''
 
 
@@ -173,6 +226,8 @@ class Elementwise(Family):
     cuda_tunables = (
         Tunable("THREADS", (128, 256, 512, 1024), None, "threads per block"),
         Tunable("ELEMS", (1, 2, 4, 8), None, "elements per thread (THREADS apart)"),
+        Tunable("BUILD", ("nvrtc", "extension"), None, "NVRTC and a raw launch (builds in under "
+                "a second), or a cpp_extension (nvcc, host compile, link)"),
     )
     starts = ({"BLOCK": 1024, "UNROLL": 1, "num_warps": 4}, {"BLOCK": 2048, "UNROLL": 2,
               "num_warps": 8}, {"BLOCK": 4096, "UNROLL": 1, "num_warps": 8},
@@ -180,11 +235,18 @@ class Elementwise(Family):
     cpu_starts = ({"BLOCK": 4096, "UNROLL": 1, "num_warps": 4}, {"BLOCK": 2048, "UNROLL": 2,
                   "num_warps": 8}, {"BLOCK": 8192, "UNROLL": 1, "num_warps": 8},
                   {"BLOCK": 1024, "UNROLL": 4, "num_warps": 4})
-    cuda_starts = ({"THREADS": 256, "ELEMS": 4}, {"THREADS": 512, "ELEMS": 2},
-                   {"THREADS": 128, "ELEMS": 8}, {"THREADS": 1024, "ELEMS": 1})
+    cuda_starts = tuple({**p, "BUILD": b} for b in ("nvrtc", "extension") for p in (
+        {"THREADS": 256, "ELEMS": 4}, {"THREADS": 512, "ELEMS": 2},
+        {"THREADS": 128, "ELEMS": 8}, {"THREADS": 1024, "ELEMS": 1}))
 
     def tunables_for(self, backend: str) -> tuple[Tunable, ...]:
         return self.cuda_tunables if backend == "cuda" else self.tunables
+
+    def neighbours(self, params, interpreter, backend):
+        # A sweep's variants share one build form: the same kernel built twice says nothing
+        # about the kernel, and one extension build costs more than a whole NVRTC sweep.
+        return [p for p in super().neighbours(params, interpreter, backend)
+                if p.get("BUILD") == params.get("BUILD")]
 
     def start(self, rng, interpreter, index, backend):
         if backend == "cuda" and index < len(self.cuda_starts):
@@ -205,7 +267,8 @@ class Elementwise(Family):
         if isinstance(act, str):
             return act
         why = f"the reference runs one elementwise op (aten.{ops[0]}) on one tensor"
-        return Match(self, why, {"act": act, "ref": ref, "label": f"{act.name} elementwise"})
+        return Match(self, why, {"act": act, "ref": ref, "label": f"{act.name} elementwise",
+                                 "dtypes": sorted(dtypes)})
 
     def render(self, match: Match, params: dict, backend: str) -> str:
         act, ref = match.spec["act"], match.spec["ref"]
@@ -223,6 +286,14 @@ class Elementwise(Family):
         act, ref = match.spec["act"], match.spec["ref"]
         names = act.act_param_names()
         kparams = "".join(f", float {n}" for n in names)
+        kernel = _CUDA_KERNEL.replace("{kparams}", kparams).replace("{expr}", act.act.cuda)
+        common = dict(constants=("\n" + ref.constants + "\n") if ref.constants else "",
+                      THREADS=params["THREADS"], ELEMS=params["ELEMS"], label=act.describe(),
+                      init=init_method(ref, act), arg=ref.forward_args[0])
+        if params.get("BUILD", "extension") == "nvrtc":
+            dtypes = "".join(f"torch.{d}, " for d in match.spec.get("dtypes", ["float32"]))
+            return _NVRTC_MODULE.format(src=kernel, dtypes=dtypes, **common, call_args="".join(
+                f", float(self.{n})" for n in names))
         src = (_CUDA_SRC.replace("{kparams}", kparams)
                .replace("{kargs}", "".join(f", {n}" for n in names))
                .replace("{expr}", act.act.cuda))
@@ -231,8 +302,6 @@ class Elementwise(Family):
                .replace("{hargs}", "".join(f", (float){n}" for n in names)))
         digest = hashlib.sha1(f"{src}{cpp}{params}".encode()).hexdigest()[:10]
         return _CUDA_MODULE.format(
-            constants=("\n" + ref.constants + "\n") if ref.constants else "",
-            THREADS=params["THREADS"], ELEMS=params["ELEMS"], src=src, cpp=cpp,
-            ext_name=f"ok_{act.name}_{digest}", hparams="".join(f", double {n}" for n in names),
-            label=act.describe(), init=init_method(ref, act), arg=ref.forward_args[0],
-            call_args="".join(f", self.{n}" for n in names))
+            src=src, cpp=cpp, ext_name=f"ok_{act.name}_{digest}",
+            hparams="".join(f", double {n}" for n in names),
+            call_args="".join(f", self.{n}" for n in names), **common)
