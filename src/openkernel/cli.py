@@ -1,4 +1,5 @@
-"""`openkernel`: run a search, evaluate one kernel, list runs, show a stored kernel, export."""
+"""`openkernel`: run a search, evaluate one kernel, list runs, show a stored kernel, export,
+move or upgrade a database."""
 
 from __future__ import annotations
 
