@@ -370,6 +370,10 @@ def test_a_search_submitted_as_a_ray_job_lands_in_postgresql(cluster, postgres, 
     assert cli.main(["runs", "--db", url]) == 0
     [line] = [ln for ln in capsys.readouterr().out.splitlines() if "from-laptop" in ln]
     assert line.split("\t")[:4] == ["gelu", "from-laptop", "completed", "1"]
+    from kernelcode.dashboard.source import DataSource
+
+    job = DataSource(url).job("gelu", "from-laptop")  # as the laptop's dashboard reads it
+    assert job.state == "completed" and len(job.rows) == 2  # the reference and the candidate
 
 
 def test_a_cluster_address_that_does_not_answer_is_one_message(tmp_path, examples_dir, capsys):
