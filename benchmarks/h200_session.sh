@@ -3,7 +3,7 @@
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
 #         kb-bench, inductor-capture, templated, ray-vs-local.
-# Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml).
+# Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -2
@@ -41,8 +41,11 @@ case "$1" in
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-400}" taskset -c 0-15 python3 benchmarks/pipeline_throughput.py \
       --backend cuda --iters 1 --branches 16 --label "cuda-1gpu-16cores-nvrtc-and-extension" \
       --out "$OUT/throughput.json" | tail -30 ;;
-  ray-vs-local)  # the Ray executor against the local pipeline on one GPU, the same job (Ray in
-    # .whl/: gpu-wheels.sh .whl pydantic sqlalchemy pyyaml ray)
+  ray-vs-local)  # the Ray executor against the local pipeline on one GPU, the same job. Ray in
+    # .whl/ too: gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic ray is 84 MiB, over a
+    # call's 64; Ray's wheel without its Java jar (unused: no Java workers) is 45 MiB, so the
+    # whole .whl/ (53 MiB) travels in one call (commands: the issue 27 report; or its two parts
+    # over two calls, joined into .whl/ before this script installs them)
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-540}" python3 benchmarks/ray_vs_local.py --iters "${ITERS:-2}" \
       --branches 16 --out "$OUT/ray_vs_local.json" | tail -40 ;;
   stability)

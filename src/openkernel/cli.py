@@ -1,4 +1,5 @@
-"""`openkernel`: run a search, evaluate one kernel, list runs, show a stored kernel, export."""
+"""`openkernel`: run a search, evaluate one kernel, list runs, show a stored kernel, export,
+move or upgrade a database."""
 
 from __future__ import annotations
 
@@ -69,6 +70,22 @@ def _parser() -> argparse.ArgumentParser:
                        help="write the table and figures as JSON")
     bench.add_argument("--retry-failed", action="store_true", help="on a resumed suite, run "
                        "again the problems that failed (by default only unfinished ones run)")
+
+    db = sub.add_parser("db", help="the results database: copy it, upgrade its tables, describe it")
+    dbs = db.add_subparsers(dest="db_command", required=True)
+    copy = dbs.add_parser("copy", help="copy a database between SQLite and PostgreSQL (either "
+                          "way), resumably, and verify the copy")
+    copy.add_argument("source", help="file or postgresql:// URL (migrated first)")
+    copy.add_argument("destination", help="file (made if missing) or postgresql:// URL")
+    copy.add_argument("--append", action="store_true", help="add to a destination that holds "
+                      "rows not from the source")
+    copy.add_argument("--batch", type=int, default=500, help="rows read and written at a time")
+    for name, text in (("upgrade", "migrate the tables to this openkernel's (as an engine does "
+                        "when it opens the database)"),
+                       ("info", "where the database is, its schema revision and its row counts")):
+        cmd = dbs.add_parser(name, help=text)
+        cmd.add_argument("--db", default=None, help="database: file or postgresql:// URL "
+                         "(default runs/kernels.sqlite3)")
     return p
 
 
@@ -76,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"run": cmd_run, "eval": cmd_eval, "runs": cmd_runs, "show": cmd_show,
-                "export": cmd_export, "bench": cmd_bench}[args.command](args)
+                "export": cmd_export, "bench": cmd_bench, "db": cmd_db}[args.command](args)
     except OpenKernelError as err:
         err_console.print("[bold red]error:[/] ", end="", highlight=False)
         err_console.print(str(err), highlight=False, markup=False)  # "[postgres]" is not markup
@@ -220,15 +237,22 @@ def _is_template(code: str, path: Path) -> bool:
         raise OpenKernelError(f"{path}: bad template: {err}") from None
 
 
-def _store(db: str | None):
-    from openkernel.store import Store
+def _reader(db: str | None):
+    """A read-only engine on the --db database: readers never create or migrate a table."""
+    from openkernel.store import open_readonly
 
-    return Store(_db_path(db))
+    return open_readonly(_db_path(db))
 
 
 def cmd_runs(args) -> int:
-    store = _store(args.db)
-    rows = store.list_jobs(args.search or "")
+    from openkernel.store import summary
+
+    engine = _reader(args.db)
+    try:
+        with engine.connect() as conn:
+            rows = summary.list_jobs(conn, args.search or "", limit=None)[0]
+    finally:
+        engine.dispose()
     columns = ("task", "job", "state", "candidates", "best", "hardware", "last activity")
 
     def cells(row: dict) -> tuple[str, ...]:
@@ -262,16 +286,24 @@ _TEXT_FIELDS = ("description", "user_instructions", "prompt", "answer", "code", 
 
 
 def cmd_show(args) -> int:
-    from sqlalchemy import inspect
+    from sqlalchemy import inspect, select
 
+    from openkernel.store import summary
+    from openkernel.store.engines import shown
     from openkernel.store.tables import Kernel
 
-    store = _store(args.db)
-    row = store.get_kernel(args.kernel_id)
+    engine = _reader(args.db)
+    try:
+        with engine.connect() as conn:  # the columns it has (an older database lacks some)
+            row = conn.execute(select(*summary.table_columns(conn, Kernel.__table__))
+                               .where(Kernel.id == args.kernel_id)).mappings().first()
+    finally:
+        engine.dispose()
     if row is None:
-        raise OpenKernelError(f"no kernel with id {args.kernel_id!r} in {store.shown}")
-    names = [a.key for a in inspect(Kernel).column_attrs]  # "meta": the metadata column
-    values = {name: getattr(row, name) for name in names}
+        raise OpenKernelError(f"no kernel with id {args.kernel_id!r} in {shown(_db_path(args.db))}")
+    attrs = inspect(Kernel).column_attrs  # "meta": the metadata column
+    names = [a.key for a in attrs]
+    values = {a.key: row[a.columns[0].name] for a in attrs}
     if args.field:
         key = "meta" if args.field == "metadata" else args.field
         if key not in values:
@@ -337,6 +369,62 @@ def cmd_export_sft(args) -> int:
     n = export_sft(args.out, top=args.top, **source)
     console.print(f"{n} instruction pairs (the best {args.top:.0%} of each task's correct "
                   f"model-written candidates) in {args.out}", highlight=False)
+    return 0
+
+
+def cmd_db(args) -> int:
+    """`openkernel db copy | upgrade | info`."""
+    if args.db_command == "copy":
+        return _db_copy(args)
+    from openkernel.store import info
+
+    if args.db_command == "upgrade":
+        before, after, where = info.upgrade(_db_path(args.db))
+        said = f"upgraded from {before or 'no revision'} to {after}" if before != after else \
+            f"already at {after}"
+        console.print(f"{where}: {said}", highlight=False)
+        return 0
+    about = info.describe(_db_path(args.db))
+    for key, value in about.lines():
+        console.print(f"[bold]{key}:[/] ", end="", highlight=False)
+        console.print(value, highlight=False, markup=False)
+    return 0
+
+
+def _db_copy(args) -> int:
+    from openkernel.store.copy import copy_database
+
+    if args.batch < 1:
+        raise OpenKernelError(f"--batch {args.batch}: give at least 1")
+    try:
+        report = copy_database(args.source, args.destination, append=args.append,
+                               batch=args.batch, progress=lambda line: console.print(
+                                   f"  {line}", highlight=False, markup=False))
+    except KeyboardInterrupt:
+        err_console.print("interrupted: the runs copied so far are whole in the destination; "
+                          "run the same command again to resume (nothing is copied twice)")
+        return 130
+    console.print(f"{report.source} -> {report.destination}: {report.runs_copied} run(s) "
+                  f"copied, {report.runs_there} already there", highlight=False, markup=False)
+    table = Table("table", "source rows", "destination rows", "source digest",
+                  "destination digest", "check")
+    for c in report.checks:
+        table.add_row(c.table, str(c.source_rows), str(c.destination_rows), c.source_digest,
+                      c.destination_digest, "ok" if c.ok else f"{c.missing} source row(s) not there")
+    width = console.width
+    if not console.is_terminal:
+        console.width = 160  # piped: the digests whole
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+    if not report.ok:
+        err_console.print("[bold red]the copy differs from its source[/] (see the table): the "
+                          "source was changed meanwhile, or the destination refused rows",
+                          highlight=False)
+        return 1
+    console.print("verified: " + ("every source row is in the destination" if report.appended
+                                  else "the same rows at both ends"), highlight=False)
     return 0
 
 

@@ -180,14 +180,17 @@ class RayConfig(_Strict):
                                 "of its head (the GCS port, 6379 by default). None: the cluster running on "
                                 "this machine if there is one, else a local Ray started for "
                                 "the run and stopped after it.")
-    gpus: int | None = Field(None, ge=1, description="GPU actors to start, one per GPU (each "
-                             "asks Ray for num_gpus=1); default: every GPU the cluster has "
-                             "when the run starts.")
+    gpus: int | None = Field(None, ge=1, description="GPU actors to keep, one per GPU (each "
+                             "asks Ray for num_gpus=1); default: every GPU the cluster has, "
+                             "GPU nodes that join mid-run included. A lost actor is replaced "
+                             "once a GPU is free.")
     cpus_per_gpu: float = Field(1.0, gt=0, description="CPU resources each GPU actor reserves "
                                 "from Ray for the builds of its candidates.")
     start_timeout_s: float = Field(300.0, gt=0, description="Limit on starting the actors and "
-                                   "probing the task on each; actors not placed by then (too "
-                                   "few free GPUs) are given up.")
+                                   "probing the task on each before the first candidate; "
+                                   "actors not placed by then (too few free GPUs) join when "
+                                   "Ray places them. Also how long a candidate waits for a "
+                                   "GPU actor when every one is lost.")
 
 
 class Config(_Strict):

@@ -20,6 +20,7 @@ from openkernel.errors import OpenKernelError
 from openkernel.search.archive import Archive
 from openkernel.search.records import program_from_row
 from openkernel.store import Kernel, LLMCallRecord, Run, open_readonly
+from openkernel.store.engines import shown
 from openkernel.store.traces import (
     Redactor,
     Session,
@@ -90,7 +91,7 @@ def _job_rows(s: OrmSession, task: str, job: str, calls: bool) -> list[dict]:
 def trace_rows(db: str | Path, task: str | None = None,
                job: str | None = None) -> Iterator[tuple[str, str, list[dict]]]:
     """(task, job, redacted rows) for each job of the database (or the one asked for)."""
-    engine = open_readonly(db)
+    engine = open_readonly(db, complete=True)  # whole rows: an older database says what it lacks
     redactor = Redactor()
     try:
         with OrmSession(engine) as s:
@@ -98,7 +99,7 @@ def trace_rows(db: str | Path, task: str | None = None,
             jobs = _jobs(s, task, job)
             if not jobs:
                 what = " ".join(filter(None, [task and f"task {task!r}", job and f"job {job!r}"]))
-                raise OpenKernelError(f"{db}: no kernels" + (f" for {what}" if what else ""))
+                raise OpenKernelError(f"{shown(db)}: no kernels" + (f" for {what}" if what else ""))
             for t, j in jobs:
                 yield t, j, [redactor.row(r) for r in _job_rows(s, t, j, calls)]
     finally:

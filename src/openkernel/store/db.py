@@ -28,6 +28,7 @@ from openkernel.store import engines, migrate, summary
 from openkernel.store.engines import engine_url
 from openkernel.store.liveness import Heartbeat, this_host
 from openkernel.store.tables import (
+    Base,
     Critique,
     Kernel,
     LLMCallRecord,
@@ -256,20 +257,43 @@ def _as_dict(run: Run) -> dict:
     return {c.name: getattr(run, c.name) for c in Run.__table__.c}
 
 
-def open_readonly(path_or_url: str | Path) -> Engine:
+def open_readonly(path_or_url: str | Path, complete: bool = False) -> Engine:
     """An engine on an existing results database that cannot write to it: a SQLite file (or
-    ``sqlite:///`` URL) or a PostgreSQL URL (read-only transactions)."""
+    ``sqlite:///`` URL) or a PostgreSQL URL (read-only transactions). ``complete``: see
+    :func:`require_tables`."""
     engine = engines.reader(path_or_url)
     try:
-        tables = set(inspect(engine).get_table_names())
-    except DatabaseError as err:
+        require_tables(engine, engines.shown(path_or_url), complete)
+    except BaseException:
         engine.dispose()
-        kind = "a PostgreSQL" if engine.dialect.name == "postgresql" else "an SQLite"
-        raise OpenKernelError(f"{engines.shown(path_or_url)}: not {kind} database ({err.orig})") from None
-    if not {"kernels", "runs"} <= tables:
-        engine.dispose()
-        raise OpenKernelError(f"{engines.shown(path_or_url)}: not an openkernel database (no kernels/runs tables)")
+        raise
     return engine
+
+
+def require_tables(engine: Engine, shown: str, complete: bool = False) -> None:
+    """Raise OpenKernelError unless the database holds openkernel's tables. Readers (``runs``,
+    ``show``, ``export``, the dashboards) call this instead of migrating: they never create a
+    table, and say what is missing. ``complete``: also every column of ``tables.py`` in each
+    openkernel table it holds (readers that select whole rows; the others read an older
+    database as it is)."""
+    try:
+        found = inspect(engine)
+        tables = set(found.get_table_names())
+    except DatabaseError as err:
+        kind = "a PostgreSQL" if engine.dialect.name == "postgresql" else "an SQLite"
+        raise OpenKernelError(f"{shown}: not {kind} database ({err.orig})") from None
+    ours = set(Base.metadata.tables)
+    if not tables - {"alembic_version"}:
+        raise OpenKernelError(f"no openkernel tables at {shown}: run openkernel db upgrade")
+    if not tables & ours:
+        raise OpenKernelError(f"{shown}: not an openkernel database (no kernels/runs tables)")
+    missing = sorted({"kernels", "runs"} - tables)
+    for name in sorted(ours & tables) if complete else ():
+        have = {col["name"] for col in found.get_columns(name)}
+        missing += [f"{name}.{c.name}" for c in Base.metadata.tables[name].c if c.name not in have]
+    if missing:
+        raise OpenKernelError(f"{shown}: openkernel tables from an older version, without "
+                              f"{', '.join(missing)}: run openkernel db upgrade")
 
 
 def iter_kernels(engine: Engine, task_name: str, job_name: str) -> Iterable[Kernel]:

@@ -359,7 +359,7 @@ class Evaluator:
         another), and its own line in the log; the verdict stays the primary one's.
         """
         primary = self.targets.primary
-        by_arch = {primary: _arch_entry(result, result.metadata.get("gpu_slot"))}
+        by_arch = {primary: arch_entry(result, result.metadata.get("gpu_slot"))}
         result.metadata["by_arch"] = by_arch
         if not result.correctness:
             return
@@ -372,10 +372,10 @@ class Evaluator:
                 continue
             # No probe: the roofline flag uses the first GPU's peaks, not this one's.
             other = self._result(run, self.hardware, None, None)
-            by_arch[arch] = _arch_entry(other, slot)
+            by_arch[arch] = arch_entry(other, slot)
             if requeued:
                 result.metadata.setdefault("requeued", []).extend(requeued)
-            lines.append(_arch_line(arch, slot, other))
+            lines.append(arch_line(arch, f"GPU slot {slot}", other))
         if lines:
             result.eval_log = "\n".join([result.eval_log.rstrip(), *lines]).strip()
 
@@ -581,16 +581,17 @@ def _present_archs(hw: Hardware) -> tuple[str, ...]:
     return hw.gpu_archs or (hw.gpu_arch,) * max(1, hw.num_gpus)
 
 
-def _arch_entry(result: EvalResult, slot: int | None) -> dict:
+def arch_entry(result: EvalResult, slot: int | None) -> dict:
     """One architecture's outcome, as kept in ``metadata["by_arch"]``."""
     return {"status": result.get_status().value, "runtime": result.runtime,
             "runtime_improvement": result.runtime_improvement, "gpu_slot": slot}
 
 
-def _arch_line(arch: str, slot: int | None, result: EvalResult) -> str:
-    """A line of the log for a result on another architecture (why, when it failed)."""
+def arch_line(arch: str, where: str, result: EvalResult) -> str:
+    """A line of the log for a result on another architecture (``where``: its GPU slot or
+    node), and why, when it failed."""
     status = result.get_status()
-    head = f"On {arch} (GPU slot {slot}): {STATUS_LABELS[status].lower()}"
+    head = f"On {arch} ({where}): {STATUS_LABELS[status].lower()}"
     if result.correctness and result.runtime_improvement > 0:
         return f"{head}, {result.runtime:.4f} ms, {result.runtime_improvement:.2f}x the reference"
     why = [line for line in result.eval_log.splitlines() if line.strip()][:6]
