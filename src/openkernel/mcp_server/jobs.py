@@ -204,9 +204,10 @@ class Jobs:
 
     def stop(self, job: str, task: str | None = None) -> JobStatus:
         live = self._live_job(job, task)
-        if live is None:
-            self._stored_job(job, task)  # unknown: said as such
-            raise OpenKernelError(f"job {job} is not running in this server: nothing to stop")
+        if live is None or not live.live:
+            state = live.state if live else self._stored_job(job, task)["state"]
+            raise OpenKernelError(f"job {job} is not running in this server ({state}): "
+                                  "nothing to stop")
         live.control.stop()
         if live.thread is not None:
             live.thread.join(timeout=2.0)
