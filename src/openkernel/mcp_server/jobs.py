@@ -291,12 +291,20 @@ class Jobs:
         check_author(author)
         check_code(code)
         live = self._live_job(job, task)
-        if live is not None and live.kind == "search" and live.live:
-            parent_id = self._parent(parent, live.task, live.job)
-            pending = live.control.submit(Submission(code=code, author=author,
-                                                     parent_id=parent_id,
-                                                     description=description))
-            return KernelInfo.of(self.store.get_kernel(pending.result().id), self.db)
+        if live is not None and live.kind == "suite" and live.live:
+            raise OpenKernelError(f"{job} is a bench suite still running here: submit into one "
+                                  "of its problems' jobs once it has finished")
+        if live is not None and live.live:
+            submission = Submission(code=code, author=author, description=description,
+                                    parent_id=self._parent(parent, live.task, live.job))
+            try:
+                pending = live.control.submit(submission)
+            except OpenKernelError:  # the run is ending: once it has, the job takes it alone
+                live.thread.join(timeout=300)
+                if live.live:
+                    raise
+            else:
+                return KernelInfo.of(self.store.get_kernel(pending.result().id), self.db)
         row = self._stored_job(job, task)
         if row["state"] == "running":
             run = row["latest_run"]
