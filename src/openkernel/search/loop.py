@@ -8,7 +8,9 @@ Before each iteration the parents are sampled and the critic diagnoses the best 
 of them; the diagnoses join that iteration's prompts. Every answered model call is counted and
 stored (``spending``); once a budget is reached no new candidate starts, those already
 generated are judged, and the run ends "stopped" with the reason. With ``traces.enabled`` each
-judged candidate is also written to the trace dataset (``job_traces``).
+judged candidate is also written to the trace dataset (``job_traces``). Kernels submitted from
+outside the generator (``RunControl.submit``, ``search.external``) are taken between candidates
+and judged and stored the same way, as ``u<N>``.
 """
 
 from __future__ import annotations
