@@ -270,8 +270,9 @@ def test_live_job_page_grows_by_itself(sample, tmp_path, page):
     parent = next(r for r in queries.job_kernels(open_readonly(path), sample_db.TASK,
                                                  sample_db.OFFLINE_JOB) if r["correctness"]
                   and not r["is_program0"])
-    agents = control.submit(Submission(code=(sample_db.CANDIDATES / "good_gelu.py").read_text(),
-                                       author="agent:browser", parent_id=parent["id"]))
+    # The agent sends the parent's own code back: its verdict is reused (no third build here).
+    code = queries.kernel_detail(open_readonly(path), parent["id"])["code"]
+    agents = control.submit(Submission(code=code, author="agent:browser", parent_id=parent["id"]))
     engine = threading.Thread(target=lambda: done.extend(openkernel.optimize(
         sample_db.EXAMPLE, control=control, overrides=[
             f"paths.kernels_db_path={path}", f"paths.scratch_dir={tmp_path / 's'}",
