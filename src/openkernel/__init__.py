@@ -14,7 +14,7 @@ from typing import Iterator
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "optimize", "RunControl"]
+__all__ = ["__version__", "optimize", "submit", "RunControl"]
 
 
 def optimize(task, config=None, *, overrides=(), control=None, store=None) -> Iterator:
@@ -29,7 +29,7 @@ def optimize(task, config=None, *, overrides=(), control=None, store=None) -> It
         store: an open Store (default: config.paths.kernels_db_path).
     """
     from openkernel.config import Config, build_config, read_yaml
-    from openkernel.runner import resolve_run
+    from openkernel.runner import overrides_from, resolve_run
     from openkernel.search.control import RunControl
     from openkernel.search.loop import Search
     from openkernel.task import Task
@@ -50,23 +50,45 @@ def optimize(task, config=None, *, overrides=(), control=None, store=None) -> It
         else:
             data = dict(config or {})
         data.pop("task", None)
-        extra = [f"{k}={_yaml(v)}" for k, v in _flatten(data)] + extra
-        resolved, cfg = resolve_run(task, extra)
+        resolved, cfg = resolve_run(task, overrides_from(data) + extra)
     yield from Search(resolved, cfg, control or RunControl(), store).run()
 
 
-def _flatten(data: dict, prefix: str = ""):
-    for key, value in data.items():
-        if isinstance(value, dict):
-            yield from _flatten(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
+def submit(task, code: str, *, job_name: str, author: str = "user", parent_id: str | None = None,
+           description: str = "", backend: str | None = None, config=None, overrides=(),
+           store=None):
+    """Judge one kernel written outside the generator into a job that is not running: the job
+    resumes for it alone (no new iterations, no critic), and it is stored as ``u<N>`` with its
+    author and parent. A live job takes one through ``RunControl.submit`` instead.
 
+    Args:
+        task, config, overrides, store: as for :func:`optimize` (the job's own task).
+        code: the whole kernel module (a ``ModelNew``).
+        job_name: the job it joins (a new one if none is stored under this name).
+        author: ``user`` or ``agent:<name>``.
+        parent_id: the job's kernel it was derived from.
 
-def _yaml(value) -> str:
-    import json
+    Returns:
+        The judged ``Program``.
 
-    return json.dumps(value)  # JSON is YAML: lists of model dicts survive the round trip
+    Raises:
+        OpenKernelError: bad input (code that does not parse, an unknown parent, a task or
+            config that does not load); nothing is stored then.
+    """
+    from openkernel.config import Config
+    from openkernel.search.control import RunControl
+    from openkernel.search.external import Submission
+
+    control = RunControl(iterate=False)
+    pending = control.submit(Submission(code=code, author=author, parent_id=parent_id,
+                                        description=description, backend=backend))
+    if isinstance(config, Config):
+        config = config.model_copy(update={"job_name": job_name})
+    else:
+        overrides = [*overrides, f"job_name={job_name}"]
+    for _ in optimize(task, config, overrides=overrides, control=control, store=store):
+        pass
+    return pending.result()
 
 
 def __getattr__(name: str):

@@ -86,6 +86,12 @@ def _parser() -> argparse.ArgumentParser:
         cmd = dbs.add_parser(name, help=text)
         cmd.add_argument("--db", default=None, help="database: file or postgresql:// URL "
                          "(default runs/kernels.sqlite3)")
+    mcp = sub.add_parser("mcp", help="serve openkernel's tools to coding agents (Model Context "
+                         "Protocol): stdio, or streamable HTTP on 127.0.0.1")
+    mcp.add_argument("--db", default=None, help="results database: file or postgresql:// URL "
+                     "(default: $OPENKERNEL_DB, else kernels.sqlite3 in the user data directory)")
+    mcp.add_argument("--http", type=int, default=None, metavar="PORT",
+                     help="serve streamable HTTP on http://127.0.0.1:PORT/mcp instead of stdio")
     return p
 
 
@@ -93,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"run": cmd_run, "eval": cmd_eval, "runs": cmd_runs, "show": cmd_show,
-                "export": cmd_export, "bench": cmd_bench, "db": cmd_db}[args.command](args)
+                "export": cmd_export, "bench": cmd_bench, "db": cmd_db, "mcp": cmd_mcp}[args.command](args)
     except OpenKernelError as err:
         err_console.print("[bold red]error:[/] ", end="", highlight=False)
         err_console.print(str(err), highlight=False, markup=False)  # "[postgres]" is not markup
@@ -485,6 +491,17 @@ def cmd_bench(args) -> int:
                           f"--name {suite}")
         return 130
     return 0
+
+
+def cmd_mcp(args) -> int:
+    try:
+        import mcp  # noqa: F401 - the SDK, an optional extra
+    except ImportError:
+        raise OpenKernelError("openkernel mcp needs the MCP SDK: pip install 'openkernel[mcp]'") from None
+    from openkernel.mcp_server.location import resolve
+    from openkernel.mcp_server.server import serve
+
+    return serve(resolve(args.db), args.http)
 
 
 def _ratio(value: float | None) -> str:

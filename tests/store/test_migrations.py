@@ -105,3 +105,26 @@ def test_the_baseline_downgrades_to_no_tables_and_upgrades_again(tmp_path):
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     migrate.upgrade(engine)
     assert _differences(engine) == [] and _revision(engine) == migrate.head()
+
+
+def test_the_author_column_downgrades_and_upgrades_again(tmp_path):
+    """0002 (kernels.author) round trip: the rows stay, the column goes and comes back."""
+    from alembic import command
+
+    path = tmp_path / "k.sqlite3"
+    store = Store(path)
+    run = store.start_run(task_name="gelu", job_name="j", backend="triton")
+    store.add_kernel(id="u1k", run_id=run.id, task_name="gelu", job_name="j", iteration=0,
+                     branch=1, label="u1", origin="agent", author="agent:test", status="correct")
+    store.close()
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        command.downgrade(migrate._config(conn), "0001")
+    assert "author" not in {c["name"] for c in inspect(engine).get_columns("kernels")}
+    migrate.upgrade(engine)
+    assert _differences(engine) == [] and _revision(engine) == migrate.head()
+    engine.dispose()
+    store = Store(path)
+    row = store.get_kernel("u1k")
+    assert row.label == "u1" and row.author is None  # the value went with the column
+    store.close()

@@ -8,7 +8,9 @@ Before each iteration the parents are sampled and the critic diagnoses the best 
 of them; the diagnoses join that iteration's prompts. Every answered model call is counted and
 stored (``spending``); once a budget is reached no new candidate starts, those already
 generated are judged, and the run ends "stopped" with the reason. With ``traces.enabled`` each
-judged candidate is also written to the trace dataset (``job_traces``).
+judged candidate is also written to the trace dataset (``job_traces``). Kernels submitted from
+outside the generator (``RunControl.submit``, ``search.external``) are taken between candidates
+and judged and stored the same way, as ``u<N>``.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from openkernel.events import (
     RunStarted,
 )
 from openkernel.generators import make_generator
-from openkernel.generators.base import Generator, ProposalRequest, param_key, precision_of
+from openkernel.generators.base import Generator, Proposal, ProposalRequest, param_key, precision_of
 from openkernel.generators.offline import skill_matches
 from openkernel.records import Diagnosis
 from openkernel.roofline import peak_tflops_for
@@ -57,6 +59,7 @@ from openkernel.schemas import EvalResult, Program, Status, new_program_id
 from openkernel.search.archive import Archive
 from openkernel.search.control import RunControl
 from openkernel.search.critic import roofline_estimate
+from openkernel.search.external import LABEL_PREFIX, Submission, origin_of
 from openkernel.search.llm_critic import LLMCritic, RulesCritic
 from openkernel.search.spending import AnswerStream, Spending, call_summary
 from openkernel.search.records import kernel_fields, program_from_row
@@ -144,6 +147,12 @@ class Search:
         self._notes_seen = 0
         self._judged_params: set[tuple] = set()  # (template, params) judged in this job
         self._exhausted = ""  # why the generator has nothing new left to propose
+        # Candidates from outside the generator (search.external): the job's count so far, the
+        # ones waiting for their verdict by label, every judged program by id (their parents).
+        self._external = 0
+        self._waiting: dict[str, Submission] = {}
+        self._by_id: dict[str, Program] = {}
+        self._iteration_now = 0  # the iteration an external candidate is filed under
 
     # ------------------------------------------------------------------------------------
     def run(self) -> Iterator[Event]:
@@ -156,6 +165,7 @@ class Search:
             self._finish("interrupted")
             raise
         finally:
+            self.control.close("the run has ended", force=True)
             if getattr(self, "_heartbeat", None) is not None:
                 self._heartbeat.stop()
             self.evaluator.close()
@@ -186,6 +196,7 @@ class Search:
 
     def _failed_before_start(self, message: str) -> RunFinished:
         """The one event of a run that could not start (the front ends print its error once)."""
+        self.control.close(f"the run could not start ({message})", force=True)
         return RunFinished("failed", None, -1.0, 0, self.store.location,
                            error=message)
 
@@ -193,7 +204,7 @@ class Search:
         # The model first: a missing key is said at once, not after the task's probe. (A
         # generator without a preflight has nothing to reach.)
         preflight = getattr(self.generator, "preflight", None)
-        problem = preflight() if preflight else None
+        problem = preflight() if preflight and self.control.iterate else None
         if not problem and isinstance(self.critic, LLMCritic):
             problem = self._critic_preflight()
         if problem:
@@ -222,8 +233,8 @@ class Search:
         # A branch whose generation failed (no kernel came back) is tried again on resume; its
         # new row replaces the failed one.
         failed = Status.GENERATION_FAILED.value
-        self._retried = {r.label: r.id for r in stored if r.status == failed}
-        stored = [r for r in stored if r.status != failed]
+        self._retried = {r.label: r.id for r in stored if r.status == failed and not r.author}
+        stored = [r for r in stored if r.status != failed or r.author]
         self.stored_candidates = sum(not r.is_program0 for r in stored)
         run = self.store.start_run(
             task_name=self.task_name, job_name=self.job_name, backend=self.backend,
@@ -266,7 +277,9 @@ class Search:
             done = self._restore(stored)
             if not stored:
                 yield from self._seed_archive()
-            yield from self._iterations(done)
+            if self.control.iterate:
+                yield from self._iterations(done)
+            yield from self._drain_submissions()
         except Exception as err:  # a bug: keep what is stored, say why, re-raise for the trace
             self._finish("failed", repr(err))
             yield RunFinished("failed", self._best_id(), self.archive.best_speedup,
@@ -351,6 +364,14 @@ class Search:
         for row in rows:
             program = program_from_row(row)
             self.archive.add(program)
+            self._by_id[program.id] = program
+            self._iteration_now = max(self._iteration_now, row.iteration)
+            if row.author:  # from outside the generator: no branch of an iteration
+                self._external += 1
+                self._judged_in.setdefault(row.iteration, []).append(program)
+                self.outcomes[program.status] += 1
+                self._remember(program)
+                continue
             if not row.is_program0:
                 self._judged_in.setdefault(row.iteration, []).append(program)
                 self.outcomes[program.status] += 1
@@ -406,6 +427,7 @@ class Search:
                 continue
             if self.control.stopped or self.spending.reason:
                 break
+            self._iteration_now = iteration
             plan = self._plan(missing)
             diagnoses: list[Diagnosis] = []
             if iteration > 0:  # the critic reads the iteration before, for these parents
@@ -503,6 +525,7 @@ class Search:
                 pool.submit(self._candidate, request, slots, steering, out)
             pending = len(jobs)
             while pending:
+                pending += self._start_external(slots, out)
                 try:
                     item = out.get(timeout=0.2)
                 except queue.Empty:
@@ -512,31 +535,38 @@ class Search:
                     continue
                 if item is _DONE:
                     pending -= 1
-                elif isinstance(item, Program):
-                    yield from self._record(item)
                 else:
-                    if isinstance(item, ModelCalled):
-                        self.spending.store_call(self.run_id, item)
-                    yield item
+                    yield from self._take(item)
         if paused_seen and not self.control.paused:
             yield RunResumed()
 
-    def _candidate(self, request: ProposalRequest, slots, steering: str, out: queue.Queue) -> None:
-        """Worker thread: generate, then evaluate in a confined subprocess. Never writes the db."""
-        label = f"i{request.iteration}-b{request.branch}"
+    def _candidate(self, request: ProposalRequest, slots, steering: str, out: queue.Queue,
+                   submission: Submission | None = None, label: str = "") -> None:
+        """Worker thread: generate (or take a submitted kernel), then evaluate in a confined
+        subprocess. Never writes the db."""
+        label = label or f"i{request.iteration}-b{request.branch}"
+        why = "the run stopped before it was judged"  # told to a submitter if it is not judged
         try:
-            if not self.control.wait_while_paused() or self.spending.reason:
-                return  # stopped, or the budget is spent: this candidate never starts
+            if not self.control.wait_while_paused():
+                return  # stopped: this candidate never starts
+            if self.spending.reason and (submission is None or submission.instruction):
+                why = self.spending.reason  # the budget is spent: no model call starts
+                return
             model_hint = self.generator.models[0] if self.generator.models else self.generator.name
+            if submission is not None and not submission.instruction:
+                model_hint = submission.author
             out.put(CandidateStarted(label, request.iteration, request.branch,
                                      request.parent.id if request.parent else None, model_hint))
-            out.put(CandidatePhaseChanged(label, "generating"))
             program_id = new_program_id()
-            stream = request.on_text = AnswerStream(label, out.put)
             t0 = time.perf_counter()
-            proposal = self.generator.propose(request)
+            if submission is not None and not submission.instruction:
+                proposal = _submitted(submission, request.parent)
+            else:
+                out.put(CandidatePhaseChanged(label, "generating"))
+                stream = request.on_text = AnswerStream(label, out.put)
+                proposal = self.generator.propose(request)
+                stream.flush()
             gen_s = time.perf_counter() - t0
-            stream.flush()
             for call in proposal.calls:
                 out.put(self.spending.add(call, label, request.iteration, program_id))
             self.spending.check(out.put)
@@ -547,39 +577,10 @@ class Search:
             out.put(CandidateGenerated(label, proposal.model, proposal.description, proposal.reasoning))
             if proposal.code.strip():
                 out.put(CandidatePhaseChanged(label, "queued"))  # for a worker, or a resume
-            phase = [""]
-
-            def on_phase(worker_phase: str) -> None:
-                mapped = _WORKER_PHASES.get(worker_phase)
-                if mapped and mapped != phase[0]:
-                    phase[0] = mapped
-                    out.put(CandidatePhaseChanged(label, mapped))
-
-            with slots:
-                if not self.control.wait_while_paused():
-                    return
-                t1 = time.perf_counter()
-                key = _digest(proposal.code, request.backend)
-                with self._judged_lock:
-                    seen = self._judged.get(key)
-                if seen is not None:
-                    result = seen[1].model_copy(deep=True)
-                    result.metadata["duplicate_of"] = seen[0]
-                    result.eval_log = (f"Identical to kernel {seen[0]} (same code and backend): "
-                                       f"its evaluation is reused, nothing was rebuilt.\n"
-                                       + result.eval_log)
-                elif proposal.code.strip():
-                    result = self._judge_proposal(proposal, request.backend, label, on_phase)
-                    with self._judged_lock:  # before the slot is freed: a twin waiting sees it
-                        self._judged.setdefault(key, (program_id, result))
-                else:  # nothing to build: a generation failure, not a build status
-                    why = ("The model's service gave no answer, so there was no kernel to build."
-                           if proposal.failed == "service" else
-                           "No kernel was extracted from the answer, so nothing was built.")
-                    result = EvalResult(compiled=False, perf_score=0,
-                                        metadata={"generation_failed": proposal.failed or "no_code"},
-                                        eval_log=(why + "\n" + (proposal.log or "")).strip())
-                eval_s = time.perf_counter() - t1
+            judged = self._judge_in_slot(proposal, request.backend, label, program_id, slots, out)
+            if judged is None:
+                return
+            result, eval_s = judged
             parent = request.parent
             program = Program(
                 id=program_id, code=proposal.code, raw_llm_code=proposal.answer,
@@ -598,19 +599,129 @@ class Search:
                     "critic": [asdict(d) for d in request.diagnoses],
                 },
             )
+            if submission is not None:
+                program.metadata["author"] = submission.author
+                if submission.instruction:
+                    program.metadata["description"] = (f"{submission.author} asked "
+                                                       f"{proposal.model}: {submission.instruction}")
             program.add_eval_results(result)
             _mark_template(program, result, proposal)
             program.metadata["precision"] = precision_of(proposal, program.metadata["params"])
+            submission = None  # judged: the loop stores it and answers the submitter
             out.put(program)
         except NoDeviceLeft as err:  # no GPU can judge anything any more: end the run
+            why = str(err)
             out.put(LogEmitted("error", f"{label}: {err}"))
             out.put(CandidatePhaseChanged(label, "abandoned"))
             self.control.stop()
         except Exception as err:  # a generator or evaluator bug: say so, keep the run going
+            why = f"internal error: {err!r}"
             out.put(LogEmitted("error", f"{label}: internal error: {err!r}"))
             out.put(CandidatePhaseChanged(label, "abandoned"))
         finally:
+            if submission is not None:
+                self._waiting.pop(label, None)
+                submission.refuse(why)
             out.put(_DONE)
+
+    def _take(self, item) -> Iterator[Event]:
+        """One item from the candidates' threads: a judged program is recorded, an event passed
+        on (a model call stored first)."""
+        if isinstance(item, Program):
+            yield from self._record(item)
+            return
+        if isinstance(item, ModelCalled):
+            self.spending.store_call(self.run_id, item)
+        yield item
+
+    def _start_external(self, slots, out: queue.Queue) -> int:
+        """Start judging the kernels submitted since the last look (``RunControl.submit``),
+        each in a thread of its own like a branch's; returns how many started."""
+        started = 0
+        for sub in self.control.take_submissions():
+            parent = self._by_id.get(sub.parent_id) if sub.parent_id else None
+            if sub.parent_id and parent is None:
+                sub.refuse(f"no kernel {sub.parent_id} in job {self.job_name}")
+                continue
+            if sub.instruction and self.generator.name != "llm":
+                sub.refuse("revising a kernel needs a model: set inference in the config")
+                continue
+            self._external += 1
+            label = f"{LABEL_PREFIX}{self._external}"
+            self._waiting[label] = sub
+            asked = f"Revise the parent kernel as the user asks: {sub.instruction}"
+            request = ProposalRequest(
+                task=self.task, probe=self.probe, backend=sub.backend or self.backend,
+                iteration=self._iteration_now, branch=self._external, parent=parent,
+                best=self.archive.best, hardware_label=self.hardware.label,
+                user_instructions="\n\n".join(s for s in (
+                    self.task.user_instructions.strip(), self.config.user_instructions.strip(),
+                    *self.instructions, asked if sub.instruction else "") if s),
+                rng=random.Random(self.rng.random()),
+                max_variants=self.config.prompt.max_template_combinations,
+                allow_templated=self.config.prompt.allow_templated)
+            threading.Thread(target=self._candidate, name=f"candidate-{label}", daemon=True,
+                             args=(request, slots, sub.instruction, out, sub, label)).start()
+            started += 1
+        return started
+
+    def _drain_submissions(self) -> Iterator[Event]:
+        """Judge what was submitted while the iterations ended (or, in a run that only judges
+        submissions, all of it); once none is left, later submissions are refused."""
+        slots = threading.Semaphore(self.evaluator.max_workers)
+        out: queue.Queue = queue.Queue()
+        pending = 0
+        while True:
+            pending += self._start_external(slots, out)
+            if not pending and self.control.close("the run has ended"):
+                return
+            try:
+                item = out.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if item is _DONE:
+                pending -= 1
+            else:
+                yield from self._take(item)
+
+    def _judge_in_slot(self, proposal: Proposal, backend: str, label: str, program_id: str,
+                       slots, out: queue.Queue) -> tuple[EvalResult, float] | None:
+        """Wait for a worker, then judge the proposal's code (an identical code's verdict is
+        reused, an empty one is a generation failure); the result and the seconds it took, or
+        None when the run stopped meanwhile."""
+        phase = [""]
+
+        def on_phase(worker_phase: str) -> None:
+            mapped = _WORKER_PHASES.get(worker_phase)
+            if mapped and mapped != phase[0]:
+                phase[0] = mapped
+                out.put(CandidatePhaseChanged(label, mapped))
+
+        with slots:
+            if not self.control.wait_while_paused():
+                return None
+            t1 = time.perf_counter()
+            key = _digest(proposal.code, backend)
+            with self._judged_lock:
+                seen = self._judged.get(key)
+            if seen is not None:
+                result = seen[1].model_copy(deep=True)
+                result.metadata["duplicate_of"] = seen[0]
+                result.eval_log = (f"Identical to kernel {seen[0]} (same code and backend): "
+                                   f"its evaluation is reused, nothing was rebuilt.\n"
+                                   + result.eval_log)
+            elif proposal.code.strip():
+                result = self._judge_proposal(proposal, backend, label, on_phase)
+                with self._judged_lock:  # before the slot is freed: a twin waiting sees it
+                    self._judged.setdefault(key, (program_id, result))
+            else:  # nothing to build: a generation failure, not a build status
+                why = ("The model's service gave no answer, so there was no kernel to build."
+                       if proposal.failed == "service" else
+                       "No kernel was extracted from the answer, so nothing was built.")
+                result = EvalResult(compiled=False, perf_score=0,
+                                    metadata={"generation_failed": proposal.failed or "no_code"},
+                                    eval_log=(why + "\n" + (proposal.log or "")).strip())
+            return result, time.perf_counter() - t1
 
     def _judge_proposal(self, proposal, backend: str, label: str, on_phase) -> EvalResult:
         """Evaluate a proposal: a templated one (the offline generator's sweep, or a model's
@@ -666,6 +777,10 @@ class Search:
             reference_code=self.task.reference_code,
         )
         self.store.add_kernel(**fields)
+        self._by_id[program.id] = program
+        waiting = self._waiting.pop(fields["label"], None)
+        if waiting is not None:  # stored: the person or agent who sent it gets its verdict
+            waiting.outcome.set_result(program)
         if program.is_program0:
             return
         yield from self._trace(fields, is_best)
@@ -698,3 +813,11 @@ def _mark_template(program: Program, result: EvalResult, proposal) -> None:
     params = program.metadata.get("params") or {}
     if winner and params.get("template"):
         program.metadata["params"] = {"template": params["template"], **winner}
+
+
+def _submitted(submission: Submission, parent: Program | None) -> Proposal:
+    """A kernel from a person or an agent, as the generator's answer would carry it."""
+    what = submission.description or (f"{submission.author}'s edit of {parent.label}"
+                                       if parent else f"{submission.author}'s kernel")
+    return Proposal(code=submission.code, prompt="", answer="", model=submission.author,
+                    origin=origin_of(submission.author), description=what)

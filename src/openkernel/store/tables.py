@@ -75,8 +75,11 @@ class Kernel(Base):
     parent_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     inspiration_ids: Mapped[list] = mapped_column(JSON, default=list)
     is_program0: Mapped[bool] = mapped_column(Boolean, default=False)
-    origin: Mapped[str] = mapped_column(String(20))  # reference|file|best|llm|offline
+    origin: Mapped[str] = mapped_column(String(20))  # reference|file|best|llm|offline|user|agent
     model: Mapped[str] = mapped_column(String(200), default="")
+    # Who wrote a candidate from outside the generator: "user" or "agent:<name>" (label u<N>,
+    # origin user|agent); "" for the generator's own. Added by migration 0002 (older rows NULL).
+    author: Mapped[str | None] = mapped_column(String(100), nullable=True, default="")
     hardware: Mapped[str] = mapped_column(String(200), default="")
     gpu_arch: Mapped[str] = mapped_column(String(100), default="")
     backend: Mapped[str] = mapped_column(String(20), default="triton")
