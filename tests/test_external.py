@@ -49,7 +49,7 @@ def test_a_stopped_or_failed_run_refuses_what_waits_with_the_reason():
         waiting.result(1)
     with pytest.raises(OpenKernelError, match="the run is stopping"):
         control.submit(Submission(code=CODE))
-    failed = RunControl(iterate=False)
+    failed = RunControl()
     queued = failed.submit(Submission(code=CODE))
     failed.close("the run could not start (no GPU)", force=True)
     with pytest.raises(OpenKernelError, match=r"could not start \(no GPU\) before it was judged"):

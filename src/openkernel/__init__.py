@@ -54,43 +54,6 @@ def optimize(task, config=None, *, overrides=(), control=None, store=None) -> It
     yield from Search(resolved, cfg, control or RunControl(), store).run()
 
 
-def submit(task, code: str, *, job_name: str, author: str = "user", parent_id: str | None = None,
-           description: str = "", backend: str | None = None, config=None, overrides=(),
-           store=None):
-    """Judge one kernel written outside the generator into a job that is not running: the job
-    resumes for it alone (no new iterations, no critic), and it is stored as ``u<N>`` with its
-    author and parent. A live job takes one through ``RunControl.submit`` instead.
-
-    Args:
-        task, config, overrides, store: as for :func:`optimize` (the job's own task).
-        code: the whole kernel module (a ``ModelNew``).
-        job_name: the job it joins (a new one if none is stored under this name).
-        author: ``user`` or ``agent:<name>``.
-        parent_id: the job's kernel it was derived from.
-
-    Returns:
-        The judged ``Program``.
-
-    Raises:
-        OpenKernelError: bad input (code that does not parse, an unknown parent, a task or
-            config that does not load); nothing is stored then.
-    """
-    from openkernel.config import Config
-    from openkernel.search.control import RunControl
-    from openkernel.search.external import Submission
-
-    control = RunControl(iterate=False)
-    pending = control.submit(Submission(code=code, author=author, parent_id=parent_id,
-                                        description=description, backend=backend))
-    if isinstance(config, Config):
-        config = config.model_copy(update={"job_name": job_name})
-    else:
-        overrides = [*overrides, f"job_name={job_name}"]
-    for _ in optimize(task, config, overrides=overrides, control=control, store=store):
-        pass
-    return pending.result()
-
-
 def __getattr__(name: str):
     if name == "RunControl":
         from openkernel.search.control import RunControl

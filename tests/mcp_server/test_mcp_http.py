@@ -1,6 +1,6 @@
 """``openkernel mcp --http PORT`` on 127.0.0.1: a search started, a kernel submitted into it
 while it runs (found in the database with its parent and author), polled to the end, its best
-read; then a kernel judged into the finished job, and a few bad inputs as tool errors."""
+read; then a kernel refused by the finished job, and a few bad inputs as tool errors."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _kernels(session, task: str, job: str) -> list[dict]:
     return json.loads(result.contents[0].text)["kernels"]
 
 
-def test_search_with_a_submitted_kernel_then_a_one_off(http_server):
+def test_search_with_a_submitted_kernel_then_the_finished_job_refuses_one(http_server):
     session, db, log = http_server
     assert f"database {db} (from OPENKERNEL_DB)" in log.read_text()  # said on start
     started = session.ok("start_search", task="examples/gelu", job=JOB,
@@ -54,21 +54,22 @@ def test_search_with_a_submitted_kernel_then_a_one_off(http_server):
     assert (row.job_name, row.label, row.author, row.parent_id) == (JOB, "u1", "agent:pytest", ref)
     assert row.status == "correct" and row.iteration == 0
 
-    # The job is over: a kernel sent now is judged into it by a run of its own.
+    # The job is over: a kernel sent now is refused with one message, and nothing is stored.
     edited = good.replace("BLOCK=4096)", "BLOCK=2048)")
-    late = session.ok("submit", job=JOB, code=edited, parent=mine["id"], author="user")
-    assert (late["label"], late["author"], late["parent_id"]) == ("u2", "user", mine["id"])
-    labels = {k["label"]: k for k in _kernels(session, "gelu", JOB)}
-    assert labels["u2"]["author"] == "user" and set(labels) >= {"ref", "i0-b0", "u1", "u2"}
+    late = session.error("submit", job=JOB, code=edited, parent=mine["id"], author="user")
+    assert f"job {JOB} is completed: a kernel joins a running job only" in late
+    labels = {k["label"] for k in _kernels(session, "gelu", JOB)}
+    assert labels == {"ref", "i0-b0", "u1"}
     runs = session.ok("list_runs", search="agent")["jobs"]
-    assert [(r["job"], r["state"], r["candidates"]) for r in runs] == [(JOB, "completed", 3)]
+    assert [(r["job"], r["state"], r["candidates"]) for r in runs] == [(JOB, "completed", 2)]
 
     # Bad input, while the server keeps serving: nothing more is stored.
     assert "no kernel with id or prefix 'zzzz'" in session.error("submit", job=JOB, code=good,
                                                                parent="zzzz")
     assert "does not parse" in session.error("submit", job=JOB, code="class ModelNew(:")
     assert "not running in this server" in session.error("stop_search", job=JOB)
-    assert len(_kernels(session, "gelu", JOB)) == 4
+    assert "no job 'nope' in" in session.error("submit", job="nope", code=good)
+    assert len(_kernels(session, "gelu", JOB)) == 3
 
 
 def _reference(session) -> str | None:

@@ -1,5 +1,5 @@
 """What the MCP tools do, without the protocol: searches and suites in background threads,
-one-off evaluations, submissions, and reads of the database.
+evaluations of one kernel, submissions into running jobs, and reads of the database.
 
 Each search runs ``openkernel.optimize`` in a thread of its own with its own ``RunControl``
 (stop, submit); its progress is the event stream folded into a ``LiveJob``. Candidate code is
@@ -227,33 +227,31 @@ class Jobs(Reads):
     # -- kernels from agents --------------------------------------------------------------
     def submit(self, job: str, task: str | None, code: str, parent: str | None, author: str,
                description: str) -> KernelInfo:
-        """Judge a kernel into a job: a live one takes it between candidates, a stored one
-        that is not running is run again for it alone."""
+        """Judge a kernel into a job this server is running: it takes it between candidates.
+        A job that is not running (finished, stopped, in another engine, unknown) refuses it
+        with one message; nothing is stored."""
         check_author(author)
         check_code(code)
         live = self._live_job(job, task)
         if live is not None and live.kind == "suite" and live.live:
             raise OpenKernelError(f"{job} is a bench suite still running here: submit into one "
-                                  "of its problems' jobs once it has finished")
-        if live is not None and live.live:
-            submission = Submission(code=code, author=author, description=description,
-                                    parent_id=self._parent(parent, live.task, live.job))
-            try:
-                pending = live.control.submit(submission)
-            except OpenKernelError:  # the run is ending: once it has, the job takes it alone
-                live.thread.join(timeout=300)
-                if live.live:
-                    raise
-            else:
-                return KernelInfo.of(self.store.get_kernel(pending.result().id), self.db)
-        row = self._stored_job(job, task)
-        if row["state"] == "running":
-            run = row["latest_run"]
-            raise OpenKernelError(f"job {job} is running in another engine (host "
-                                  f"{run.get('engine_host')}, pid {run.get('engine_pid')}): "
-                                  "submit the kernel there")
-        return self._one_off(row, code, self._parent(parent, row["task_name"], job), author,
-                             description)
+                                  "of its problems' jobs while it runs")
+        if live is None or not live.live:
+            row = self._stored_job(job, task)  # unknown: its own message
+            self._parent(parent, row["task_name"], job)  # a bad parent is said first
+            if row["state"] == "running":
+                run = row["latest_run"]
+                raise OpenKernelError(f"job {job} is running in another engine (host "
+                                      f"{run.get('engine_host')}, pid {run.get('engine_pid')}): "
+                                      "submit the kernel there")
+            raise OpenKernelError(
+                f"job {job} is {row['state']}: a kernel joins a running job only. Judge it "
+                "alone with evaluate, or resume the job with start_search (same task and "
+                "job, a higher max_iters) and submit while it runs")
+        submission = Submission(code=code, author=author, description=description,
+                                parent_id=self._parent(parent, live.task, live.job))
+        pending = live.control.submit(submission)  # a run that is ending refuses it, said why
+        return KernelInfo.of(self.store.get_kernel(pending.result().id), self.db)
 
     def _parent(self, parent: str | None, task: str, job: str) -> str | None:
         if not parent:
@@ -263,21 +261,3 @@ class Jobs(Reads):
             raise OpenKernelError(f"kernel {row.id} belongs to job {row.job_name} of "
                                   f"{row.task_name}, not to job {job}")
         return row.id
-
-    def _one_off(self, row: dict, code: str, parent_id: str | None, author: str,
-                 description: str) -> KernelInfo:
-        """A finished job takes a kernel by running again for it alone (no iterations)."""
-        import openkernel
-
-        check_code(code)
-        run = row["latest_run"]
-        task_path = run.get("task_path") or ""
-        if not task_path or not Path(task_path).exists():
-            raise OpenKernelError(f"job {row['job_name']}: its task {task_path or '(unknown)'} "
-                                  "is no longer there, so the kernel cannot be judged into it")
-        stored = {k: v for k, v in (run.get("config") or {}).items() if k in Config.model_fields}
-        stored.pop("task", None)
-        _, cfg = resolve_run(task_path, [*overrides_from(stored), *self.location.overrides()])
-        program = openkernel.submit(task_path, code, job_name=row["job_name"], author=author,
-                                    parent_id=parent_id, description=description, config=cfg)
-        return KernelInfo.of(self.store.get_kernel(program.id), self.db)

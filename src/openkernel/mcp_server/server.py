@@ -167,8 +167,9 @@ def build(jobs: Jobs):
         search's own candidates, stored with its author and parent under a label u<N>, drawn
         in the job's graph, and can become a parent or an inspiration of later candidates.
 
-        A running job (of this server) takes it between candidates; a finished job is run
-        again for this kernel alone (no new iterations).
+        Only a job this server is running takes it, between candidates. A finished job
+        refuses it: judge the kernel alone with evaluate, or resume the job with start_search
+        (same task and job name, a higher max_iters) and submit while it runs.
 
         Args:
             job: The job's name.

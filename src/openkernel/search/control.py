@@ -15,14 +15,9 @@ class RunControl:
     evaluated finish and are stored); ``stop`` ends the run after the candidates in flight;
     ``set_backend`` and ``add_instruction`` take effect from the next iteration on; ``submit``
     queues a kernel from outside the generator, judged as soon as a worker is free.
-
-    Args:
-        iterate: False for a run that only judges what is submitted to it (a one-off
-            judgement into a stored job): no generator iterations, no critic.
     """
 
-    def __init__(self, *, iterate: bool = True) -> None:
-        self.iterate = iterate
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._running = threading.Event()
         self._running.set()

@@ -204,7 +204,7 @@ class Search:
         # The model first: a missing key is said at once, not after the task's probe. (A
         # generator without a preflight has nothing to reach.)
         preflight = getattr(self.generator, "preflight", None)
-        problem = preflight() if preflight and self.control.iterate else None
+        problem = preflight() if preflight else None
         if not problem and isinstance(self.critic, LLMCritic):
             problem = self._critic_preflight()
         if problem:
@@ -277,8 +277,7 @@ class Search:
             done = self._restore(stored)
             if not stored:
                 yield from self._seed_archive()
-            if self.control.iterate:
-                yield from self._iterations(done)
+            yield from self._iterations(done)
             yield from self._drain_submissions()
         except Exception as err:  # a bug: keep what is stored, say why, re-raise for the trace
             self._finish("failed", repr(err))
