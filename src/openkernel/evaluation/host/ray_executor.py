@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from openkernel.config import Config
 from openkernel.errors import OpenKernelError
+from openkernel.evaluation.host.baselines import KIND, environment_key
 from openkernel.evaluation.host.devices import NoDeviceLeft
 from openkernel.evaluation.host.ray_node import (
     ActorInfo,
@@ -164,19 +165,23 @@ class RayEvaluator:
         if hw.device != "cuda":
             return None
         ec = self.config.eval_config
-        # the node compiles the reference in both modes and times them: its own timeouts bound it
-        wait = 3 * (ec.build_timeout_s + ec.test_timeout_s) + 60
+        # the node's worker(s) make each baseline under its wall, once more per one timed out
+        walls = ec.baseline_timeout_s
+        wait = 3 * (ec.build_timeout_s + ec.test_timeout_s) + walls.eager + walls.compile + \
+            walls.autotune + 60
         try:
             stats, why = self.ray.get(self._actors[0].handle.baselines.remote(), timeout=wait)
         except Exception as err:  # noqa: BLE001 - the node was lost meanwhile
             self.baseline_error = f"timing the reference on the Ray node failed: {err}"
             return None
         self.baseline_error = why or ""
-        if stats and "compile" in stats:
+        if stats:
             self._baselines = stats
-            if self.store is not None:
-                self.store.put_reference_timing(self.task.digest, hw.label, "compile",
-                                                stats["compile"]["median"], stats)
+            key = environment_key(hw)
+            if self.store is not None and key:
+                median = (stats.get("compile") or stats.get("eager") or {}).get("median", -1.0)
+                self.store.put_reference_timing(self.task.digest, hw.label, KIND, median, stats,
+                                                key)
         return self._baselines
 
     def close(self) -> None:
@@ -285,8 +290,8 @@ class RayEvaluator:
     def _stream(self, actor: _Actor, request: JudgeRequest, on_phase) -> JudgeReply:
         ray = self.ray
         stream = actor.handle.judge.options(num_returns="streaming").remote(request)
-        for ref in stream:
-            item = ray.get(ref)
+        for ref in stream:  # each item comes as the node's bounded evaluation goes on
+            item = ray.get(ref, timeout=60)  # yielded once ready: only a lost node can stall it
             if isinstance(item, JudgeReply):
                 return item
             if on_phase is not None:

@@ -128,10 +128,20 @@ class GpuActor:
             yield kept
             return
         items: queue.Queue = queue.Queue()
-        threading.Thread(target=self._work, args=(request, items), daemon=True,
-                         name=f"judge-{request.label}").start()
+        worker = threading.Thread(target=self._work, args=(request, items), daemon=True,
+                                  name=f"judge-{request.label}")
+        worker.start()
         while True:
-            item = items.get()
+            try:  # the evaluation is bounded by its walls; a thread gone without a reply is not
+                item = items.get(timeout=5.0)
+            except queue.Empty:
+                if worker.is_alive():
+                    continue
+                try:  # it may have put its reply just before it ended
+                    item = items.get_nowait()
+                except queue.Empty:
+                    item = JudgeReply(request.key, node=self.node,
+                                      error="the judging thread ended without a verdict")
             yield item
             if isinstance(item, JudgeReply):
                 return
