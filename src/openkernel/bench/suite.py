@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from openkernel import events as ev
 from openkernel.bench.problems import Problem
-from openkernel.evaluation.host.baselines import Aborted
+from openkernel.evaluation.host.executor import Aborted
 from openkernel.runner import resolve_run
 from openkernel.schemas import Status
 from openkernel.search.control import RunControl
@@ -40,7 +40,8 @@ class ProblemOutcome:
     error: str = ""
     baseline_error: str = ""
     log: list[str] = field(default_factory=list)
-    costs: dict = field(default_factory=dict)  # probe_s, baselines_s, baselines_stored, fixed_s
+    # probe_s, baselines_s, baselines_stored, fixed_s; problem_s: all of it, wall clock
+    costs: dict = field(default_factory=dict)
 
 
 class _Wall:
@@ -112,7 +113,8 @@ def run_suite(problems: list[Problem], suite: str, overrides: list[str], store: 
             if wall is not None:
                 wall.cancel()
         outcome.seconds = time.monotonic() - t0
-        outcome.costs = getattr(search.evaluator, "costs", {})
+        outcome.costs = {**getattr(search.evaluator, "costs", {}),
+                         "problem_s": round(outcome.seconds, 1)}
         if wall is not None and wall.fired:
             outcome.status = "timed_out"
             outcome.error = (f"ran past --problem-timeout {problem_timeout:g} s: stopped with "

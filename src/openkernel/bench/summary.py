@@ -61,6 +61,7 @@ class ProblemResult:
     baselines_stored: bool | None = None  # the baselines came from the store
     baseline_timeouts: dict[str, float] = field(default_factory=dict)  # baseline -> seconds run
     baseline_note: str = ""  # baselines that timed out or failed, and why
+    problem_s: float | None = None  # the problem's last attempt, wall clock (probe to baselines)
     hardware: str = ""
     error: str = ""
     path: str = ""
@@ -173,6 +174,7 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
     if isinstance(costs, dict) and costs:
         row.fixed_s, row.probe_s = costs.get("fixed_s"), costs.get("probe_s")
         row.baselines_s, row.baselines_stored = costs.get("baselines_s"), costs.get("baselines_stored")
+        row.problem_s = costs.get("problem_s")
     runs = conn.execute(select(Run.status, Run.error, Run.started_at, Run.finished_at, Run.hardware,
                                Run.config)
                         .where(Run.task_name == entry.task_name, Run.job_name == entry.job_name)

@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Iterator
 
 from openkernel.config import Config
-from openkernel.evaluation.host.baselines import Aborted
 from openkernel.evaluation.host.devices import NoDeviceLeft
-from openkernel.evaluation.host.executor import Evaluator
+from openkernel.evaluation.host.executor import Aborted, Evaluator
 from openkernel.evaluation.host.memplan import describe as describe_plan
 from openkernel.events import (
     BackendSwitched,

@@ -28,10 +28,6 @@ from openkernel.records import Hardware, software_key
 KIND = "compile"  # the store row holding every baseline of a task (its name from before)
 
 
-class Aborted(RuntimeError):
-    """The evaluator was stopped (a problem past its wall): no verdict, nobody's fault."""
-
-
 def environment_key(hw: Hardware) -> str:
     """Digest of the workers' software ("" when unknown: nothing is stored or reused then)."""
     return software_key(hw.software)
@@ -86,7 +82,7 @@ def measure(ev, hw: Hardware, kinds: list[str]) -> tuple[dict | None, str, float
     """Time the baselines in ``reference`` workers, each phase under its wall.
 
     Returns (the record, or None when the worker failed otherwise; why; the workers' own
-    seconds, waiting for the GPU not counted). Raises Aborted when the evaluator is stopped.
+    seconds, waiting for the GPU not counted). Raises the evaluator's Aborted once it is stopped.
     """
     limits = walls(ev.ec, kinds)
     record: dict = {"baselines": list(kinds), "timed_out": {}}

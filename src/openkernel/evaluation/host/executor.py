@@ -18,6 +18,12 @@ jobs on each GPU, and built CUDA extensions and Triton kernels are kept per cand
 judged, never builds again. With the cuda backend, <torch/extension.h> is precompiled once
 (``pch.py``).
 
+Every wait has a bound. A worker's phases have limits (build, test; each reference baseline
+its own wall, ``baselines.py``; a sweep its ``sweep_timeout_s``), past which its process group
+is killed, and a killed worker is waited for 30 s at most. Waits on other jobs (a GPU slot, the
+GPU's turn, a spare) end when those jobs end, each bounded the same way. :meth:`Evaluator.abort`
+(a suite's problem past its wall) kills every running job at once; they end without a verdict.
+
 Several targets (``gpu_arch: [sm_90, sm_80]``, see ``targets.py``): a candidate is judged on a
 GPU of the primary architecture; once correct, it is timed again on one GPU of each other
 configured architecture present, kept in ``metadata["by_arch"]``. CUDA C++ is built for every
@@ -41,7 +47,7 @@ from pathlib import Path
 
 from openkernel.config import Config
 from openkernel.evaluation.host import ceilings, environment, ncu
-from openkernel.evaluation.host.baselines import Aborted, ReferenceBaselines, compile_ratio, wanted
+from openkernel.evaluation.host.baselines import ReferenceBaselines, compile_ratio, wanted
 from openkernel.evaluation.host.devices import DevicePool, NoDeviceLeft, is_device_fault
 from openkernel.evaluation.host.memplan import describe, plan_memory, retry_plan
 from openkernel.evaluation.host.process import (
@@ -66,6 +72,10 @@ from openkernel.task import Task
 
 _HW_CACHE: dict[str, Hardware] = {}  # per engine process: the hardware does not change
 _HW_LOCK = threading.Lock()
+
+
+class Aborted(RuntimeError):
+    """The evaluator was stopped (a problem past its wall): no verdict, nobody's fault."""
 
 
 class Evaluator:
@@ -298,7 +308,7 @@ class Evaluator:
 
     def abort(self, reason: str) -> None:
         """Stop now: end every worker running a job (and the spares). A job cut short this way,
-        or started after it, raises :class:`~baselines.Aborted` instead of returning a
+        or started after it, raises :class:`Aborted` instead of returning a
         verdict, so no candidate is blamed for it and no baseline is stored from it."""
         with self._live_lock:
             self.aborted = reason or "stopped"

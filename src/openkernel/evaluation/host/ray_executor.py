@@ -31,6 +31,7 @@ from openkernel.errors import OpenKernelError
 from openkernel.evaluation.host.baselines import KIND, environment_key
 from openkernel.evaluation.host.devices import NoDeviceLeft
 from openkernel.evaluation.host.ray_node import (
+    ALIVE,
     ActorInfo,
     GpuActor,
     JudgeReply,
@@ -46,6 +47,7 @@ INSTALL_HINT = "pip install 'openkernel[ray]'"
 # Actors take a node's default share of candidates (at most 8 per GPU, as the local pipeline),
 # plus room for the engine's small calls (busy, close) beside them.
 _ACTOR_CONCURRENCY = 8 + 4
+_SILENT_S = 120.0  # a judge stream with no item for this long: its node is taken as lost
 
 
 def import_ray():
@@ -290,13 +292,20 @@ class RayEvaluator:
     def _stream(self, actor: _Actor, request: JudgeRequest, on_phase) -> JudgeReply:
         ray = self.ray
         stream = actor.handle.judge.options(num_returns="streaming").remote(request)
-        for ref in stream:  # each item comes as the node's bounded evaluation goes on
-            item = ray.get(ref, timeout=60)  # yielded once ready: only a lost node can stall it
+        while True:
+            # The node says it is alive every few seconds: one silent for long is lost.
+            ready, _ = ray.wait([stream], timeout=_SILENT_S)
+            if not ready:
+                raise _StreamEnded(actor.info.node)
+            try:
+                ref = next(stream)
+            except StopIteration:
+                raise _StreamEnded(actor.info.node) from None
+            item = ray.get(ref, timeout=_SILENT_S)
             if isinstance(item, JudgeReply):
                 return item
-            if on_phase is not None:
+            if on_phase is not None and item != ALIVE:
                 on_phase(item)
-        raise _StreamEnded(actor.info.node)
 
     def _settle(self, reply: JudgeReply, requeued: list[str]) -> JudgeReply:
         """Keep the first verdict per key; a later one for the same key is dropped."""
