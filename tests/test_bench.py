@@ -188,7 +188,8 @@ def test_reference_is_timed_under_max_autotune_beside_eager_and_default(tmp_path
     ev = Evaluator(load_task(Path(__file__).parents[1] / "examples" / "gelu"), config,
                    bench_budget_s=0.2)
     worker = ev._spawn("cpu", None)
-    job = ev._task_job("cpu", "reference", autotune_baseline=True, bench_budget_s=0.2,
+    job = ev._task_job("cpu", "reference", baselines=["eager", "compile", "autotune"],
+                       bench_budget_s=0.2,
                        min_trials=3, max_trials=20, scratch=str(worker.scratch))
     run = drive(worker, job, build_timeout_s=400, test_timeout_s=120)
     assert run.timed_out is None and run.payload, run.log_tail
