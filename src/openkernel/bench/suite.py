@@ -104,7 +104,8 @@ def run_suite(problems: list[Problem], suite: str, overrides: list[str], store: 
             _follow(search, problem, outcome, on_event)
             evaluator = search.evaluator
             # the baselines also when no candidate asked for them (the table has them)
-            if not (wall and wall.fired) and evaluator.probe().ok and \
+            wanted = evaluator.hardware.device == "cuda" or config.eval_config.baselines
+            if not (wall and wall.fired) and wanted and evaluator.probe().ok and \
                     evaluator.baselines() is None and evaluator.baseline_error:
                 outcome.baseline_error = evaluator.baseline_error
         except Aborted:  # the probe or the baselines were cut short by the wall
