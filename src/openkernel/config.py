@@ -117,7 +117,7 @@ class EvalConfig(_Strict):
     fresh_baselines: bool = Field(False, description="Time the reference again even when its "
                                   "timings for this task, hardware and software are stored "
                                   "(`--fresh-baselines`).")
-    sweep_timeout_s: float = Field(300.0, gt=0, description="Wall of a templated candidate's "
+    sweep_timeout_s: float = Field(600.0, gt=0, description="Wall of a templated candidate's "
                                    "sweep (building, screening and timing its combinations; "
                                    "waiting for the GPU's turn not counted).")
     profile: bool = Field(True, description="On a GPU with Nsight Compute (ncu) installed, profile "
