@@ -200,18 +200,15 @@ def test_reference_is_timed_under_max_autotune_beside_eager_and_default(tmp_path
     Triton: the mode handling is the same)."""
     from openkernel.config import build_config
     from openkernel.evaluation.host.executor import Evaluator
-    from openkernel.evaluation.host.process import drive
     from openkernel.task import load_task
 
-    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")}})
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
+                           "eval_config": {"baselines": ["eager", "compile", "autotune"],
+                                           "baseline_timeout_s": 400}})
     ev = Evaluator(load_task(Path(__file__).parents[1] / "examples" / "gelu"), config,
                    bench_budget_s=0.2)
-    worker = ev._spawn("cpu", None)
-    job = ev._task_job("cpu", "reference", autotune_baseline=True, bench_budget_s=0.2,
-                       min_trials=3, max_trials=20, scratch=str(worker.scratch))
-    run = drive(worker, job, build_timeout_s=400, test_timeout_s=120)
-    assert run.timed_out is None and run.payload, run.log_tail
-    stats = run.payload
+    stats = ev.baselines()
+    assert stats is not None and not stats["timed_out"], (ev.baseline_error, stats)
     assert stats.get("autotune_mode") == "max-autotune-no-cudagraphs", stats.get("autotune_error")
     for kind in ("eager", "compile", "autotune"):
         assert stats[kind]["median"] > 0 and stats[kind]["n_trials"] >= 3, stats[kind]

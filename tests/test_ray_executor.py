@@ -111,6 +111,9 @@ class _FakeRay:
     def get(self, ref, timeout=None):
         return ref
 
+    def wait(self, refs, timeout=None):  # a judge stream's next item is always there
+        return refs, []
+
     def kill(self, handle):
         handle.killed = True
 
@@ -528,6 +531,7 @@ def test_the_reference_timings_come_from_a_node_into_the_engine_s_store(monkeypa
                                                                        examples_dir):
     """The bench table under Ray: the first actor's eager/torch.compile/max-autotune timings
     are kept in the engine's store under that node's hardware, asked for once."""
+    from openkernel.evaluation.host.baselines import environment_key
     from openkernel.records import Hardware
 
     stats = {"eager": {"median": 2.0}, "compile": {"median": 1.0}, "autotune": {"median": 0.8}}
@@ -541,14 +545,16 @@ def test_the_reference_timings_come_from_a_node_into_the_engine_s_store(monkeypa
 
     evaluator = _fake_evaluator(monkeypatch, tmp_path, examples_dir, _judges)
     evaluator.fleet.live[0].handle.baselines = Timings()
-    hw = Hardware(label="NVIDIA H200", device="cuda", gpu_arch="sm_90")
+    hw = Hardware(label="NVIDIA H200", device="cuda", gpu_arch="sm_90",
+                  software={"torch": "2.11.0+cu130"})
     evaluator._probe = TaskProbe(ok=True, hardware=hw)
     store = Store(tmp_path / "k.sqlite3")
     evaluator.store = store
     try:
         assert evaluator.baselines() == stats and evaluator.baselines() == stats
         assert Timings.asked == 1
-        kept = store.reference_timing(evaluator.task.digest, "NVIDIA H200", "compile")
+        kept = store.reference_timing(evaluator.task.digest, "NVIDIA H200", "compile",
+                                      environment_key(hw))
         assert kept.runtime == 1.0 and kept.runtime_stats["autotune"]["median"] == 0.8
     finally:
         store.close()

@@ -26,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("target", nargs="?", help="task file/folder or run config YAML "
                      "(default: configs/default.yaml)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    run.add_argument("--fresh-baselines", action="store_true", help="time the reference again "
+                     "even when its timings are stored for this task, hardware and software")
 
     ev = sub.add_parser("eval", help="evaluate one hand-written candidate")
     ev.add_argument("task", help="task file or folder")
@@ -69,7 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", dest="json_path", default=None, metavar="FILE",
                        help="write the table and figures as JSON")
     bench.add_argument("--retry-failed", action="store_true", help="on a resumed suite, run "
-                       "again the problems that failed (by default only unfinished ones run)")
+                       "again the problems that failed or timed out (by default only unfinished "
+                       "ones run)")
+    bench.add_argument("--problem-timeout", type=float, default=None, metavar="S",
+                       help="end a problem still running after S seconds (what it judged stays "
+                       "stored; it is marked timed out) and go on with the next")
+    bench.add_argument("--fresh-baselines", action="store_true", help="time every reference "
+                       "again even when its timings are stored for this task, hardware and "
+                       "software")
 
     db = sub.add_parser("db", help="the results database: copy it, upgrade its tables, describe it")
     dbs = db.add_subparsers(dest="db_command", required=True)
@@ -95,8 +104,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, its flags that stand for config keys added to ``--set``."""
     args = _parser().parse_args(argv)
+    if getattr(args, "fresh_baselines", False):
+        args.overrides.append("eval_config.fresh_baselines=true")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     try:
         return {"run": cmd_run, "eval": cmd_eval, "runs": cmd_runs, "show": cmd_show,
                 "export": cmd_export, "bench": cmd_bench, "db": cmd_db, "mcp": cmd_mcp}[args.command](args)
@@ -445,6 +462,9 @@ def cmd_bench(args) -> int:
     from openkernel.bench.summary import suite_summary
     from openkernel.search.control import RunControl
 
+    if args.problem_timeout is not None and not args.problem_timeout > 0:
+        raise OpenKernelError(f"--problem-timeout {args.problem_timeout:g}: expected a number of "
+                              "seconds above 0")
     problems, skipped = discover(args.paths)
     for line in skipped:
         err_console.print(f"[yellow]skipped:[/] {line}", highlight=False)
@@ -466,7 +486,8 @@ def cmd_bench(args) -> int:
 
         try:
             for out in run_suite(problems, suite, args.overrides, store, on_event, control,
-                                 retry_failed=args.retry_failed):
+                                 retry_failed=args.retry_failed,
+                                 problem_timeout=args.problem_timeout):
                 progress.advance(bar)
                 why = out.error or "; ".join(out.log[:1])
                 line = (f"  {out.problem.name:40} {out.status:10} {out.candidates:3d} judged "
@@ -508,20 +529,27 @@ def _ratio(value: float | None) -> str:
     return f"{value:.2f}x" if value else "-"
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def _print_suite(summary) -> None:
     table = Table("problem", "status", "correct", "speedup", "vs compile", "vs autotune",
-                  "eager ms", "compile ms", "autotune ms", "judged", "faults", "time s", "note",
-                  title=f"suite {summary.suite}: {summary.precision}")
+                  "eager ms", "compile ms", "autotune ms", "judged", "faults", "time s",
+                  "fixed s", "own s", "note", title=f"suite {summary.suite}: {summary.precision}")
     for p in summary.problems:
+        note = [(p.error.splitlines() or [""])[0][:70]] if not p.correct else []
         table.add_row(p.name, p.status, "yes" if p.correct else "no", _ratio(p.speedup),
                       _ratio(p.over_compile), _ratio(p.over_autotune),
                       f"{p.eager_ms:.4g}" if p.eager_ms else "-",
                       f"{p.compile_ms:.4g}" if p.compile_ms else "-",
                       f"{p.autotune_ms:.4g}" if p.autotune_ms else "-", str(p.candidates),
                       str(p.evaluator_faults), f"{p.time_s:.0f}",
-                      (p.error.splitlines() or [""])[0][:70] if not p.correct else
+                      _seconds(p.fixed_s) + (" stored" if p.baselines_stored else ""),
+                      _seconds(p.candidate_s),
+                      "; ".join(x for x in note + [p.baseline_note] if x) if not p.correct else
                       f"library-bound ({p.library_bound}): our own kernel" if p.library_bound
-                      else "")
+                      else p.baseline_note)
     # Piped: wide enough that no problem name is cut (a terminal shows what fits it).
     width = console.width
     if not console.is_terminal:
@@ -539,6 +567,10 @@ def _print_suite(summary) -> None:
         console.print(f"library-bound (the reference is a lone GEMM or convolution; our own "
                       f"kernel's ratio): {len(summary.library_bound)}, geomean over torch.compile "
                       f"{_ratio(summary.geomean_compile_library_bound)}", highlight=False)
+    console.print(f"fixed cost (probe and baselines) median {_seconds(summary.fixed_s_median)} s, "
+                  f"a candidate's own time median {_seconds(summary.candidate_s_median)} s"
+                  + (f"; {summary.n_timed_out} problem(s) timed out" if summary.n_timed_out
+                     else ""), highlight=False)
 
 
 if __name__ == "__main__":

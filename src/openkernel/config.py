@@ -50,6 +50,23 @@ class ModelConfig(_Strict):
                                      "without either, calls cost $0 and are labelled unknown).")
 
 
+BASELINES = ("eager", "compile", "autotune")  # the reference timings, in the order they are made
+
+
+class BaselineTimeouts(_Strict):
+    """The wall of each reference timing (``eval_config.baseline_timeout_s``): seconds of its
+    own first call or compilation. Past it the baseline is stored as timed out, with the
+    seconds it ran, and the problem goes on with the others."""
+
+    eager: float = Field(60.0, gt=0, description="The reference's first eager call (a forward "
+                         "slower than this is not timed at all).")
+    compile: float = Field(45.0, gt=0, description="torch.compile (default mode) of the "
+                           "reference and its first call.")
+    autotune: float = Field(180.0, gt=0, description="torch.compile max-autotune-no-cudagraphs "
+                            "of the reference (it benchmarks GEMM/convolution choices on the "
+                            "GPU) and its first call.")
+
+
 class EvalConfig(_Strict):
     """How each candidate is built, checked and timed."""
 
@@ -94,6 +111,21 @@ class EvalConfig(_Strict):
                              "under it, and every suite table says so. Off: float32 GEMMs "
                              "compute in full float32, PyTorch's default (convolutions follow "
                              "cuDNN's own default, TF32 on).")
+    baselines: list[Literal["eager", "compile", "autotune"]] | None = Field(
+        None, description="Which reference timings to make, each under its own wall "
+        "(baseline_timeout_s): eager, compile (torch.compile's default mode), autotune "
+        "(max-autotune-no-cudagraphs). Default: eager and compile on a GPU, plus autotune with "
+        "max_autotune_baseline; none on the CPU, where torch.compile makes C++, not what a "
+        "GPU kernel competes with. [] makes none.")
+    baseline_timeout_s: BaselineTimeouts = Field(
+        default_factory=BaselineTimeouts, description="The wall of each reference timing: "
+        "{eager: 60, compile: 45, autotune: 180} seconds (one number sets all three).")
+    fresh_baselines: bool = Field(False, description="Time the reference again even when its "
+                                  "timings for this task, hardware and software are stored "
+                                  "(`--fresh-baselines`).")
+    sweep_timeout_s: float = Field(600.0, gt=0, description="Wall of a templated candidate's "
+                                   "sweep (building, screening and timing its combinations; "
+                                   "waiting for the GPU's turn not counted).")
     profile: bool = Field(True, description="On a GPU with Nsight Compute (ncu) installed, profile "
                           "each correct candidate; its summary reaches later prompts.")
     profile_original_model: bool = Field(False, description="Profile the reference too (once per "
@@ -102,6 +134,24 @@ class EvalConfig(_Strict):
                                           "host with GCC: compile <torch/extension.h> once per "
                                           "torch install and flag set (~40 s), so each CUDA C++ "
                                           "build skips ~18 CPU seconds of header parsing.")
+
+    @field_validator("baseline_timeout_s", mode="before")
+    @classmethod
+    def _one_wall_for_all(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if value <= 0:
+                raise ValueError("must be more than 0 seconds")
+            return {name: value for name in BASELINES}
+        return value
+
+    @field_validator("baselines")
+    @classmethod
+    def _eager_first(cls, value: list[str] | None) -> list[str] | None:
+        """Every compiled baseline is timed against eager in the same rounds."""
+        if value and "eager" not in value:
+            raise ValueError("list eager too: the compiled baselines are timed against it "
+                             "(e.g. [eager, compile])")
+        return None if value is None else [b for b in BASELINES if b in value]
 
 
 class PathsConfig(_Strict):

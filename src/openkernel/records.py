@@ -6,6 +6,8 @@ beside ``schemas.py`` so none of those has to import another's internals.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -51,6 +53,9 @@ class Hardware:
     peak_bandwidth_gbs: float | None = None  # measured, not from datasheets (when known)
     peak_tflops: dict = field(default_factory=dict)  # dtype -> measured TFLOP/s
     gpu_memory_bytes: int = 0  # device memory of the first GPU (0 on the CPU)
+    # torch, Triton and CUDA versions, backend flags (TF32, cuDNN) and compiler settings of the
+    # workers: with the label, what the reference's stored timings are keyed by
+    software: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -236,6 +241,14 @@ class MemoryPlan:
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> "MemoryPlan":
         return cls(**(data or {}))
+
+
+def software_key(software: dict | None) -> str:
+    """A short digest of ``Hardware.software`` ("" when unknown): with the hardware label and
+    the task's digest, the key of the reference's stored baselines."""
+    if not software:
+        return ""
+    return hashlib.sha256(json.dumps(software, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def hardware_to_json(hw: Hardware) -> dict[str, Any]:

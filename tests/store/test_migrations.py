@@ -127,4 +127,29 @@ def test_the_author_column_downgrades_and_upgrades_again(tmp_path):
     store = Store(path)
     row = store.get_kernel("u1k")
     assert row.label == "u1" and row.author is None  # the value went with the column
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_keyed_reference_timings_go_down_and_up_keeping_the_newest(tmp_path, request, dialect):
+    """0003: the baselines' key gains the software's digest; going down keeps each task and
+    hardware's newest row, going up again keeps it (under the unknown environment "")."""
+    from alembic import command
+
+    if dialect == "sqlite":
+        url = f"sqlite:///{tmp_path / 'k.sqlite3'}"
+    else:
+        url = request.getfixturevalue("postgres").new_database("keyed")
+    store = Store(url)
+    store.put_reference_timing("d", "hw", "compile", 1.0, {"n": "old"}, "env-a")
+    store.put_reference_timing("d", "hw", "compile", 2.0, {"n": "new"}, "env-b")
+    assert store.reference_timing("d", "hw", "compile", "env-a").runtime_stats == {"n": "old"}
+    engine = store.engine
+    with engine.begin() as conn:
+        command.downgrade(migrate._config(conn), "0002_kernel_author")
+    assert inspect(engine).get_pk_constraint("reference_timings")["constrained_columns"] == [
+        "task_digest", "hardware", "kind"]
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT runtime FROM reference_timings")).all()
+    assert rows == [(2.0,)]
+    migrate.upgrade(engine)
+    assert _differences(engine) == []
+    assert store.reference_timing("d", "hw", "compile", "").runtime_stats == {"n": "new"}
     store.close()

@@ -14,13 +14,17 @@ class RunControl:
     ``pause`` holds the loop before its next candidate starts (candidates already being
     evaluated finish and are stored); ``stop`` ends the run after the candidates in flight;
     ``set_backend`` and ``add_instruction`` take effect from the next iteration on; ``submit``
-    queues a kernel from outside the generator, judged as soon as a worker is free.
+    queues a kernel from outside the generator, judged as soon as a worker is free. A control
+    made with a ``parent`` (one problem of a suite) pauses and stops with it, and can also be
+    stopped alone.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, parent: RunControl | None = None) -> None:
         self._lock = threading.Lock()
-        self._running = threading.Event()
-        self._running.set()
+        self._parent = parent
+        self._running = parent._running if parent is not None else threading.Event()
+        if parent is None:
+            self._running.set()
         self._stopped = threading.Event()
         self._backend: str | None = None
         self._instructions: list[str] = []
@@ -71,14 +75,14 @@ class RunControl:
 
     @property
     def stopped(self) -> bool:
-        return self._stopped.is_set()
+        return self._stopped.is_set() or (self._parent is not None and self._parent.stopped)
 
     def wait_while_paused(self, poll_s: float = 0.2) -> bool:
         """Block while paused; returns False once stopped."""
         while not self._running.wait(poll_s):
-            if self._stopped.is_set():
+            if self.stopped:
                 return False
-        return not self._stopped.is_set()
+        return not self.stopped
 
     def take_backend(self) -> str | None:
         with self._lock:

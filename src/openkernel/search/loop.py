@@ -29,7 +29,7 @@ from typing import Iterator
 
 from openkernel.config import Config
 from openkernel.evaluation.host.devices import NoDeviceLeft
-from openkernel.evaluation.host.executor import Evaluator
+from openkernel.evaluation.host.executor import Aborted, Evaluator
 from openkernel.evaluation.host.memplan import describe as describe_plan
 from openkernel.events import (
     BackendSwitched,
@@ -279,6 +279,8 @@ class Search:
                 yield from self._seed_archive()
             yield from self._iterations(done)
             yield from self._drain_submissions()
+        except Aborted:  # the evaluator was stopped (a suite's problem past its wall)
+            self.control.stop()
         except Exception as err:  # a bug: keep what is stored, say why, re-raise for the trace
             self._finish("failed", repr(err))
             yield RunFinished("failed", self._best_id(), self.archive.best_speedup,
@@ -613,6 +615,8 @@ class Search:
             out.put(LogEmitted("error", f"{label}: {err}"))
             out.put(CandidatePhaseChanged(label, "abandoned"))
             self.control.stop()
+        except Aborted:  # stopped from outside while in flight: no verdict, nobody's fault
+            out.put(CandidatePhaseChanged(label, "abandoned"))
         except Exception as err:  # a generator or evaluator bug: say so, keep the run going
             why = f"internal error: {err!r}"
             out.put(LogEmitted("error", f"{label}: internal error: {err!r}"))

@@ -215,15 +215,17 @@ class Store:
             return list(s.scalars(q))
 
     # reference timings ----------------------------------------------------------------------
-    def reference_timing(self, task_digest: str, hardware: str, kind: str) -> ReferenceTiming | None:
+    def reference_timing(self, task_digest: str, hardware: str, kind: str,
+                         environment: str = "") -> ReferenceTiming | None:
         with self.session() as s:
-            return s.get(ReferenceTiming, (task_digest, hardware, kind))
+            return s.get(ReferenceTiming, (task_digest, hardware, kind, environment))
 
     def put_reference_timing(self, task_digest: str, hardware: str, kind: str, runtime: float,
-                             runtime_stats: dict) -> None:
-        self._upsert(ReferenceTiming.__table__, ("task_digest", "hardware", "kind"),
+                             runtime_stats: dict, environment: str = "") -> None:
+        self._upsert(ReferenceTiming.__table__, ("task_digest", "hardware", "kind", "environment"),
                      task_digest=task_digest, hardware=hardware, kind=kind, runtime=runtime,
-                     runtime_stats=runtime_stats, created_at=datetime.now(timezone.utc))
+                     runtime_stats=runtime_stats, environment=environment,
+                     created_at=datetime.now(timezone.utc))
 
 
     # benchmark suites --------------------------------------------------------------------------
@@ -239,6 +241,13 @@ class Store:
             row = s.get(SuiteProblem, (suite, task_name))
             if row is not None:
                 row.outcome, row.error = outcome, error
+
+    def set_suite_costs(self, suite: str, task_name: str, costs: dict) -> None:
+        """What the problem's last attempt spent on its probe and baselines (seconds)."""
+        with self.session() as s, s.begin():
+            row = s.get(SuiteProblem, (suite, task_name))
+            if row is not None:
+                row.costs = costs
 
     def suite_outcome(self, suite: str, task_name: str) -> str:
         with self.session() as s:

@@ -124,13 +124,18 @@ class Kernel(Base):
 
 
 class ReferenceTiming(Base):
-    """Reference timings (eager and torch.compile) cached per task code and hardware."""
+    """The reference's baselines (eager, torch.compile, max-autotune; timed out ones with their
+    seconds), kept per task code, hardware and software: reused by every later job, suite and
+    run with the same key (``evaluation/host/baselines.py``)."""
 
     __tablename__ = "reference_timings"
 
     task_digest: Mapped[str] = mapped_column(String(32), primary_key=True)
     hardware: Mapped[str] = mapped_column(String(200), primary_key=True)
-    kind: Mapped[str] = mapped_column(String(20), primary_key=True)  # eager|compile
+    kind: Mapped[str] = mapped_column(String(20), primary_key=True)  # "compile": all baselines
+    # Digest of the workers' torch/Triton/CUDA versions, backend flags and compiler settings
+    # (Hardware.software); "" on rows from before it was part of the key (never reused).
+    environment: Mapped[str] = mapped_column(String(64), primary_key=True, default="")
     runtime: Mapped[float] = mapped_column(Float)
     runtime_stats: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -212,6 +217,9 @@ class SuiteProblem(Base):
     task_digest: Mapped[str] = mapped_column(String(32), default="")
     # How the problem's last attempt ended, also when no run was started (a task the
     # generator refuses, a probe that failed): the reason is kept here.
-    outcome: Mapped[str] = mapped_column(String(20), default="")
+    outcome: Mapped[str] = mapped_column(String(20), default="")  # ... | timed_out
     error: Mapped[str] = mapped_column(Text, default="")
+    # What the problem's last attempt spent before and beside its candidates: probe_s,
+    # baselines_s (0 when reused from the store), baselines_stored, fixed_s (their sum).
+    costs: Mapped[dict | None] = mapped_column(JSON, nullable=True, default=dict)
     added_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -35,10 +35,12 @@ from collections.abc import Callable
 
 from openkernel.config import Config
 from openkernel.errors import OpenKernelError
+from openkernel.evaluation.host.baselines import environment_key
 from openkernel.evaluation.host.devices import NoDeviceLeft
 from openkernel.evaluation.host.executor import arch_entry, arch_line
 from openkernel.evaluation.host.ray_fleet import Fleet, Member
 from openkernel.evaluation.host.ray_node import (
+    ALIVE,
     GpuActor,
     JudgeReply,
     JudgeRequest,
@@ -53,6 +55,7 @@ INSTALL_HINT = "pip install 'openkernel[ray]'"
 # Actors take a node's default share of candidates (at most 8 per GPU, as the local pipeline),
 # plus room for the engine's small calls (busy, close) beside them.
 _ACTOR_CONCURRENCY = 8 + 4
+_SILENT_S = 120.0  # a judge stream with no item for this long: its node is taken as lost
 
 
 def import_ray():
@@ -168,20 +171,23 @@ class RayEvaluator:
         if hw.device != "cuda":
             return None
         ec = self.config.eval_config
-        # the node compiles the reference in both modes and times them: its own timeouts bound it
-        wait = 3 * (ec.build_timeout_s + ec.test_timeout_s) + 60
+        # the node's worker(s) make each baseline under its wall, once more per one timed out
+        walls = ec.baseline_timeout_s
+        wait = 3 * (ec.build_timeout_s + ec.test_timeout_s) + walls.eager + walls.compile + \
+            walls.autotune + 60
         try:
             stats, why = self.ray.get(actor.handle.baselines.remote(), timeout=wait)
         except Exception as err:  # noqa: BLE001 - the node was lost meanwhile
             self.baseline_error = f"timing the reference on the Ray node failed: {err}"
             return None
         self.baseline_error = why or ""
-        if stats and "compile" in stats:
+        if stats:
             self._baselines = stats
-            if self.store is not None:
+            key = environment_key(hw)
+            if self.store is not None and key:
+                median = (stats.get("compile") or stats.get("eager") or {}).get("median", -1.0)
                 self.store.put_reference_timing(self.task.digest, hw.label,
-                                                baseline_kind(ec.allow_tf32),
-                                                stats["compile"]["median"], stats)
+                                                baseline_kind(ec.allow_tf32), median, stats, key)
         return self._baselines
 
     def close(self) -> None:
@@ -283,13 +289,20 @@ class RayEvaluator:
     def _stream(self, actor: Member, request: JudgeRequest, on_phase) -> JudgeReply:
         ray = self.ray
         stream = actor.handle.judge.options(num_returns="streaming").remote(request)
-        for ref in stream:
-            item = ray.get(ref)
+        while True:
+            # The node says it is alive every few seconds: one silent for long is lost.
+            ready, _ = ray.wait([stream], timeout=_SILENT_S)
+            if not ready:
+                raise _StreamEnded(actor.info.node)
+            try:
+                ref = next(stream)
+            except StopIteration:
+                raise _StreamEnded(actor.info.node) from None
+            item = ray.get(ref, timeout=_SILENT_S)
             if isinstance(item, JudgeReply):
                 return item
-            if on_phase is not None:
+            if on_phase is not None and item != ALIVE:
                 on_phase(item)
-        raise _StreamEnded(actor.info.node)
 
     def _settle(self, reply: JudgeReply, requeued: list[str]) -> JudgeReply:
         """Keep the first verdict per key; a later one for the same key is dropped."""

@@ -141,10 +141,21 @@ class GpuActor:
             yield kept
             return
         items: queue.Queue = queue.Queue()
-        threading.Thread(target=self._work, args=(request, items), daemon=True,
-                         name=f"judge-{request.label}").start()
+        worker = threading.Thread(target=self._work, args=(request, items), daemon=True,
+                                  name=f"judge-{request.label}")
+        worker.start()
         while True:
-            item = items.get()
+            try:  # the evaluation is bounded by its walls; a thread gone without a reply is not
+                item = items.get(timeout=ALIVE_EVERY_S)
+            except queue.Empty:
+                if worker.is_alive():
+                    yield ALIVE  # the engine gives up on a node silent for much longer
+                    continue
+                try:  # it may have put its reply just before it ended
+                    item = items.get_nowait()
+                except queue.Empty:
+                    item = JudgeReply(request.key, node=self.node,
+                                      error="the judging thread ended without a verdict")
             yield item
             if isinstance(item, JudgeReply):
                 return
@@ -190,6 +201,10 @@ class GpuActor:
             reply.error = traceback.format_exc(limit=8)
         reply.notes = list(ev.notes)
         items.put(reply)
+
+
+ALIVE = "alive"  # a judge stream's item saying the node is still at it (no phase change)
+ALIVE_EVERY_S = 5.0
 
 
 def pack_task(task, limit_bytes: int = 256 << 20) -> TaskFiles:

@@ -110,21 +110,28 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
     try:
         run = evaluator._run(job, hw.device, slot, label=f"{label_} (template)",
                              variants=[v.code for v in variants], build_cache=cache,
-                             scale=max(1.0, n / 4))
+                             scale=max(1.0, n / 4), total_s=evaluator.ec.sweep_timeout_s)
     finally:
         evaluator._release(slot)
     payload = run.payload or {}
     results = {"space": space.options, "defaults": space.defaults, "space_size": space.size,
                "bound": bound, "sampled": sampled, "combinations": [], "winner": None,
-               "sweep_s": round(run.wall_s, 2), "timing_method": payload.get("timing_method", "")}
+               "sweep_s": round(run.wall_s, 2), "timing_method": payload.get("timing_method", ""),
+               "sweep_queued_s": run.phase_seconds().get("queued", 0.0)}
     if not payload.get("variants"):
+        over = (f"ran past its wall (eval_config.sweep_timeout_s = "
+                f"{evaluator.ec.sweep_timeout_s:g} s) in {run.phase}" if run.timed_out == "total"
+                else f"timed out in {run.phase}")
         why = (payload.get("fault") or {}).get("error") or payload.get("fatal") or (
-            f"timed out in {run.phase}" if run.timed_out else "the sweep worker died") + (
+            over if run.timed_out else "the sweep worker died") + (
             "\n" + run.log_tail if run.log_tail else "")
-        result = EvalResult(compiled=False, perf_score=0, template_results=results,
+        built = run.timed_out is not None and run.phase not in ("setup", "build")
+        result = EvalResult(compiled=built, perf_score=0, template_results=results,
                             eval_log=f"Template: the sweep of {n} combination(s) failed: {why}")
         if payload.get("fault"):
             result.metadata["evaluator_fault"] = payload["fault"]
+        elif run.timed_out:  # its combinations took too long: a timeout, as for any candidate
+            result.metadata["timeout"] = "test" if built else "build"
         return result, None
     ref_median = (payload.get("ref_stats") or {}).get("median")
     rows = [_row(v, s, ref_median, variants) for v, s in zip(variants, payload["variants"])]
