@@ -187,6 +187,8 @@ class LLMCallRecord(Base):
     latency_s: Mapped[float] = mapped_column(Float, default=0.0)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The tokens are litellm's count, not the server's (no usage sent, or a stream cut off).
+    estimated: Mapped[bool] = mapped_column(Boolean, default=False)
 
     __table_args__ = (Index("ix_llm_calls_task_job", "task_name", "job_name"),)
 
