@@ -22,6 +22,7 @@ the run's own requests.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -174,6 +175,10 @@ class ChatServer:
         if not self._dead.is_set():
             self._dead.set()
             threading.Thread(target=self.httpd.shutdown, daemon=True).start()
+            try:  # stop listening at once (a close alone waits for the accept loop's select)
+                self.httpd.socket.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             self.httpd.socket.close()
 
     def generation_requests(self) -> list[dict]:

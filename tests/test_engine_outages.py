@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 import openkernel
@@ -24,6 +25,8 @@ from openkernel.store import Run, Store
 sys.path.insert(0, str(Path(__file__).parent))
 from llm_server import ChatServer, Dead, Fail, critic_json, is_critic  # noqa: E402
 from test_llm_feedback import SYNTAX  # noqa: E402
+
+pytestmark = pytest.mark.slow  # engine runs (one through the CLI): ~5-35 s each
 
 KEY = "zz-revoked-key-0a1b2c3d4e5f"  # in a variable whose name says nothing of a key
 
@@ -53,14 +56,15 @@ def test_a_revoked_key_then_a_dead_server_stop_the_run_and_the_key_is_nowhere(tm
     out = r.stdout + r.stderr
     assert r.returncode == 2, out
     assert "Traceback" not in out
-    assert "3 consecutive calls failed" in r.stderr and "Connection refused" in r.stderr
+    assert "3 consecutive calls failed (last: connection failed: " in r.stderr
+    assert "HTTP 500" not in out  # no answer came: no status is made up
     assert len(server.requests) == 2  # the 401, the request the server died on; then refused
     store = Store(tmp_path / "k.sqlite3")
     rows = [k for k in store.job_kernels("gelu", "outage") if not k.is_program0]
     assert [k.label for k in rows] == ["i0-b0", "i1-b0", "i2-b0"]  # then it stopped
     assert all(k.status == "generation_failed" for k in rows)
     assert "HTTP 401" in rows[0].generation_log and "[REDACTED]" in rows[0].generation_log
-    assert "connection failed" in rows[2].generation_log and "HTTP 500" not in rows[2].generation_log
+    assert "connection failed" in rows[2].generation_log and "HTTP" not in rows[2].generation_log
     [run] = store.job_runs("gelu", "outage")
     assert run.status == "failed" and "3 consecutive calls failed" in run.error
     store.close()
@@ -110,7 +114,7 @@ def test_a_budget_is_passed_by_no_more_than_the_calls_in_flight(tmp_path, exampl
     with ChatServer(default=answer) as server:
         models = [{"model": "openai/priced", "api_base": server.url, "api_key_env": "OK_TEST_KEY",
                    "price": price}]
-        overrides = _overrides(tmp_path, models, "max_iters=8", "branches_per_iteration=2",
+        overrides = _overrides(tmp_path, models, "max_iters=5", "branches_per_iteration=2",
                                "job_name=budget", "budget.max_usd=0.05")
         events = list(openkernel.optimize(examples_dir / "gelu", overrides=overrides))
     finished = events[-1]
@@ -130,6 +134,6 @@ def test_a_budget_is_passed_by_no_more_than_the_calls_in_flight(tmp_path, exampl
     with ChatServer(default=answer) as again:
         models[0]["api_base"] = again.url
         resumed = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
-            tmp_path, models, "max_iters=8", "branches_per_iteration=2", "job_name=budget",
+            tmp_path, models, "max_iters=5", "branches_per_iteration=2", "job_name=budget",
             "budget.max_usd=0.05")))
     assert resumed[-1].reason == "stopped" and again.requests == [] and again.pings == []

@@ -105,3 +105,23 @@ def test_the_baseline_downgrades_to_no_tables_and_upgrades_again(tmp_path):
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     migrate.upgrade(engine)
     assert _differences(engine) == [] and _revision(engine) == migrate.head()
+
+
+def test_llm_call_estimates_downgrade_and_upgrade_keeping_the_calls(tmp_path):
+    """Revision 0002 (llm_calls.estimated): down to 0001 the column goes, the calls stay; up
+    again they read as counted by the server."""
+    from alembic import command
+
+    store = Store(tmp_path / "k.sqlite3")
+    run = store.start_run(task_name="t", job_name="j", backend="triton")
+    store.add_llm_call(run_id=run.id, task_name="t", job_name="j", iteration=0, model="m",
+                       purpose="generate", prompt_tokens=5, completion_tokens=7, estimated=True)
+    store.close()
+    engine = create_engine(f"sqlite:///{tmp_path / 'k.sqlite3'}")
+    with engine.begin() as conn:
+        command.downgrade(migrate._config(conn), "0001")
+    assert "estimated" not in {c["name"] for c in inspect(engine).get_columns("llm_calls")}
+    migrate.upgrade(engine)
+    engine.dispose()
+    [call] = Store(tmp_path / "k.sqlite3").job_llm_calls("t", "j")
+    assert (call.prompt_tokens, call.completion_tokens, call.estimated) == (5, 7, False)
