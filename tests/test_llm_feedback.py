@@ -102,6 +102,7 @@ def test_the_critic_reads_the_failures(run):
     assert len(asked) == 2  # before iterations 1 and 2 (after the last: no best to read)
     assert "### i0-b0 (a parent)" in asked[0] and "- i0-b0: incorrect; " in asked[0]
     assert "first error: " in asked[0] and "elements outside atol" in asked[0]
+    assert all("sandbox:" not in a for a in asked)  # the stored log has it: for the operator
     assert "### i1-b0 (a parent)" in asked[1] and "first error: SyntaxError" in asked[1]
     assert _code(SYNTAX).splitlines()[11] in asked[1]  # its code, the broken line included
 
@@ -115,7 +116,8 @@ def test_prompts_carry_tolerances_heldout_shapes_and_the_reference_runtime(run):
     said = re.findall(r"The reference's median runtime here: ([\d.]+) ms \(a few calls when "
                       r"the task was probed", first)
     assert len(said) == 1 and float(said[0]) > 0
-    for row in rows.values():
+    assert "\nsandbox: " in rows["i0-b0"].eval_log  # kept for the operator...
+    for row in rows.values():  # ...never shown to the model
         assert "sandbox:" not in row.prompt and "Run on a GPU" not in row.prompt
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from openkernel.config import ModelConfig
 from openkernel.costs import LLMCall
+from openkernel.generators.feedback import model_log
 from openkernel.records import Diagnosis, Hardware, TaskProbe
 from openkernel.schemas import NOT_JUDGED, Program
 from openkernel.search.critic import first_error, judge_by_rules, roofline_estimate, subjects
@@ -98,7 +99,7 @@ def _kernel_block(program: Program, role: str, probe: TaskProbe, hw: Hardware) -
     lines += [f"Profile: {metrics}", f"Roofline: {place}"]
     if not result.correctness:
         lines.append(f"First error: {first_error(result.eval_log) or 'none found in the log'}")
-    log = (result.eval_log or "").strip()
+    log = model_log(result.eval_log or "").strip()  # without the operator's lines
     if log:
         lines.append("Evaluation log (start):\n```text\n" + log[:LOG_CHARS] + "\n```")
     code = program.code.rstrip("\n").splitlines()
