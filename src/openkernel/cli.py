@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from openkernel.errors import OpenKernelError
+from openkernel.redaction import redact
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -60,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     sft.add_argument("--out", required=True, help="JSONL file to write")
     sft.add_argument("--db", default=None, help="database: file or postgresql:// URL (default runs/kernels.sqlite3)")
     sft.add_argument("--traces", default=None, help="read a trace dataset folder instead")
+    sft.add_argument("--min-speedup", type=float, default=None, metavar="X",
+                     help="leave out kernels slower than X times the reference (1: only those "
+                     "at least as fast); each pair says whether it is slower than the reference")
 
     bench = sub.add_parser("bench", help="run a suite of problems (e.g. a KernelBench level "
                            "folder), one job each; resumable by --name")
@@ -119,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                 "export": cmd_export, "bench": cmd_bench, "db": cmd_db, "mcp": cmd_mcp}[args.command](args)
     except OpenKernelError as err:
         err_console.print("[bold red]error:[/] ", end="", highlight=False)
-        err_console.print(str(err), highlight=False, markup=False)  # "[postgres]" is not markup
+        # "[postgres]" is not markup; a provider may have echoed a key into the message
+        err_console.print(redact(str(err)), highlight=False, markup=False)
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted: every candidate judged so far is stored")
@@ -170,7 +175,8 @@ def cmd_run(args) -> int:
                                        f"{event.program.metadata.get('description', '')}", highlight=False)
             elif isinstance(event, ev.LogEmitted):
                 style = {"error": "red", "warning": "yellow"}.get(event.level, "dim")
-                progress.console.print(f"[{style}]{event.message}[/]", highlight=False)
+                progress.console.print(redact(event.message), style=style, highlight=False,
+                                       markup=False)
             elif isinstance(event, ev.CriticDiagnosed):
                 progress.console.print(f"[cyan]critic:[/] {event.text}", highlight=False)
             elif isinstance(event, ev.BudgetReached):
@@ -182,8 +188,11 @@ def cmd_run(args) -> int:
     if finished.reason == "failed":
         if started is None:  # it never started: bad input (a key, the task, the generator)
             raise OpenKernelError(finished.error or "the run could not start")
-        err_console.print(f"[bold red]run failed:[/] {finished.error}", highlight=False)
-        return 1
+        err_console.print("[bold red]run failed:[/] ", end="", highlight=False)
+        err_console.print(redact(finished.error or ""), highlight=False, markup=False)
+        _print_spend(finished, why=False)
+        # the models failed (a revoked key, a dead server): something to fix, as bad input is
+        return 2 if finished.stopped_by == "models" else 1
     best = f"{finished.best_speedup:.2f}x" if finished.best_speedup > 0 else "none correct"
     new = (f" ({finished.new_candidates} judged in this run)"
            if finished.new_candidates != finished.candidates else "")
@@ -194,17 +203,20 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _print_spend(finished) -> None:
+def _print_spend(finished, why: bool = True) -> None:
     """Why the run stopped by itself, and what its model calls used, per model."""
     from openkernel.costs import format_tokens, format_usd
 
-    if finished.error:
+    if finished.error and why:
         console.print(f"stopped because {finished.error}", highlight=False)
     spend = finished.spend
     if spend is None:
         return
+    estimated = (f" ({spend.estimated_calls} calls' tokens estimated: the server sent no usage)"
+                 if spend.estimated_calls else "")
     console.print(f"model calls: {spend.calls}, {spend.prompt_tokens:,} tokens in, "
-                  f"{spend.completion_tokens:,} out, cost {spend.cost_text()}", highlight=False)
+                  f"{spend.completion_tokens:,} out, cost {spend.cost_text()}{estimated}",
+                  highlight=False)
     if len(spend.models) < 2 and not spend.unpriced_calls:
         return
     table = Table("model", "calls", "tokens in", "tokens out", "cost")
@@ -389,9 +401,15 @@ def cmd_export_sft(args) -> int:
     from openkernel.export import export_sft
 
     source = {"traces": args.traces} if args.traces else {"db": _db_path(args.db)}
-    n = export_sft(args.out, top=args.top, **source)
-    console.print(f"{n} instruction pairs (the best {args.top:.0%} of each task's correct "
-                  f"model-written candidates) in {args.out}", highlight=False)
+    pairs = export_sft(args.out, top=args.top, min_speedup=args.min_speedup, **source)
+    least = (f", at least {args.min_speedup:g}x the reference" if args.min_speedup is not None
+             else "")
+    console.print(f"{len(pairs)} instruction pairs (the best {args.top:.0%} of each task's "
+                  f"correct model-written candidates{least}) in {args.out}", highlight=False)
+    slower = sum(p["slower_than_reference"] for p in pairs)
+    if slower:
+        console.print(f"{slower} of them slower than the reference (slower_than_reference: "
+                      "true); --min-speedup 1 leaves such kernels out", highlight=False)
     return 0
 
 

@@ -41,8 +41,13 @@ class ModelConfig(_Strict):
     weight: float = Field(1.0, gt=0, description="Sampling weight within the ensemble.")
     temperature: float = Field(0.7, ge=0, le=2, description="Sampling temperature.")
     max_tokens: int = Field(8192, gt=0, description="Upper bound on the answer's length.")
-    timeout_s: float = Field(300.0, gt=0, description="Per-request timeout.")
+    timeout_s: float = Field(300.0, gt=0, description="Time limit of one request, a streamed "
+                             "answer's whole time included.")
     num_retries: int = Field(3, ge=0, description="Retries with backoff on transient errors.")
+    max_consecutive_failures: int | None = Field(
+        3, ge=1, description="Calls to this model that may fail in a row (each after its "
+        "retries) before it is paused for the rest of the run: an ensemble goes on with its "
+        "other models; with none left the run stops, saying why. null: never pause.")
     stream: bool = Field(True, description="Stream the answer (kernel-code shows it as it "
                          "arrives); false for servers that cannot stream.")
     price: ModelPrice | None = Field(None, description="Local price entry: used instead of "

@@ -189,3 +189,6 @@ class RunFinished(Event):
     extra: dict = field(default_factory=dict)
     spend: Spend | None = None  # the job's model calls, per model (None: no model used)
     new_candidates: int = 0  # of which this run judged
+    # What ended it by itself: "budget" (stopped), "models" (failed: every model failed too
+    # many calls in a row, something to fix like a bad key or a dead server), or "".
+    stopped_by: str = ""

@@ -118,8 +118,9 @@ def export_traces(db: str | Path, out: str | Path, task: str | None = None,
 
 
 def export_sft(out: str | Path, top: float = 0.1, db: str | Path | None = None,
-               traces: str | Path | None = None) -> int:
-    """Write the SFT pairs as JSONL, from a database or a trace dataset; returns how many."""
+               traces: str | Path | None = None, min_speedup: float | None = None) -> list[dict]:
+    """Write the SFT pairs as JSONL, from a database or a trace dataset; returns them.
+    ``min_speedup`` leaves out kernels slower than that over the reference."""
     if traces is not None:
         folder = Path(traces)
         if not folder.is_dir():
@@ -127,10 +128,10 @@ def export_sft(out: str | Path, top: float = 0.1, db: str | Path | None = None,
         rows = read_dataset(folder).to_pylist()
     else:
         rows = [r for _, _, job_rows in trace_rows(db) for r in job_rows]
-    pairs = rows_for_sft(rows, top)
+    pairs = rows_for_sft(rows, top, min_speedup)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as fh:
         for pair in pairs:
             fh.write(json.dumps(pair, ensure_ascii=False) + "\n")
-    return len(pairs)
+    return pairs

@@ -89,6 +89,12 @@ class TaskProbe:
     # On a GPU: the code torch.compile's Inductor writes for the reference (worker/inductor.py:
     # {"code", "args", "outputs", "made"}), the offline generator's seed; None elsewhere.
     inductor: dict | None = None
+    # What a candidate must meet, for the prompt: output dtype -> {atol, rtol, max_rel_error}
+    # (the task's get_tolerances hook applied), and the held-out input sets checked besides
+    # the main one, each {"name": where it came from, "shapes": [...], "dtypes": [...]}.
+    tolerances: dict[str, dict[str, float]] = field(default_factory=dict)
+    heldout: list[dict] = field(default_factory=list)
+    reference_ms: float = 0.0  # the reference's median over a few calls at the probe (0: not timed)
 
     @classmethod
     def from_json(cls, data: dict[str, Any], hardware: Hardware | None = None) -> "TaskProbe":

@@ -127,6 +127,8 @@ def test_the_author_column_downgrades_and_upgrades_again(tmp_path):
     store = Store(path)
     row = store.get_kernel("u1k")
     assert row.label == "u1" and row.author is None  # the value went with the column
+
+
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
 def test_keyed_reference_timings_go_down_and_up_keeping_the_newest(tmp_path, request, dialect):
     """0003: the baselines' key gains the software's digest; going down keeps each task and
@@ -153,3 +155,23 @@ def test_keyed_reference_timings_go_down_and_up_keeping_the_newest(tmp_path, req
     assert _differences(engine) == []
     assert store.reference_timing("d", "hw", "compile", "").runtime_stats == {"n": "new"}
     store.close()
+
+
+def test_llm_call_estimates_downgrade_and_upgrade_keeping_the_calls(tmp_path):
+    """Revision 0004 (llm_calls.estimated): down to 0003 the column goes, the calls stay; up
+    again they read as counted by the server."""
+    from alembic import command
+
+    store = Store(tmp_path / "k.sqlite3")
+    run = store.start_run(task_name="t", job_name="j", backend="triton")
+    store.add_llm_call(run_id=run.id, task_name="t", job_name="j", iteration=0, model="m",
+                       purpose="generate", prompt_tokens=5, completion_tokens=7, estimated=True)
+    store.close()
+    engine = create_engine(f"sqlite:///{tmp_path / 'k.sqlite3'}")
+    with engine.begin() as conn:
+        command.downgrade(migrate._config(conn), "0003_baseline_keys")
+    assert "estimated" not in {c["name"] for c in inspect(engine).get_columns("llm_calls")}
+    migrate.upgrade(engine)
+    engine.dispose()
+    [call] = Store(tmp_path / "k.sqlite3").job_llm_calls("t", "j")
+    assert (call.prompt_tokens, call.completion_tokens, call.estimated) == (5, 7, False)

@@ -4,13 +4,16 @@ Threads do the slow parts (a generator call, a candidate's evaluation in its wor
 this generator is the only place that writes the database and the archive, so every write
 happens in one thread, in order, and is committed as soon as a candidate is judged.
 
-Before each iteration the parents are sampled and the critic diagnoses the best kernel and each
-of them; the diagnoses join that iteration's prompts. Every answered model call is counted and
-stored (``spending``); once a budget is reached no new candidate starts, those already
-generated are judged, and the run ends "stopped" with the reason. With ``traces.enabled`` each
-judged candidate is also written to the trace dataset (``job_traces``). Kernels submitted from
-outside the generator (``RunControl.submit``, ``search.external``) are taken between candidates
-and judged and stored the same way, as ``u<N>``.
+Before each iteration the parents are sampled (a branch whose last candidate failed, while
+nothing is correct, gets that failure as its parent) and the critic diagnoses the best kernel
+and each of them; the diagnoses join that iteration's prompts, with each branch's own recent
+failures. Every answered model call is counted and stored (``spending``); once a budget is
+reached (or the next call could pass it) no new candidate starts, those already generated are
+judged, and the run ends "stopped" with the reason. Once every model has failed too many calls
+in a row the run ends "failed", saying why. With ``traces.enabled`` each judged candidate is
+also written to the trace dataset (``job_traces``). Kernels submitted from outside the
+generator (``RunControl.submit``, ``search.external``) are taken between candidates and judged
+and stored the same way, as ``u<N>``.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from openkernel.search.archive import Archive
 from openkernel.search.control import RunControl
 from openkernel.search.critic import roofline_estimate
 from openkernel.search.external import LABEL_PREFIX, Submission, origin_of
+from openkernel.search.history import FAILURES_SHOWN, branch_failures, reference_timing
 from openkernel.search.llm_critic import LLMCritic, RulesCritic
 from openkernel.search.spending import AnswerStream, Spending, call_summary
 from openkernel.search.records import kernel_fields, program_from_row
@@ -153,6 +157,7 @@ class Search:
         self._waiting: dict[str, Submission] = {}
         self._by_id: dict[str, Program] = {}
         self._iteration_now = 0  # the iteration an external candidate is filed under
+        self._outage = ""  # why no model can be asked any more: the run stops, "failed"
 
     # ------------------------------------------------------------------------------------
     def run(self) -> Iterator[Event]:
@@ -203,9 +208,11 @@ class Search:
     def _run(self) -> Iterator[Event]:
         # The model first: a missing key is said at once, not after the task's probe. (A
         # generator without a preflight has nothing to reach.)
+        # A resumed job whose budget is spent sends no call at all, not even this one.
         preflight = getattr(self.generator, "preflight", None)
-        problem = preflight() if preflight else None
-        if not problem and isinstance(self.critic, LLMCritic):
+        spent = self.spending.spent()
+        problem = preflight() if preflight and not spent else None
+        if not problem and isinstance(self.critic, LLMCritic) and not spent:
             problem = self._critic_preflight()
         if problem:
             yield self._failed_before_start(problem)
@@ -288,18 +295,21 @@ class Search:
                               self.store.location, error=repr(err),
                               new_candidates=self.candidates)
             raise
-        budget = self.spending.reason
-        reason = "stopped" if self.control.stopped or budget else "completed"
-        written = self._finish(reason, budget or "")
+        budget = self.spending.final_reason()  # with the true total, calls in flight included
+        error = self._outage or budget
+        reason = ("failed" if self._outage else
+                  "stopped" if self.control.stopped or budget else "completed")
+        written = self._finish(reason, error)
         if written:
             yield LogEmitted("info", f"Traces: {written} candidates in {self.traces.folder}")
         extra = yield from self._device_report(started)
         spend = self.spending.snapshot()
         yield RunFinished(reason, self._best_id(), self.archive.best_speedup,
                           self.stored_candidates + self.candidates,
-                          self.store.location, error=budget or None, extra=extra,
+                          self.store.location, error=error or None, extra=extra,
                           spend=spend if spend.calls or self.generator.name == "llm" else None,
-                          new_candidates=self.candidates)
+                          new_candidates=self.candidates,
+                          stopped_by="models" if self._outage else "budget" if budget else "")
 
     # traces (opt-in) ----------------------------------------------------------------------
     def _open_traces(self, hw) -> Iterator[Event]:
@@ -426,10 +436,10 @@ class Search:
             missing = [b for b in range(branches) if b not in done.get(iteration, set())]
             if not missing:
                 continue
-            if self.control.stopped or self.spending.reason:
+            if self.control.stopped or self.spending.reason or self._outage:
                 break
             self._iteration_now = iteration
-            plan = self._plan(missing)
+            plan = self._plan(missing, iteration)
             diagnoses: list[Diagnosis] = []
             if iteration > 0:  # the critic reads the iteration before, for these parents
                 diagnoses = yield from self._critique(iteration - 1, [p for _, p, _, _ in plan])
@@ -439,33 +449,49 @@ class Search:
             yield IterationFinished(iteration, self.archive.best_speedup,
                                     self.stored_candidates + self.candidates)
             last = iteration
+            if self._outage:
+                break
             if self._exhausted:  # the offline generator has nothing untried left
                 yield LogEmitted("info", f"The search ends after iteration {iteration}: "
                                  f"{self._exhausted}.")
                 break
         if last is not None:  # what to try next, for the user (no model call once stopping)
-            yield from self._critique(last, [], cheap=self.control.stopped)
+            yield from self._critique(last, [], cheap=self.control.stopped or bool(self._outage))
 
-    def _plan(self, branches: list[int]) -> list[tuple]:
-        """(branch, parent, inspirations, rng) for each branch to run."""
+    def _plan(self, branches: list[int], iteration: int) -> list[tuple]:
+        """(branch, parent, inspirations, rng) for each branch to run. While the archive has
+        nothing correct, a branch whose latest candidate failed builds on that failure (its
+        log and code are the parent's), not on the reference again."""
         plan = []
         for branch in branches:
             parent = self.archive.sample_parent(self.rng)
             inspirations = self.archive.sample_inspirations(
                 parent, self.config.search.num_inspirations, self.rng)
+            if self.generator.name == "llm" and (
+                    parent is None or parent.is_program0 or not parent.can_be_best):
+                failed = branch_failures(self._judged_in, branch, iteration)
+                parent = failed[0] if failed else parent
             plan.append((branch, parent, inspirations, random.Random(self.rng.random())))
         return plan
 
     def _critique(self, iteration: int, parents: list[Program],
                   cheap: bool = False) -> Iterator[Event]:
         """Diagnose the best kernel and each parent; store, announce and return the diagnoses."""
+        events: list[Event] = []
         critic = self.rules_critic if cheap or self.spending.reason else self.critic
+        if critic.model and not self.spending.begin(events.append):  # the budget allows none
+            critic = self.rules_critic
+        yield from events
+        events = []
         if critic.model:  # a model call blocks the stream for a while: say what it waits for
             yield LogEmitted("info", f"Critic {critic.model} reads iteration {iteration}…")
-        report = critic.judge(iteration, self.archive.best, parents,
-                              self._judged_in.get(iteration, []), self.probe, self.hardware,
-                              self.task_name, self.backend, outcomes=self.outcomes)
-        events: list[Event] = []
+        try:
+            report = critic.judge(iteration, self.archive.best, parents,
+                                  self._judged_in.get(iteration, []), self.probe, self.hardware,
+                                  self.task_name, self.backend, outcomes=self.outcomes)
+        finally:
+            if critic.model:
+                self.spending.end()
         for call in report.calls:
             event = self.spending.add(call, "", iteration)
             self.spending.store_call(self.run_id, event)
@@ -508,22 +534,26 @@ class Search:
         )
         best_said = [d for d in diagnoses if d.role == "best"]
         by_kernel = {d.kernel_id: d for d in diagnoses if d.role == "parent"}
+        ref_ms, ref_how = reference_timing(self._judged_in, self.probe, self.hardware.label)
         jobs = []
         for branch, parent, inspirations, rng in plan:
             said = best_said + ([by_kernel[parent.id]] if parent and parent.id in by_kernel else [])
+            failures = [p for p in branch_failures(self._judged_in, branch, iteration)
+                        if parent is None or p.id != parent.id][:FAILURES_SHOWN]
             jobs.append(ProposalRequest(
                 task=self.task, probe=self.probe, backend=self.backend, iteration=iteration,
                 branch=branch, parent=parent, best=self.archive.best, inspirations=inspirations,
                 user_instructions=instructions, hardware_label=self.hardware.label,
                 rng=rng, diagnoses=tuple(said), judged=frozenset(self._judged_params),
                 max_variants=self.config.prompt.max_template_combinations,
-                allow_templated=self.config.prompt.allow_templated,
+                allow_templated=self.config.prompt.allow_templated, failures=failures,
+                reference_ms=ref_ms, reference_timing=ref_how,
             ))
         out: queue.Queue = queue.Queue()
         paused_seen = False
         with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="candidate") as pool:
             for request in jobs:
-                pool.submit(self._candidate, request, slots, steering, out)
+                pool.submit(self._candidate, request, slots, out)
             pending = len(jobs)
             while pending:
                 pending += self._start_external(slots, out)
@@ -541,18 +571,22 @@ class Search:
         if paused_seen and not self.control.paused:
             yield RunResumed()
 
-    def _candidate(self, request: ProposalRequest, slots, steering: str, out: queue.Queue,
+    def _candidate(self, request: ProposalRequest, slots, out: queue.Queue,
                    submission: Submission | None = None, label: str = "") -> None:
         """Worker thread: generate (or take a submitted kernel), then evaluate in a confined
         subprocess. Never writes the db."""
         label = label or f"i{request.iteration}-b{request.branch}"
         why = "the run stopped before it was judged"  # told to a submitter if it is not judged
+        asks_model = submission is None or bool(submission.instruction)
         try:
             if not self.control.wait_while_paused():
                 return  # stopped: this candidate never starts
-            if self.spending.reason and (submission is None or submission.instruction):
-                why = self.spending.reason  # the budget is spent: no model call starts
+            if asks_model and (self.spending.reason or self._outage):
+                why = self.spending.reason or self._outage  # no model call starts
                 return
+            if asks_model and not self.spending.begin(out.put):
+                why = self.spending.reason or "its model call could pass the budget"
+                return  # its call could pass the budget: it never starts
             model_hint = self.generator.models[0] if self.generator.models else self.generator.name
             if submission is not None and not submission.instruction:
                 model_hint = submission.author
@@ -560,17 +594,21 @@ class Search:
                                      request.parent.id if request.parent else None, model_hint))
             program_id = new_program_id()
             t0 = time.perf_counter()
-            if submission is not None and not submission.instruction:
+            if not asks_model:
                 proposal = _submitted(submission, request.parent)
             else:
                 out.put(CandidatePhaseChanged(label, "generating"))
                 stream = request.on_text = AnswerStream(label, out.put)
-                proposal = self.generator.propose(request)
+                try:
+                    proposal = self.generator.propose(request)
+                finally:
+                    self.spending.end()
                 stream.flush()
             gen_s = time.perf_counter() - t0
             for call in proposal.calls:
                 out.put(self.spending.add(call, label, request.iteration, program_id))
             self.spending.check(out.put)
+            self._check_models(out.put)
             if proposal.failed == "exhausted":  # nothing new to judge: no row, the job ends
                 self._exhausted = proposal.log
                 out.put(CandidatePhaseChanged(label, "abandoned"))
@@ -594,7 +632,7 @@ class Search:
                     "description": proposal.description, "params": proposal.params,
                     "prompt": proposal.prompt, "generation_log": proposal.log,
                     "inspiration_ids": [p.id for p in request.inspirations],
-                    "user_instructions": request.user_instructions if steering else "",
+                    "user_instructions": request.user_instructions,
                     "tokens_used": proposal.tokens_used, "generation_s": gen_s,
                     "evaluation_s": eval_s, "llm": call_summary(proposal.calls),
                     "critic": [asdict(d) for d in request.diagnoses],
@@ -664,7 +702,7 @@ class Search:
                 max_variants=self.config.prompt.max_template_combinations,
                 allow_templated=self.config.prompt.allow_templated)
             threading.Thread(target=self._candidate, name=f"candidate-{label}", daemon=True,
-                             args=(request, slots, sub.instruction, out, sub, label)).start()
+                             args=(request, slots, out, sub, label)).start()
             started += 1
         return started
 
@@ -713,10 +751,16 @@ class Search:
                 result.eval_log = (f"Identical to kernel {seen[0]} (same code and backend): "
                                    f"its evaluation is reused, nothing was rebuilt.\n"
                                    + result.eval_log)
+            elif proposal.compile_error:  # it does not parse: nothing to build
+                result = EvalResult(compiled=False, perf_score=0,
+                                    metadata={"syntax_error": proposal.compile_error},
+                                    eval_log="The code did not compile (the parser refused "
+                                    "it), so nothing was built:\n" + proposal.compile_error)
             elif proposal.code.strip():
                 result = self._judge_proposal(proposal, backend, label, on_phase)
                 with self._judged_lock:  # before the slot is freed: a twin waiting sees it
-                    self._judged.setdefault(key, (program_id, result))
+                    # a copy: the stored result loses its winner's code to the program
+                    self._judged.setdefault(key, (program_id, result.model_copy(deep=True)))
             else:  # nothing to build: a generation failure, not a build status
                 why = ("The model's service gave no answer, so there was no kernel to build."
                        if proposal.failed == "service" else
@@ -725,6 +769,16 @@ class Search:
                                     metadata={"generation_failed": proposal.failed or "no_code"},
                                     eval_log=(why + "\n" + (proposal.log or "")).strip())
             return result, time.perf_counter() - t1
+
+    def _check_models(self, put) -> None:
+        """Say which models were paused (an ensemble goes on), and stop once none is left."""
+        for notice in getattr(self.generator, "take_notices", lambda: [])():
+            put(LogEmitted("warning", notice))
+        outage = getattr(self.generator, "outage", "")
+        if outage and not self._outage:
+            self._outage = outage
+            put(LogEmitted("error", f"{outage}. The run stops: no new candidate starts, those "
+                           "in flight finish; what failed is tried again when the job resumes."))
 
     def _judge_proposal(self, proposal, backend: str, label: str, on_phase) -> EvalResult:
         """Evaluate a proposal: a templated one (the offline generator's sweep, or a model's
@@ -743,9 +797,18 @@ class Search:
         return result
 
     def _remember(self, program: Program) -> None:
-        key = _digest(program.code, program.metadata.get("backend", self.backend))
+        backend = program.metadata.get("backend", self.backend)
+        result = program.kernel_exec_result
+        seen = [(program.code, result)]
+        template = result.template_results.get("template") if result is not None else None
+        if template and result.template_results.get("winner"):
+            # what was swept is remembered too: its twin is kept as the same winner
+            twin = result.model_copy(deep=True)
+            twin.template_results["winner_code"] = program.code
+            seen.append((template, twin))
         with self._judged_lock:
-            self._judged.setdefault(key, (program.id, program.kernel_exec_result))
+            for code, judged in seen:
+                self._judged.setdefault(_digest(code, backend), (program.id, judged))
 
     def _note_judged(self, program: Program) -> None:
         """Remember which template parameters this job has judged (the offline no-repeat rule)."""

@@ -2,7 +2,9 @@
 
 SQLite runs in WAL mode so the dashboard can read while the engine writes; each candidate is
 committed as soon as it is judged, so a killed engine loses at most the candidates in flight.
-On PostgreSQL (a ``postgresql://`` URL) several engines, one per host, write their own jobs
+Every text written (prompts, answers, code, logs, a run's error, the critic's lines) goes
+through the one redactor first (``openkernel.redaction``): no key is stored, even one a provider
+echoed. On PostgreSQL (a ``postgresql://`` URL) several engines, one per host, write their own jobs
 into one database at once: rows are keyed by job, run ids come from the server, kernel ids are
 random, and the rows two engines may both write (reference timings) are upserts.
 
@@ -24,6 +26,7 @@ from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import Session, sessionmaker
 
 from openkernel.errors import OpenKernelError
+from openkernel.redaction import redact, redact_all
 from openkernel.store import engines, migrate, summary
 from openkernel.store.engines import engine_url
 from openkernel.store.liveness import Heartbeat, this_host
@@ -122,7 +125,7 @@ class Store:
             run = s.get(Run, run_id)
             if run is not None:
                 run.status = status
-                run.error = error
+                run.error = redact(error)
                 run.finished_at = datetime.now(timezone.utc)
 
     def job_runs(self, task_name: str, job_name: str) -> list[Run]:
@@ -134,6 +137,7 @@ class Store:
 
     # kernels --------------------------------------------------------------------------------
     def add_kernel(self, **fields) -> Kernel:
+        fields = redact_all(fields)
         if self.postgres:  # PostgreSQL's text cannot hold NUL (a candidate's output may)
             fields = {k: v.replace("\x00", "\ufffd") if isinstance(v, str) else v
                       for k, v in fields.items()}
@@ -184,7 +188,7 @@ class Store:
         """
         with self.session() as s, s.begin():
             row = Critique(run_id=run_id, task_name=task_name, job_name=job_name,
-                           iteration=iteration, text=text, source=source, **diagnosis)
+                           iteration=iteration, text=redact(text), source=source, **diagnosis)
             s.add(row)
         return row
 

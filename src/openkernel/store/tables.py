@@ -78,7 +78,7 @@ class Kernel(Base):
     origin: Mapped[str] = mapped_column(String(20))  # reference|file|best|llm|offline|user|agent
     model: Mapped[str] = mapped_column(String(200), default="")
     # Who wrote a candidate from outside the generator: "user" or "agent:<name>" (label u<N>,
-    # origin user|agent); "" for the generator's own. Added by migration 0002 (older rows NULL).
+    # origin user|agent); "" for the generator's own. Added by migration 0002_kernel_author (older rows NULL).
     author: Mapped[str | None] = mapped_column(String(100), nullable=True, default="")
     hardware: Mapped[str] = mapped_column(String(200), default="")
     gpu_arch: Mapped[str] = mapped_column(String(100), default="")
@@ -195,6 +195,8 @@ class LLMCallRecord(Base):
     latency_s: Mapped[float] = mapped_column(Float, default=0.0)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The tokens are litellm's count, not the server's (no usage sent, or a stream cut off).
+    estimated: Mapped[bool] = mapped_column(Boolean, default=False)
 
     __table_args__ = (Index("ix_llm_calls_task_job", "task_name", "job_name"),)
 
