@@ -24,7 +24,10 @@ from sqlalchemy import select
 from openkernel import cli
 from openkernel.config import build_config
 from openkernel.errors import ConfigError
-from openkernel.evaluation.host.baselines import KIND, covers, environment_key, walls
+from openkernel.evaluation.host.baselines import covers, environment_key, walls
+from openkernel.records import baseline_kind
+
+KIND = baseline_kind(False)  # the suites' default: TF32 off
 from openkernel.evaluation.host.executor import Evaluator
 from openkernel.runner import resolve_run
 from openkernel.schemas import Status
