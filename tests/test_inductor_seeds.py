@@ -1,9 +1,9 @@
 """Inductor's output rewritten as a standalone candidate (generators/seeds), on captured code.
 
 The captures in tests/data/inductor were made by ``benchmarks/capture_inductor.py`` from the
-reference files beside them: genuine Inductor output (torch 2.13's codegen, default mode,
-dynamic sizes) for a stand-in H200 on this GPU-less machine (each file's ``made`` says so; the
-H200 stage ``inductor-capture`` makes the same on the real device). They hold an extern GEMM
+reference files beside them: genuine Inductor output (default mode, dynamic sizes) captured on
+the H200 by its stage ``inductor-capture`` (torch 2.11 there; each file's ``made`` and ``gpu``
+say so; on a machine without a GPU the script captures for a stand-in H200 instead). They hold an extern GEMM
 with a persistent reduction after it, an extern convolution with batch norm and ReLU fused
 after it, and a looped reduction over a symbolic row (RMSNorm). Each is rewritten, then run
 under the Triton interpreter (in a fresh process, as a worker would) against the reference at
@@ -157,7 +157,7 @@ def test_the_offline_generator_offers_the_seed_beside_its_own_kernels():
 
     first, second = propose(0), propose(1)
     assert first.model == "offline:fused_matmul" and second.model == "offline:inductor_seed"
-    assert "stand-in CUDA device" in second.reasoning and "@triton.jit" in second.code
+    assert "on the GPU" in second.reasoning and "@triton.jit" in second.code
     child = propose(2, Program(id="p", code=second.code, metadata={"params": second.params}))
     assert child.model == "offline:inductor_seed"
     probe.trace = None  # the compiler has nothing to plan from: the seed alone
