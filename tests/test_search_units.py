@@ -45,10 +45,10 @@ def test_program_round_trip():
 
 def test_features_from_code_and_params():
     f = kernel_features("k[grid](x, y, n, BLOCK_SIZE=1024, num_warps=4)")
-    assert f == {"tile": 4, "warps": 2}
-    assert kernel_features("", {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8})["tile"] == 7
-    assert kernel_features("kernel<<<blocks, 256>>>(x)")["warps"] == 3
-    assert kernel_features("no hints") == {"tile": -1, "warps": -1}
+    assert f == {"kind": "hand", "launches": 1, "tile": 10, "warps": 4}
+    assert kernel_features("", {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8})["tile"] == 14
+    assert kernel_features("kernel<<<blocks, 256>>>(x)")["warps"] == 8
+    assert kernel_features("no hints") == {"kind": "hand", "launches": -1, "tile": -1, "warps": -1}
 
 
 def test_archive_keeps_best_per_cell_and_samples():

@@ -50,7 +50,7 @@ def test_job_rows_are_light_and_hold_what_the_engine_wrote(sample):
     n = sample_db.ITERS * sample_db.BRANCHES + 1
     assert len(rows) == n and "prompt" not in rows[0] and "code" not in rows[0]
     best = next(r for r in rows if r["id"] == sample["best"])
-    assert set(best["features"]) == {"tile", "warps"}  # the archive's feature dimensions
+    assert set(best["features"]) == {"kind", "launches", "tile", "warps"}  # the archive's cells
     assert best["profiler_data"]["estimate"] and best["profiler_data"]["arithmetic_intensity"] > 0
     assert queries.job_signature(engine, sample_db.TASK, sample_db.JOB)[0] == n
     violation = [queries.kernel_detail(engine, i) for i in sample["ids"]["incorrect"]]
