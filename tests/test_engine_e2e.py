@@ -181,6 +181,7 @@ def _cli(*args, cwd=None, timeout=300):
 def test_cli_bad_input_is_one_message(tmp_path, examples_dir):
     r = _cli("run", str(tmp_path / "nope"))
     assert r.returncode == 2 and "no such task" in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == "" and r.stderr.startswith("error: ")  # no blank line before it
     r = _cli("run", str(examples_dir / "gelu"), "--set", "max_iterz=1")
     assert r.returncode == 2 and "unknown key 'max_iterz'" in r.stderr and "Traceback" not in r.stderr
     r = _cli("eval", str(examples_dir / "gelu"), str(tmp_path / "missing.py"))
@@ -393,36 +394,48 @@ def test_flops_are_counted_or_said_unknown(tmp_path, examples_dir):
     assert "FLOPs not counted" in facts and "intensity 0.00" not in facts
 
 
-def test_an_exhausted_sweep_ends_the_job_with_the_critics_word_and_its_traces(tmp_path,
-                                                                             examples_dir):
-    """The offline generator's space runs out (gelu's elementwise template: 12 combinations
-    on the CPU) before max_iters: the job ends there, completed, the critic still has the
-    last word, and the trace dataset holds each candidate as its winner's concrete code."""
-    import torch
-
-    from openkernel.generators.templates import TEMPLATES
+def test_an_exhausted_sweep_ends_the_job_with_the_critics_word_and_its_traces(
+        tmp_path, pointwise_task):
+    """The offline generator's space runs out (fused_pointwise: 3 combinations on the CPU,
+    judged by iteration 0's two candidates) before max_iters: the branches it had nothing for
+    are withdrawn (no row, no "not judged"), the job ends there, completed, says why and at
+    what count of the planned, the critic still has the last word, and the trace dataset holds
+    each candidate as its winner's concrete code."""
     from openkernel.store.traces import read_dataset
     from openkernel.templating import is_template
 
-    # every candidate judges at least one new point, so the space runs out within its size
-    space = len(TEMPLATES[0].space(not torch.cuda.is_available(), "triton"))
-    events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
-        tmp_path, "job_name=sweep", f"max_iters={space + 1}", "branches_per_iteration=1",
+    events = list(openkernel.optimize(pointwise_task, overrides=_overrides(
+        tmp_path, "job_name=sweep", "max_iters=3", "branches_per_iteration=2",
         "traces.enabled=true", f"traces.dir={tmp_path / 'traces'}")))
     finished = events[-1]
-    assert finished.reason == "completed" and finished.candidates < space, finished
+    assert finished.reason == "completed" and finished.candidates == 2, finished
+    assert finished.planned == 6 and "every combination" in finished.ended_early
+    assert finished.tally.words() == "2 candidates"
+    withdrawn = [e for e in events if isinstance(e, ev.CandidateWithdrawn)]
+    assert sorted(e.label for e in withdrawn) == ["i1-b0", "i1-b1"]
+    started = {e.label for e in events if isinstance(e, ev.CandidateStarted)}
+    judged = {e.label for e in events if isinstance(e, ev.CandidateEvaluated)}
+    assert started - judged == {"i1-b0", "i1-b1"} and judged == {"i0-b0", "i0-b1"}
+    assert not any(isinstance(e, ev.CandidatePhaseChanged) and e.phase == "abandoned"
+                   for e in events)
     ends = [i for i, e in enumerate(events)
-            if isinstance(e, ev.LogEmitted) and "The search ends after iteration" in e.message]
+            if isinstance(e, ev.LogEmitted) and "The search ends after iteration 1" in e.message]
     assert len(ends) == 1 and "every combination" in events[ends[0]].message
     assert any(isinstance(e, ev.CriticDiagnosed) for e in events[ends[0]:])
     traced = read_dataset(tmp_path / "traces").to_pylist()
-    rows = [r for r in Store(tmp_path / "k.sqlite3").job_kernels("gelu", "sweep")
+    rows = [r for r in Store(tmp_path / "k.sqlite3").job_kernels("relu_x2", "sweep")
             if not r.is_program0]
     assert sorted(t["kernel_id"] for t in traced) == sorted(r.id for r in rows)
+    assert len(rows) == 2
     assert all(t["session_status"] == "completed" for t in traced)
-    # each candidate a sweep of untried points (a lone point judged as it is): 12 in all, once
     points = [tuple(sorted(c["params"].items())) for r in rows
               for c in (r.template_results or {}).get("combinations") or [
                   {"params": {k: v for k, v in r.meta["params"].items() if k != "template"}}]]
-    assert len(points) == len(set(points)) == space
+    assert len(points) == len(set(points)) == 3
     assert not any(is_template(t["kernel_code"]) for t in traced if t["kernel_code"])
+    # `openkernel run` ends its bar at what was done and says why (the run is stored: resume)
+    r = _cli("run", str(pointwise_task), *sum((["--set", o] for o in _overrides(
+        tmp_path, "job_name=sweep", "max_iters=3", "branches_per_iteration=2")), []))
+    assert r.returncode == 0, r.stderr
+    assert "ended at 2 of 6 planned: every combination" in r.stdout
+    assert not r.stdout.startswith("\n")

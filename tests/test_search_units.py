@@ -65,7 +65,7 @@ def test_archive_keeps_best_per_cell_and_samples():
     assert {p.id for p in arch.elites.values()} == {"a", "c"}
     assert arch.best.id == "c" and arch.best_speedup == 1.5
     assert arch.sample_parent(rng).id == "c"  # pure exploitation with a full tournament
-    insp = arch.sample_inspirations(arch.elites[(4, 2)], 2, rng)
+    insp = arch.sample_inspirations(arch.elites[("", -1, 10, 4)], 2, rng)  # the cell of "a"
     assert [p.id for p in insp] == ["c"]
 
 

@@ -12,6 +12,16 @@ from typing import Any
 CPU_LABEL = "CPU (Triton interpreter)"
 
 
+def device_words(hardware: str, backend: str = "triton") -> str:
+    """The machine as the front ends name it for a job's backend: the CPU runs Triton under
+    its interpreter, but a CUDA C++ job there is only compiled (its candidates are not run)."""
+    if not hardware.lower().startswith("cpu"):
+        return hardware
+    if backend == "cuda":
+        return "CPU, no GPU: CUDA C++ compiled only"
+    return "CPU, Triton interpreter" if "interpreter" in hardware.lower() else hardware
+
+
 @dataclass(frozen=True)
 class Hardware:
     """What candidates run on, as the engine reports and stores it."""

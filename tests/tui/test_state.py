@@ -30,8 +30,8 @@ def test_state_folds_the_demo_run():
 def test_chat_lines_say_outcomes_and_speedup_moves():
     lines = [str(t) for e in demo_events() for t in narrate(e)]
     assert "✓ i0-b1 faster  1.31x" in lines
-    assert any(line.startswith("↑ first best 0.92x") for line in lines)
-    assert any(line.startswith("↑ 0.92x → 1.31x") for line in lines)
+    assert any(line.startswith("↑ first best 0.920x") for line in lines)
+    assert any(line.startswith("↑ 0.920x → 1.31x") for line in lines)
     assert any(line.startswith("↑ 1.31x → 1.62x") for line in lines)
     assert "✗ i0-b2 build error" in lines
     assert any(line.startswith("Critic: ") for line in lines)

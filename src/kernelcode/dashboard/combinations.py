@@ -13,6 +13,8 @@ import plotly.graph_objects as go
 from dash import dcc, html
 from plotly.subplots import make_subplots
 
+from openkernel.evaluation.host.templates import how_judged
+
 
 def _names(results: dict) -> list[str]:
     rows = results.get("combinations") or []
@@ -87,10 +89,8 @@ def combinations_section(k: dict) -> html.Details | None:
                + [{"field": n, "headerName": n} for n in names]
                + [{"field": "status"}, {"field": "median_ms", "headerName": "median ms", "sort": "asc"},
                   {"field": "speedup"}, {"field": "why", "flex": 2}])
-    space = results.get("space_size", len(results["combinations"]))
-    note = (f"{len(results['combinations'])} of {space} combinations"
-            + (" (a sample past max_template_combinations)" if results.get("sampled") else "")
-            + ", screened on one input set and timed together; the winner (★) had the full checks.")
+    note = how_judged(results) + (" The winner (★) had the full checks."
+                                  if results.get("winner") else "")
     return html.Details([
         html.Summary("Template combinations"),
         html.P(note, className="muted small"),

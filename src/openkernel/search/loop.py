@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
@@ -36,6 +36,7 @@ from openkernel.events import (
     CandidateGenerated,
     CandidatePhaseChanged,
     CandidateStarted,
+    CandidateWithdrawn,
     CriticDiagnosed,
     Event,
     InstructionAdded,
@@ -64,6 +65,7 @@ from openkernel.store import Store
 from openkernel.targets import TargetPlan
 from openkernel.task import Task
 from openkernel.templating import is_template
+from openkernel.wording import Tally
 
 _DONE = object()
 # The worker's phases (evaluation.protocol.PHASES, and "profile") as a candidate's phase.
@@ -144,6 +146,8 @@ class Search:
         self._notes_seen = 0
         self._judged_params: set[tuple] = set()  # (template, params) judged in this job
         self._exhausted = ""  # why the generator has nothing new left to propose
+        self._in_flight = 0  # candidates started and not parked by a pause (nor done)
+        self._flight_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------
     def run(self) -> Iterator[Event]:
@@ -190,6 +194,7 @@ class Search:
                            error=message)
 
     def _run(self) -> Iterator[Event]:
+        began = datetime.now(timezone.utc)  # the run's time includes its probe (bench's table)
         # The model first: a missing key is said at once, not after the task's probe. (A
         # generator without a preflight has nothing to reach.)
         preflight = getattr(self.generator, "preflight", None)
@@ -213,6 +218,8 @@ class Search:
         if self.evaluator.where:  # the Ray executor: how many GPU actors, on which nodes
             yield LogEmitted("info", self.evaluator.where)
         self.probe, self.hardware = probe, hw
+        # `b` is decided at the key: the generator says now whether it can write that backend.
+        self.control.backend_check = lambda b: self.generator.supports(self.task, probe, b)
         targets = self.evaluator.targets
         self.gpu_arch = targets.primary  # results are filed (and start_from_best looks) here
         if targets.missing and self.evaluator.hardware.device == "cuda":
@@ -233,7 +240,7 @@ class Search:
             config={**self.config.model_dump(mode="json"), "hardware": asdict(hw),
                     "peak_gflops": _peak_gflops(hw, probe),
                     "footprint": asdict(probe.memory) if probe.memory else None},
-            task_path=str(self.task.folder or self.task.reference_path),
+            task_path=str(self.task.folder or self.task.reference_path), started_at=began,
         )
         self.run_id = run.id
         self._heartbeat = self.store.heartbeat(run.id)
@@ -247,6 +254,7 @@ class Search:
             peak_bandwidth_gbs=hw.peak_bandwidth_gbs, peak_tflops=dict(hw.peak_tflops or {}),
             max_usd=self.config.budget.max_usd, max_tokens=self.config.budget.max_tokens,
             peak_gflops=_peak_gflops(hw, probe),
+            resumed_tally=Tally.of(Counter(r.status for r in stored if not r.is_program0)),
         )
         if stored:
             n = self.stored_candidates
@@ -271,7 +279,7 @@ class Search:
             yield RunFinished("failed", self._best_id(), self.archive.best_speedup,
                               self.stored_candidates + self.candidates,
                               self.store.location, error=repr(err),
-                              new_candidates=self.candidates)
+                              new_candidates=self.candidates, tally=Tally.of(self.outcomes))
             raise
         budget = self.spending.reason
         reason = "stopped" if self.control.stopped or budget else "completed"
@@ -284,7 +292,9 @@ class Search:
                           self.stored_candidates + self.candidates,
                           self.store.location, error=budget or None, extra=extra,
                           spend=spend if spend.calls or self.generator.name == "llm" else None,
-                          new_candidates=self.candidates)
+                          new_candidates=self.candidates, tally=Tally.of(self.outcomes),
+                          planned=self.config.max_iters * self.config.branches_per_iteration,
+                          ended_early=self._exhausted)
 
     # traces (opt-in) ----------------------------------------------------------------------
     def _open_traces(self, hw) -> Iterator[Event]:
@@ -413,7 +423,8 @@ class Search:
             yield IterationStarted(iteration)
             yield from self._run_branches(iteration, plan, diagnoses)
             yield IterationFinished(iteration, self.archive.best_speedup,
-                                    self.stored_candidates + self.candidates)
+                                    self.stored_candidates + self.candidates,
+                                    Tally.of(self.outcomes))
             last = iteration
             if self._exhausted:  # the offline generator has nothing untried left
                 yield LogEmitted("info", f"The search ends after iteration {iteration}: "
@@ -497,6 +508,7 @@ class Search:
             ))
         out: queue.Queue = queue.Queue()
         paused_seen = False
+        settled = False  # paused, and said so once nothing was left in flight
         with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="candidate") as pool:
             for request in jobs:
                 pool.submit(self._candidate, request, slots, steering, out)
@@ -506,8 +518,15 @@ class Search:
                     item = out.get(timeout=0.2)
                 except queue.Empty:
                     if self.control.paused != paused_seen:
-                        paused_seen = self.control.paused
-                        yield RunPaused() if paused_seen else RunResumed()
+                        paused_seen, settled = self.control.paused, False
+                        if paused_seen:
+                            yield RunPaused(self._in_flight)
+                            settled = self._in_flight == 0
+                        else:
+                            yield RunResumed()
+                    elif paused_seen and not settled and self._in_flight == 0:
+                        settled = True  # the last candidate in flight is stored: paused now
+                        yield RunPaused(0)
                     continue
                 if item is _DONE:
                     pending -= 1
@@ -523,9 +542,11 @@ class Search:
     def _candidate(self, request: ProposalRequest, slots, steering: str, out: queue.Queue) -> None:
         """Worker thread: generate, then evaluate in a confined subprocess. Never writes the db."""
         label = f"i{request.iteration}-b{request.branch}"
+        counted = False
         try:
             if not self.control.wait_while_paused() or self.spending.reason:
                 return  # stopped, or the budget is spent: this candidate never starts
+            counted = self._flying(+1)
             model_hint = self.generator.models[0] if self.generator.models else self.generator.name
             out.put(CandidateStarted(label, request.iteration, request.branch,
                                      request.parent.id if request.parent else None, model_hint))
@@ -541,7 +562,7 @@ class Search:
             self.spending.check(out.put)
             if proposal.failed == "exhausted":  # nothing new to judge: no row, the job ends
                 self._exhausted = proposal.log
-                out.put(CandidatePhaseChanged(label, "abandoned"))
+                out.put(CandidateWithdrawn(label, proposal.log))
                 return
             out.put(CandidateGenerated(label, proposal.model, proposal.description, proposal.reasoning))
             if proposal.code.strip():
@@ -555,8 +576,12 @@ class Search:
                     out.put(CandidatePhaseChanged(label, mapped))
 
             with slots:
-                if not self.control.wait_while_paused():
-                    return
+                if self.control.paused:  # parked by a pause: not in flight while it waits
+                    self._flying(-1)
+                    going = self.control.wait_while_paused()
+                    self._flying(+1)
+                    if not going:
+                        return
                 t1 = time.perf_counter()
                 key = _digest(proposal.code, request.backend)
                 with self._judged_lock:
@@ -608,7 +633,14 @@ class Search:
             out.put(LogEmitted("error", f"{label}: internal error: {err!r}"))
             out.put(CandidatePhaseChanged(label, "abandoned"))
         finally:
+            if counted:
+                self._flying(-1)
             out.put(_DONE)
+
+    def _flying(self, step: int) -> bool:
+        with self._flight_lock:
+            self._in_flight += step
+        return True
 
     def _judge_proposal(self, proposal, backend: str, label: str, on_phase) -> EvalResult:
         """Evaluate a proposal: a templated one (the offline generator's sweep, or a model's

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from openkernel.search.features import KINDS, LAUNCHES_MAX, cell_of
+from openkernel.search.features import KINDS, LAUNCHES_MAX, cell_of, kernel_features
 
 
 @dataclass(frozen=True)
@@ -47,13 +47,17 @@ def occupancy(kernels: Iterable[Mapping]) -> list[Cell]:
     """Occupied cells of a job, from its kernel rows (in the order they were judged).
 
     Each mapping needs ``features``, ``is_program0``, ``correctness``, ``score``,
-    ``runtime_improvement``, ``id`` and ``label``; rows without code-derived features (the
-    reference, a generation failure) are left out.
+    ``runtime_improvement``, ``id`` and ``label`` (and ``code``, ``metadata``, ``origin`` to
+    place a row stored before the archive had its present dimensions); the reference and rows
+    without code (a generation failure) are left out.
     """
     tried: dict[tuple, int] = {}
     elites: dict[tuple, Mapping] = {}
     for k in kernels:
         features = k.get("features") or {}
+        if "kind" not in features and (k.get("code") or "").strip():  # stored before the kinds
+            params = (k.get("metadata") or k.get("meta") or {}).get("params")
+            features = kernel_features(k["code"], params, k.get("origin") or "")
         if k.get("is_program0") or not features:
             continue
         cell = cell_of(features)

@@ -34,13 +34,22 @@ def _row(variant: Variant, screened: dict, ref_median: float | None) -> dict:
     return row
 
 
+def how_judged(results: dict) -> str:
+    """What was done with a sweep's combinations, in one sentence (the log's and the
+    dashboard's): screened and timed, or (CUDA C++ without a GPU) compiled only."""
+    rows = results.get("combinations", [])
+    judged = len(rows)
+    what = (" compiled with nvcc only: no GPU here to run them" if results.get("compiled_only")
+            else " screened on one input set and timed together")
+    return (f"{judged} combination(s) of {results.get('space_size', judged)}"
+            + (f" (a sample: over max_template_combinations={results.get('bound')})"
+               if results.get("sampled") else "") + what + ".")
+
+
 def summary_lines(results: dict) -> list[str]:
     """A few lines on a sweep for the log (and so for later prompts)."""
     rows = results.get("combinations", [])
-    judged = len(rows)
-    lines = [f"Template: {judged} combination(s) of {results.get('space_size', judged)}"
-             + (f" (a sample: over max_template_combinations={results.get('bound')})"
-                if results.get("sampled") else "") + " screened on one input set and timed together."]
+    lines = [f"Template: {how_judged(results)}"]
     ranked = sorted((r for r in rows if r["speedup"] > 0), key=lambda r: -r["speedup"])
     for r in ranked[:5]:
         mark = " <- winner" if r["params"] == results.get("winner") else ""
@@ -131,11 +140,10 @@ def _nvcc_only(evaluator, space: Space, variants: list[Variant], sampled: bool, 
                      "runtime": -1.0, "speedup": -1.0,
                      "error": "" if r.compiled else r.eval_log[-1500:]})
     results = {"space": space.options, "defaults": space.defaults, "space_size": space.size,
-               "bound": bound, "sampled": sampled, "combinations": rows, "winner": None}
+               "bound": bound, "sampled": sampled, "combinations": rows, "winner": None,
+               "compiled_only": True}
     built = sum(1 for r in rows if r["status"] == Status.NOT_RUN.value)
     result = first.model_copy(deep=True)
     result.template_results = results
-    result.eval_log = "\n".join([f"Template: no GPU here, so each of the {len(rows)} CUDA C++ "
-                                 f"combination(s) was compiled with nvcc only: {built} compiled."]
-                                + summary_lines(results))
+    result.eval_log = "\n".join(summary_lines(results) + [f"{built} of {len(rows)} compiled."])
     return result, None
