@@ -294,7 +294,7 @@ def cmd_runs(args) -> int:
         for row in rows:
             print("\t".join(cells(row)))
         return 0
-    all_cells = [cells(r) for r in rows]
+    all_cells = [(*cells(r)[:-1], r["last"][:16]) for r in rows]  # to the minute on screen
     keep = _fit_columns(columns, all_cells, console.width)
     table = Table(*keep)
     for name, share in (("task", 4), ("job", 2)):  # the names you resume by: never cut
