@@ -286,6 +286,9 @@ def test_cli_eval_json(tmp_path, gelu_run, examples_dir):
     data = json.loads(r.stdout)
     assert data["status"] in ("faster", "correct") and data["correctness"] is True
     assert data["runtime_stats"]["n_trials"] >= 1
+    # the roofline estimate the search adds, labelled an estimate, on this path too
+    assert data["profiler_data"]["estimate"] is True
+    assert data["profiler_data"]["arithmetic_intensity"] == pytest.approx(1 / 8)
 
 
 @pytest.mark.slow
@@ -294,7 +297,7 @@ def test_kill_9_keeps_candidates_and_resumes(tmp_path, examples_dir):
     args = ["run", str(examples_dir / "gelu"), "--set", "job_name=killed", "--set", "max_iters=3",
             "--set", "branches_per_iteration=2", "--set", f"paths.kernels_db_path={db}",
             "--set", f"paths.scratch_dir={tmp_path / 'scratch'}", "--set", "eval_config.max_workers=1",
-            # one combination per candidate: six of the CPU's twelve, so none runs out
+            # one combination per candidate: six of the CPU's 90, so none runs out
             "--set", "prompt.max_template_combinations=1"]
     proc = subprocess.Popen([sys.executable, "-m", "openkernel.cli", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

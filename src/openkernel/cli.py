@@ -228,8 +228,14 @@ def cmd_eval(args) -> int:
     status = result.get_status()
     console.print(f"[bold]{status.value}[/]: {status.label}", highlight=False)
     if result.runtime > 0:
-        console.print(f"runtime {result.runtime:.4f} ms, speedup {result.runtime_improvement:.2f}x"
+        from openkernel.evaluation.host.ncu import format_profile
+        from openkernel.wording import speedup_text
+
+        console.print(f"runtime {result.runtime:.4f} ms, speedup "
+                      f"{speedup_text(result.runtime_improvement)}"
                       f" ({result.runtime_stats.get('n_trials', '?')} trials)", highlight=False)
+        if result.profiler_data:  # Nsight Compute's, or the analytic estimate, said as one
+            console.print(format_profile(result.profiler_data), highlight=False, markup=False)
     if result.eval_log:
         console.print(result.eval_log, highlight=False, markup=False)
     return 0

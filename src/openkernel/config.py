@@ -195,7 +195,8 @@ class Config(_Strict):
                                  "Default: run-<timestamp>.")
     backend: Literal["triton", "cuda"] = Field("triton", description="Kernel language.")
     gpu_arch: str | list[str] | None = Field(
-        None, description="Target architecture (e.g. sm_90) or several ([sm_90, sm_80]): "
+        None, description="Target architecture (e.g. sm_90) or several ([sm_90, sm_80], or "
+        "sm_90,sm_80): "
         "candidates are judged on a GPU of the first one present and, when correct, timed on "
         "one GPU of each other one present; CUDA C++ is compiled for all of them. Results are "
         "filed under the first one present. Default: detected.")
@@ -234,9 +235,12 @@ class Config(_Strict):
     @field_validator("gpu_arch", mode="before")
     @classmethod
     def _arch_labels(cls, value: Any) -> Any:
-        """sm_NN or a list of them, normalised to lower case; [] means detected."""
+        """sm_NN, a list of them, or the seed's comma form (``sm_90,sm_80``), normalised to
+        lower case; [] means detected."""
         if value is None or value == []:
             return None
+        if isinstance(value, str) and "," in value:
+            value = [v for v in value.split(",") if v.strip()]
         if isinstance(value, str):
             return _arch_label(value)
         if isinstance(value, (list, tuple)):

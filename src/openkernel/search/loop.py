@@ -53,11 +53,10 @@ from openkernel.generators import make_generator
 from openkernel.generators.base import Generator, ProposalRequest, param_key
 from openkernel.generators.offline import skill_matches
 from openkernel.records import Diagnosis
-from openkernel.roofline import peak_tflops_for
+from openkernel.roofline import peak_tflops_for, roofline_estimate
 from openkernel.schemas import EvalResult, Program, Status, new_program_id
 from openkernel.search.archive import Archive
 from openkernel.search.control import RunControl
-from openkernel.search.critic import roofline_estimate
 from openkernel.search.llm_critic import LLMCritic, RulesCritic
 from openkernel.search.spending import AnswerStream, Spending, call_summary
 from openkernel.search.records import kernel_fields, program_from_row

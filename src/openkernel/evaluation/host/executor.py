@@ -49,6 +49,7 @@ from openkernel.evaluation.host.process import (
     read_full_log,
 )
 from openkernel.evaluation.host.profiling import profile_candidate
+from openkernel.roofline import roofline_estimate
 from openkernel.evaluation.host.results import from_worker
 from openkernel.evaluation.protocol import Job
 from openkernel.records import (
@@ -229,6 +230,10 @@ class Evaluator:
             if on_phase is not None:
                 on_phase("profile")
             profile_candidate(self, code, result)
+        if result.correctness and not result.profiler_data and self._probe is not None:
+            # No profiler ran: the analytic estimate, labelled one, on every path (a search,
+            # `openkernel eval`, bench) alike.
+            result.profiler_data = roofline_estimate(result.runtime, self._probe, hw)
         # Defence in depth: workers never see secrets, but nothing printed may carry one out.
         result.eval_log = environment.redact(result.eval_log, environment.secret_values(os.environ))
         if source_name:  # tracebacks name the file the user knows, not its scratch copy
