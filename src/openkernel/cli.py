@@ -278,8 +278,8 @@ def _fit_columns(columns: tuple[str, ...], rows: list[tuple[str, ...]], width: i
 
 
 def cmd_runs(args) -> int:
-    from openkernel.wording import speedup_text
     from openkernel.store import summary
+    from openkernel.wording import Tally, speedup_text
 
     engine = _reader(args.db)
     try:
@@ -292,8 +292,9 @@ def cmd_runs(args) -> int:
     def cells(row: dict) -> tuple[str, ...]:
         best = (f"{speedup_text(row['best_speedup'])} ({row['best_label']})"
                 if row["best_speedup"] > 0 else "-")
-        return (row["task_name"], row["job_name"], row["state"], str(row["candidates"]), best,
-                row["hardware"] or "-", row["last"])
+        return (row["task_name"], row["job_name"], row["state"],
+                Tally.of(row["status"]).words(noun=False), best, row["hardware"] or "-",
+                row["last"])
 
     if not console.is_terminal:  # piped: whole names, one tab-separated line per job
         print("\t".join(columns))

@@ -92,6 +92,9 @@ class EvalConfig(_Strict):
                           "each correct candidate; its summary reaches later prompts.")
     profile_original_model: bool = Field(False, description="Profile the reference too (once per "
                                          "task), as a baseline shown next to each profile.")
+    profile_memory: bool = Field(False, description="On a GPU with ncu, profile each correct "
+                                 "candidate once more for Nsight Compute's memory workload "
+                                 "tables (the dashboard's memory heatmap); off: it costs a run.")
     precompile_torch_header: bool = Field(True, description="With the cuda backend on a GPU "
                                           "host with GCC: compile <torch/extension.h> once per "
                                           "torch install and flag set (~40 s), so each CUDA C++ "

@@ -50,9 +50,12 @@ class Tally:
                        if getattr(s, "value", s) in NOT_JUDGED_VALUES)
         return cls(total, unjudged)
 
-    def words(self) -> str:
-        """``6 candidates``, ``6 candidates (2 not judged)``, ``4 candidates, none judged``."""
-        head = f"{self.candidates} candidate{'' if self.candidates == 1 else 's'}"
+    def words(self, noun: bool = True) -> str:
+        """``6 candidates``, ``6 candidates (2 not judged)``, ``4 candidates, none judged``
+        (without the noun, for a table's candidates column: ``6 (2 not judged)``)."""
+        head = str(self.candidates)
+        if noun:
+            head += f" candidate{'' if self.candidates == 1 else 's'}"
         if not self.not_judged:
             return head
         if not self.judged:

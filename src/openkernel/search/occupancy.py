@@ -71,7 +71,9 @@ def occupancy(kernels: Iterable[Mapping]) -> list[Cell]:
         out.append(Cell(*cell, tried=n, elite_id=e["id"] if e else None,
                         elite_label=(e.get("label") or "") if e else "",
                         elite_speedup=float(e.get("runtime_improvement") or -1) if e else -1.0))
-    return sorted(out, key=lambda c: (c.kind, c.launches, c.tile, c.warps))
+    order = list(KINDS)  # Inductor seed, library-backed, fused template, hand-written
+    return sorted(out, key=lambda c: (order.index(c.kind) if c.kind in order else len(order),
+                                      c.launches, c.tile, c.warps))
 
 
 def grid(cells: list[Cell]) -> tuple[list[str], list[str], dict[tuple[str, str], Cell]]:

@@ -26,7 +26,6 @@ target (a fat binary on a GPU, the nvcc check on the CPU).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import re
@@ -513,7 +512,7 @@ class Evaluator:
         scratch = self.scratch_root / f"w-{uuid.uuid4().hex[:12]}"
         scratch.mkdir(parents=True, exist_ok=True)
         mem = None if device == "cuda" else int(self.ec.memory_limit_gb * 2**30)
-        wrap = functools.partial(ncu.ncu_command, profiler) if profiler else None
+        wrap = ncu.wrapper(profiler) if profiler else None
         return WorkerProcess(scratch, device, gpu_index, self.ec.cpu_time_limit_s, mem, wrap=wrap)
 
     def _prestart(self, device: str) -> bool:
