@@ -2,7 +2,7 @@
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, stability, examples, kb-softmax, kb-bench,
-#         templated, ray-vs-local.
+#         templated, ray-vs-local, memory-heatmap.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -63,6 +63,13 @@ case "$1" in
       --set max_iters="${ITERS:-1}" --set branches_per_iteration="${BRANCHES:-2}" --set eval_config.profile=false \
       --set paths.kernels_db_path="$OUT/kernels.sqlite3" --set search.seed=0 ${RETRY:+--retry-failed} ${EXTRA:-} \
       --json "$OUT/kb_bench.json" 2>&1 | grep -v "^\s*$" | tail -70 ;;
+  memory-heatmap)  # issue 25: a GELU job profiled with eval_config.profile_memory (Nsight Compute's
+    # memory workload tables); $OUT/kernels.sqlite3 comes back, then on a machine with Chromium:
+    # python benchmarks/memory_heatmap.py screenshot --db OUT/kernels.sqlite3 (docs/memory-heatmap.png)
+    CUDA_VISIBLE_DEVICES=0 timeout "${T:-400}" python3 benchmarks/memory_heatmap.py run --out "$OUT" 2>&1 | tail -20
+    if [ -x /usr/bin/chromium ] && python3 -c "import playwright" 2>/dev/null; then
+      python3 benchmarks/memory_heatmap.py screenshot --db "$OUT/kernels.sqlite3" --png "$OUT/memory-heatmap.png"
+    fi ;;
   templated)  # issue 13: a templated Triton matmul (48 combinations) and CUDA C++ GELU (16), judged
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-420}" python3 benchmarks/templated_sweep.py \
       ${ONLY:+--only $ONLY} --out "$OUT/templated.json" 2>&1 | tail -20 ;;

@@ -13,6 +13,7 @@ from sqlalchemy import select
 import openkernel
 from openkernel import events as ev
 from openkernel.store import Kernel, Run, Store
+from openkernel.wording import speedup_text
 
 
 def _overrides(tmp_path, *extra):
@@ -129,7 +130,7 @@ def test_cli_runs_says_the_best_the_run_said(gelu_run):
     best_label = next(e.label for e in events if isinstance(e, ev.CandidateEvaluated)
                       and e.program.id == finished.best_program_id)
     assert (task, state, candidates) == ("gelu", "completed", "4")
-    assert best == f"{finished.best_speedup:.2f}x ({best_label})" and "1.00x" not in best
+    assert best == f"{speedup_text(finished.best_speedup)} ({best_label})" and "1.00x" not in best
     assert hardware.startswith("CPU")
     row = next(j for j in Store(tmp / "k.sqlite3").list_jobs() if j["job_name"] == "e2e")
     assert row["best_id"] == finished.best_program_id and row["candidates"] == 4

@@ -476,15 +476,19 @@ def cmd_bench(args) -> int:
                                  retry_failed=args.retry_failed):
                 progress.advance(bar)
                 why = out.error or "; ".join(out.log[:1])
+                # the time the table gives it (its runs', from the database): the two agree
+                table = suite_summary(store.engine, suite)
+                row = next((p for p in table.problems if p.name == out.problem.name), None)
+                seconds = row.time_s if row is not None else out.seconds
                 line = (f"  {out.problem.name:40} {out.status:10} {out.candidates:3d} judged "
-                        f"{out.seconds:6.1f} s" + (f"  {why.splitlines()[0][:100]}" if why and out.status != "completed" else ""))
+                        f"{seconds:6.1f} s" + (f"  {why.splitlines()[0][:100]}" if why and out.status != "completed" else ""))
                 if out.evaluator_faults:
                     line += f"  [red]{out.evaluator_faults} evaluator fault(s)[/]"
                 if out.baseline_error:
                     line += f"  [yellow]{out.baseline_error[:80]}[/]"
                 progress.console.print(line, highlight=False)
                 if args.json_path:  # after each problem: a killed suite still leaves its table
-                    _write_json(Path(args.json_path), suite_summary(store.engine, suite).to_json())
+                    _write_json(Path(args.json_path), table.to_json())
         except KeyboardInterrupt:
             control.stop()
             interrupted = True

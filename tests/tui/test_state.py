@@ -43,7 +43,7 @@ def test_failed_run_says_why_and_keeps_what_was_stored():
     state.apply(finished)
     text = "\n".join(map(str, narrate(finished)))
     assert state.phase == "failed" and state.error == "worker died"
-    assert "Run failed: worker died" in text and "4 candidates stored" in text
+    assert "Run failed: worker died" in text and "kept: 4 candidates; database" in text
 
 
 def test_pump_turns_errors_into_events():

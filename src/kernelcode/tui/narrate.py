@@ -158,7 +158,7 @@ def _log(e: ev.LogEmitted) -> list[Text]:
 
 def _finished(e: ev.RunFinished) -> list[Text]:
     counted = e.tally.words() if e.tally else _plural(e.candidates, "candidate")
-    stored = f"{counted} stored in {shown(e.db_path)}"
+    stored = f"{counted}; database {shown(e.db_path)}"
     if e.new_candidates != e.candidates:
         stored += f" ({e.new_candidates} judged in this run)"
     if e.reason == "failed":

@@ -16,6 +16,7 @@ from collections import Counter
 from openkernel.records import Diagnosis, Hardware, TaskProbe
 from openkernel.roofline import roofline_estimate  # noqa: F401 - where the critic's callers look
 from openkernel.schemas import NOT_JUDGED, Program, Status
+from openkernel.wording import speedup_text
 
 _FIRST_ERROR = re.compile(r"error|exception|mismatch|violation|timed out|exceeded|killed|signal",
                           re.IGNORECASE)
@@ -131,7 +132,7 @@ def _speed_text(program: Program, label: str, role: str, probe: TaskProbe,
     result = program.kernel_exec_result
     speed = result.runtime_improvement
     who = "Best so far " if role == "best" else "Parent "
-    head = f"{who}{label}: {speed:.2f}x over the reference." if speed > 0 else f"{who}{label}."
+    head = f"{who}{label}: {speedup_text(speed)} over the reference." if speed > 0 else f"{who}{label}."
     prof = result.profiler_data or {}
     if hw.interpreter:
         return (head + " Timings here are Triton-interpreter timings on the CPU: they rank "

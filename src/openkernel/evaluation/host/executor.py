@@ -61,6 +61,7 @@ from openkernel.records import (
 from openkernel.schemas import STATUS_LABELS, EvalResult, Status
 from openkernel.targets import TargetPlan, plan_targets, same_arch
 from openkernel.task import Task
+from openkernel.wording import speedup_text
 
 _HW_CACHE: dict[str, Hardware] = {}  # per engine process: the hardware does not change
 _HW_LOCK = threading.Lock()
@@ -593,7 +594,7 @@ def _arch_line(arch: str, slot: int | None, result: EvalResult) -> str:
     status = result.get_status()
     head = f"On {arch} (GPU slot {slot}): {STATUS_LABELS[status].lower()}"
     if result.correctness and result.runtime_improvement > 0:
-        return f"{head}, {result.runtime:.4f} ms, {result.runtime_improvement:.2f}x the reference"
+        return f"{head}, {result.runtime:.4f} ms, {speedup_text(result.runtime_improvement)} the reference"
     why = [line for line in result.eval_log.splitlines() if line.strip()][:6]
     return head + ("\n  " + "\n  ".join(why) if why else "")
 

@@ -14,6 +14,7 @@ import hashlib
 
 from openkernel.schemas import EvalResult, Status
 from openkernel.templating import Space, Variant, label
+from openkernel.wording import speedup_text
 
 
 def _row(variant: Variant, screened: dict, ref_median: float | None) -> dict:
@@ -53,9 +54,9 @@ def summary_lines(results: dict) -> list[str]:
     ranked = sorted((r for r in rows if r["speedup"] > 0), key=lambda r: -r["speedup"])
     for r in ranked[:5]:
         mark = " <- winner" if r["params"] == results.get("winner") else ""
-        lines.append(f"  {label(r['params'])}: {r['runtime']:.4f} ms, {r['speedup']:.2f}x{mark}")
+        lines.append(f"  {label(r['params'])}: {r['runtime']:.4f} ms, {speedup_text(r['speedup'])}{mark}")
     if len(ranked) > 5:
-        lines.append(f"  ... {len(ranked) - 5} more correct, slowest {ranked[-1]['speedup']:.2f}x")
+        lines.append(f"  ... {len(ranked) - 5} more correct, slowest {speedup_text(ranked[-1]['speedup'])}")
     for r in rows:
         if r["status"] in (Status.COMPILE_ERROR.value, Status.INCORRECT.value):
             first = next((ln for ln in r["error"].splitlines() if ln.strip()), r["status"])
