@@ -243,7 +243,7 @@ def test_cli_run_words(tmp_path, examples_dir):
     assert "offline (offline)" not in r.stdout
     args[args.index("max_iters=1")] = "max_iters=2"
     r = _cli(*args)  # resumed: the job's count, and this run's
-    assert "completed: 2 candidates (1 judged in this run)," in r.stdout, r.stdout
+    assert "completed: 2 candidates (1 in this run)," in r.stdout, r.stdout  # "judged": the tally's word
 
 
 def test_cli_task_that_fails_to_load_says_so_once(tmp_path):
@@ -325,7 +325,7 @@ def test_kill_9_keeps_candidates_and_resumes(tmp_path, examples_dir):
     assert len(stored) >= count
     r = _cli(*args)
     assert r.returncode == 0, r.stderr
-    assert f"completed: 6 candidates ({6 - (len(stored) - 1)} judged in this run)" in r.stdout
+    assert f"completed: 6 candidates ({6 - (len(stored) - 1)} in this run)" in r.stdout
     rows = Store(db).job_kernels("gelu", "killed")
     assert stored <= {r.id for r in rows}
     labels = sorted(r.label for r in rows if not r.is_program0)

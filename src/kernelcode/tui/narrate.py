@@ -158,9 +158,9 @@ def _log(e: ev.LogEmitted) -> list[Text]:
 
 def _finished(e: ev.RunFinished) -> list[Text]:
     counted = e.tally.words() if e.tally else _plural(e.candidates, "candidate")
-    stored = f"{counted}; database {shown(e.db_path)}"
     if e.new_candidates != e.candidates:
-        stored += f" ({e.new_candidates} judged in this run)"
+        counted += f" ({e.new_candidates} in this run)"
+    stored = f"{counted}; database {shown(e.db_path)}"
     if e.reason == "failed":
         if e.candidates == 0:  # it never got to a candidate: the cause is what to fix
             return [Text(f"✗ Run failed: {e.error or 'no reason given'}", ERROR),

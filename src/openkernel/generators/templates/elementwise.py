@@ -185,6 +185,8 @@ class Elementwise(Template):
         Tunable("UNROLL", (1, 2, 4), None, "consecutive blocks per tile"),
         Tunable("PERSISTENT", (0, 1, 4), None,
                 "0: a program per tile; else programs per SM, each looping over tiles"),
+        # Under the interpreter the policy changes no timing, but it stays a choice there: the
+        # CPU's kernels are the GPU's, and the default job needs distinct candidates to run on.
         Tunable("EVICT", ("normal", "evict_first"), None,
                 "L2 eviction policy of the loads and stores (evict_first: streamed data)"),
         Tunable("num_warps", (2, 4, 8, 16), (4,), "warps per program"),
