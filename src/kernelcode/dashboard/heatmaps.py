@@ -82,9 +82,11 @@ def memory_figure(tables: dict, title: str) -> go.Figure | None:
           for k in kinds] for u in units]
     text = [[_cell_text(cells[(u, k)]) if (u, k) in cells else "" for k in kinds] for u in units]
     top = max((v for row in z for v in row if v is not None), default=1.0)
-    ticks = list(range(0, int(top) + 1, 3))
+    low = max(top - 4, 0.0)  # four decades of bytes from light to dark
+    ticks = list(range(math.ceil(low), int(top) + 1))
     fig = go.Figure(go.Heatmap(
         z=z, x=kinds, y=units, text=text, texttemplate="%{text}", colorscale="Blues",
+        zmin=low, zmax=top,
         xgap=3, ygap=3, hovertemplate="%{y} · %{x}<br>%{text}<extra></extra>",
         colorbar=dict(title="bytes", tickvals=ticks, ticktext=[_amount(10 ** t) for t in ticks])))
     fig.update_layout(title=title, template="plotly_white", height=180 + 110 * len(units),
