@@ -282,7 +282,8 @@ def test_live_job_page_grows_by_itself(sample, tmp_path, page):
         sample_db.EXAMPLE, control=control, overrides=[
             f"paths.kernels_db_path={path}", f"paths.scratch_dir={tmp_path / 's'}",
             f"job_name={sample_db.OFFLINE_JOB}", "max_iters=3", "branches_per_iteration=2",
-            "search.seed=1"])))
+            # one combination per candidate (no sweep): the page's refresh is what is tested
+            "search.seed=1", "prompt.max_template_combinations=1"])))
     engine.start()
     page.wait_for_function("() => document.querySelector('#job-live').innerText.startsWith('running')")
     control.resume()

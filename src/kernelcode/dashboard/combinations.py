@@ -84,13 +84,17 @@ def combinations_section(k: dict) -> html.Details | None:
     results = k.get("template_results") or {}
     if not results.get("combinations"):
         return None
-    names = _names(results)
+    # A column per parameter the combinations differ in; the others are said once, above it.
+    combos = results["combinations"]
+    names = [n for n in _names(results) if len({str(c["params"].get(n)) for c in combos}) > 1]
+    same = [f"{n}={combos[0]['params'].get(n)}" for n in _names(results) if n not in names]
     columns = ([{"field": "winner", "headerName": "", "width": 50}]
                + [{"field": n, "headerName": n} for n in names]
                + [{"field": "status"}, {"field": "median_ms", "headerName": "median ms", "sort": "asc"},
                   {"field": "speedup"}, {"field": "why", "flex": 2}])
     note = how_judged(results) + (" The winner (★) had the full checks."
-                                  if results.get("winner") else "")
+                                  if results.get("winner") else "") + (
+        f" The same in every combination: {', '.join(same)}." if same else "")
     return html.Details([
         html.Summary("Template combinations"),
         html.P(note, className="muted small"),
