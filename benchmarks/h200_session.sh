@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
-# Stages: gputests, throughput-triton, throughput-cuda, stability, examples, kb-softmax, kb-bench,
-#         templated, ray-vs-local, memory-heatmap.
-# Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml).
+# Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
+#         kb-bench, kb-walls, inductor-capture, templated, ray-vs-local, memory-heatmap.
+# Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -2
@@ -11,6 +11,16 @@ export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 gpus=$(nvidia-smi -L | wc -l)
+kb_bench() {  # openkernel bench over ${KB:-.kbsel}, the database from .kbstate/ kept under $OUT
+  mkdir -p .kbstate
+  [ -f .kbstate/kernels.sqlite3 ] && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d); d.close()" \
+    .kbstate/kernels.sqlite3 "$OUT/kernels.sqlite3"
+  # SIGINT at the limit: the bench stops between candidates and still writes its table and JSON
+  CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 30 "${T:-500}" python3 -m openkernel.cli bench "${KB:-.kbsel}" --name "${SUITE:-kb-h200}" \
+    --set max_iters="${ITERS:-1}" --set branches_per_iteration="${BRANCHES:-2}" --set eval_config.profile=false \
+    --set paths.kernels_db_path="$OUT/kernels.sqlite3" --set search.seed=0 ${RETRY:+--retry-failed} ${EXTRA:-} \
+    --json "$OUT/${JSON:-kb_bench}.json" 2>&1 | grep -v "^\s*$" | tail -70
+}
 echo "stage $1 on $(nproc) cores, $gpus GPU(s): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 case "$1" in
   gputests)  # FILES: the test files (default: every file with GPU tests)
@@ -18,7 +28,8 @@ case "$1" in
     timeout "${T:-330}" python3 -m pytest -q -m gpu -p no:cacheprovider -n "${N:-1}" --timeout 320 -rs \
       ${FILES:-tests/test_pipeline.py tests/test_evaluation_integrity.py tests/test_sandbox.py \
       tests/test_profiling.py tests/test_generators_offline.py tests/test_pch.py tests/test_templates.py \
-      tests/test_generators_traced.py tests/test_memory_plan.py tests/test_blame.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
+      tests/test_generators_traced.py tests/test_memory_plan.py tests/test_blame.py \
+      tests/test_inductor_seeds.py tests/test_nvrtc.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
   throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU (ALLONLY=1: only the latter); NOPROF=1: no ncu
     # OVERLAP=1: checks share the GPU (eval_config.overlap_checks), the label says so
     extra="${NOPROF:+--set eval_config.profile=false} ${OVERLAP:+--set eval_config.overlap_checks=true}"
@@ -32,8 +43,19 @@ case "$1" in
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-400}" taskset -c 0-15 python3 benchmarks/pipeline_throughput.py \
       --backend cuda --iters 1 --branches 16 --label "cuda-1gpu-16cores${W:+-w$W}" \
       ${W:+--set eval_config.max_workers=$W} --out "$OUT/throughput.json" | tail -25 ;;
-  ray-vs-local)  # the Ray executor against the local pipeline on one GPU, the same job (Ray in
-    # .whl/: gpu-wheels.sh .whl pydantic sqlalchemy pyyaml ray)
+  cuda-build)  # issue 22: where a CUDA build's time goes. The exact nvcc command cpp_extension
+    # runs for a .cu with CUDA headers only, with and without load_inline's implicit
+    # <torch/types.h>; NVRTC on the same kernel; then the 16-candidate CUDA job (NVRTC and
+    # cpp_extension candidates side by side, reported apart under "forms" and "ninja_steps")
+    python3 benchmarks/cuda_build_phases.py --out "$OUT/cuda_build_phases.json" | tail -20
+    CUDA_VISIBLE_DEVICES=0 timeout "${T:-400}" taskset -c 0-15 python3 benchmarks/pipeline_throughput.py \
+      --backend cuda --iters 1 --branches 16 --label "cuda-1gpu-16cores-nvrtc-and-extension" \
+      --out "$OUT/throughput.json" | tail -30 ;;
+  ray-vs-local)  # the Ray executor against the local pipeline on one GPU, the same job. Ray in
+    # .whl/ too: gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic ray is 84 MiB, over a
+    # call's 64; Ray's wheel without its Java jar (unused: no Java workers) is 45 MiB, so the
+    # whole .whl/ (53 MiB) travels in one call (commands: the issue 27 report; or its two parts
+    # over two calls, joined into .whl/ before this script installs them)
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-540}" python3 benchmarks/ray_vs_local.py --iters "${ITERS:-2}" \
       --branches 16 --out "$OUT/ray_vs_local.json" | tail -40 ;;
   stability)
@@ -55,14 +77,35 @@ case "$1" in
   kb-bench)  # openkernel bench over ${KB:-.kbsel} (KB=benchmarks/llm_kernels: the LLM kernels), resumable: the database starts from .kbstate/
     # and lives under $OUT (what is there comes back even when the call is cut off; the bench
     # checkpoints it and rewrites its JSON after each problem). Keep T under the call's limit.
-    mkdir -p .kbstate
-    [ -f .kbstate/kernels.sqlite3 ] && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d); d.close()" \
-      .kbstate/kernels.sqlite3 "$OUT/kernels.sqlite3"
-    # SIGINT at the limit: the bench stops between candidates and still writes its table and JSON
-    CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 30 "${T:-500}" python3 -m openkernel.cli bench "${KB:-.kbsel}" --name "${SUITE:-kb-h200}" \
-      --set max_iters="${ITERS:-1}" --set branches_per_iteration="${BRANCHES:-2}" --set eval_config.profile=false \
-      --set paths.kernels_db_path="$OUT/kernels.sqlite3" --set search.seed=0 ${RETRY:+--retry-failed} ${EXTRA:-} \
-      --json "$OUT/kb_bench.json" 2>&1 | grep -v "^\s*$" | tail -70 ;;
+    kb_bench ;;
+  kb-walls)  # issue 22: the 44 problems of benchmarks/kb22_problems.txt (levels 1-3, level1/68 and
+    # level1/84 among them) in ${KB:-.kb22} at 1 iteration x 4 branches, each problem under
+    # --problem-timeout ${PT:-300}. PASS=fresh (suite kb22-fresh: every baseline timed anew) first,
+    # then PASS=stored (suite kb22-stored: the same problems, the baselines the first pass stored),
+    # so the fixed cost is measured both ways. Resumable like kb-bench: copy $OUT/kernels.sqlite3
+    # to .kbstate/ between calls and call again with the same PASS until every problem has a line.
+    case "${PASS:-fresh}" in fresh) fresh=--fresh-baselines ;; stored) fresh= ;; *) echo "PASS=fresh|stored"; exit 2 ;; esac
+    KB=${KB:-.kb22} SUITE=kb22-${PASS:-fresh} ITERS=1 BRANCHES=4 JSON=kb22_${PASS:-fresh} \
+      EXTRA="--problem-timeout ${PT:-300} $fresh ${EXTRA:-}" kb_bench
+    python3 - "$OUT/kb22_${PASS:-fresh}.json" "${PT:-300}" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); ps = d["problems"]; wall = float(sys.argv[2])
+ended = [p for p in ps if p["status"] in ("completed", "failed", "timed_out")]
+print(f"{d['suite']}: {len(ended)} of {len(ps)} problems ended ({d['n_timed_out']} timed out), "
+      f"{sum(p['correct'] for p in ps)} correct; fixed cost median {d['fixed_s_median']} s "
+      f"({sum(bool(p['baselines_stored']) for p in ps)} with stored baselines); a candidate's own "
+      f"time median {d['candidate_s_median']} s; longest problem {max((p['problem_s'] or 0 for p in ps), default=0):.0f} s "
+      f"(wall {wall:g} s); worst worker peak {max((p['peak_over_footprint'] or 0 for p in ps), default=0):.2f}x")
+for p in ps:
+    if p["baseline_note"] or p["status"] == "timed_out":
+        print(f"  {p['name']}: {p['status']}; {p['baseline_note'] or p['error'][:120]}")
+PY
+    ;;
+  inductor-capture)  # issue 23: Inductor's output for the seed tests (an extern GEMM, a reduction,
+    # a convolution) and for ${KB:-.kbsel}'s problems, captured on the GPU (nothing runs): JSON
+    # under $OUT/inductor; copy tests/data/inductor/*.json from there to replace the stand-in captures
+    timeout "${T:-500}" python3 benchmarks/capture_inductor.py tests/data/inductor/*.py \
+      $(ls "${KB:-.kbsel}"/level*/*.py 2>/dev/null | head -"${N:-60}") --out "$OUT/inductor" 2>&1 | tail -70 ;;
   memory-heatmap)  # issue 25: a GELU job profiled with eval_config.profile_memory (Nsight Compute's
     # memory workload tables); $OUT/kernels.sqlite3 comes back, then on a machine with Chromium:
     # python benchmarks/memory_heatmap.py screenshot --db OUT/kernels.sqlite3 (docs/memory-heatmap.png)

@@ -31,11 +31,11 @@ from openkernel.generators.offline import OfflineGenerator
 from openkernel.records import TaskProbe
 from openkernel.task import load_task
 
-PREFIX = "The offline generator has no template for this task: "
+PREFIX = "The offline generator has no kernel family for this task: "
 SUFFIX = " Configure a model under `inference` to search it."
 
 
-class _Timeout(Exception):
+class _Timeout(BaseException):  # not an Exception: the trace's fallbacks must not swallow it
     pass
 
 

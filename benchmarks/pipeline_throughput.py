@@ -80,7 +80,10 @@ def run_job(task: Path, backend: str, iters: int, branches: int, extra: list[str
             t_first = time.monotonic()
         elif isinstance(event, ev.CandidateEvaluated):
             r = event.program.kernel_exec_result
+            code = event.program.code or ""
             rows.append({"label": event.label, "status": event.status.value,
+                         "form": "nvrtc" if "openkernel.nvrtc" in code else
+                         "extension" if "load_inline" in code else backend,
                          "speedup": r.runtime_improvement, "gpu_slot": r.metadata.get("gpu_slot"),
                          "evaluation_s": r.metadata.get("evaluation_s"),
                          "phase_s": r.metadata.get("phase_s"), "prestarted": r.metadata.get("prestarted"),
@@ -132,6 +135,7 @@ def run_job(task: Path, backend: str, iters: int, branches: int, extra: list[str
     }
     return {
         "timing": timing,
+        "forms": forms(judged),
         "pch": (finished.extra or {}).get("pch") if finished else None,
         "ninja_steps_s": ninja_steps(tmp / "builds"),
         "task": str(task.relative_to(ROOT) if task.is_relative_to(ROOT) else task),
@@ -144,6 +148,21 @@ def run_job(task: Path, backend: str, iters: int, branches: int, extra: list[str
         "nvml": "sampled" if sampler.handles else getattr(sampler, "error", "off"),
         "rows": rows,
     }
+
+
+def forms(judged: list[dict]) -> dict:
+    """Per build form (NVRTC, cpp_extension, Triton): candidates, and the median and range of
+    their build phase (import and compile) and of their whole evaluation, in seconds."""
+    out = {}
+    for form in sorted({r["form"] for r in judged}):
+        rows = [r for r in judged if r["form"] == form]
+        build = sorted((r["phase_s"] or {}).get("build", 0.0) + (r["phase_s"] or {}).get("setup", 0.0)
+                       for r in rows)
+        total = sorted(r["evaluation_s"] or 0.0 for r in rows)
+        out[form] = {"candidates": len(rows),
+                     "build_s": {"median": build[len(build) // 2], "min": build[0], "max": build[-1]},
+                     "evaluation_s_median": total[len(total) // 2]}
+    return out
 
 
 def ninja_steps(builds: Path) -> dict:

@@ -1,14 +1,18 @@
 """A real OpenAI-compatible chat server on 127.0.0.1 for the LLM tests.
 
 POST /v1/chat/completions answers from a script: each entry of ``script`` is consumed by one
-request, either ``(status, error_message)`` for a failure, ``Broken(text)`` for a stream that
-breaks off after ``text``, a function of the request body, or the answer text; when the script
-runs out, ``default`` answers (text or a function). Every request body is recorded in
-``requests``.
+request, either ``(status, error_message)`` for a failure, ``Fail(status, message, headers)``
+for one with headers (``Retry-After``) or a message echoing the request's key (``{key}``),
+``Broken(text)`` for a stream that breaks off after ``text``, ``Dead()`` to stop listening (this
+request and every later one find the port closed: connection refused), a function of the
+request body (giving the answer text or any of these), or the answer text; when the script runs out, ``default`` answers (text or a
+function). Every request body is recorded in ``requests``.
 
 Like the real services it streams when asked (``"stream": true``): server-sent events, one
 chunk per ``chunk_chars`` characters, ``chunk_delay_s`` apart, then the usage when
-``stream_options.include_usage`` is set. Usage counts words (prompt and answer).
+``stream_options.include_usage`` is set. Usage counts words (prompt and answer); with
+``usage=False`` the server sends none (some self-hosted servers do not). ``delay_s``: the
+server thinks that long before it answers at all (a slow server, for client timeouts).
 
 The generator's preflight (a one-token request, ``max_tokens == 1``) is answered by ``ping``
 instead ("OK", or ``(status, error_message)``) and recorded in ``pings``, so scripts stay about
@@ -18,6 +22,7 @@ the run's own requests.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -29,6 +34,21 @@ class Broken:
     """A streamed answer that stops after ``text``: the connection closes mid-stream."""
 
     text: str
+
+
+@dataclass
+class Fail:
+    """An error answer: ``status``, a message (``{key}`` is replaced by the request's API key,
+    as providers that echo a refused key do) and headers (e.g. ``{"Retry-After": "7"}``)."""
+
+    status: int
+    message: str
+    headers: dict | None = None
+
+
+@dataclass
+class Dead:
+    """The server stops listening: this request and every later one are refused."""
 
 
 def critic_json(body: dict, diagnosis: str = "CRITIC-MODEL-SAYS: use 16-byte loads.") -> str:
@@ -45,8 +65,11 @@ def is_critic(body: dict) -> bool:
 
 
 class ChatServer:
-    def __init__(self, default="", chunk_chars: int = 12, chunk_delay_s: float = 0.0) -> None:
+    def __init__(self, default="", chunk_chars: int = 12, chunk_delay_s: float = 0.0,
+                 usage: bool = True) -> None:
         self.default = default
+        self.usage = usage
+        self.delay_s = 0.0
         self.script: list = []
         self.requests: list[dict] = []
         self.chunk_chars = chunk_chars
@@ -75,12 +98,23 @@ class ChatServer:
                         n = len(server.requests)
                 if not self.path.endswith("/chat/completions"):
                     return self._send(404, {"error": {"message": "not found"}})
+                if callable(step):  # a function of the request: an answer, or any step above
+                    step = step(body)
+                if isinstance(step, Dead):
+                    server.die()
+                    self.close_connection = True
+                    return
                 if isinstance(step, tuple):
-                    status, message = step
-                    return self._send(status, {"error": {"message": message, "type": "test",
-                                                         "code": status}})
+                    step = Fail(*step)
+                if isinstance(step, Fail):
+                    key = body["_auth"].removeprefix("Bearer ")
+                    return self._send(step.status, {"error": {
+                        "message": step.message.replace("{key}", key), "type": "test",
+                        "code": step.status}}, step.headers)
                 broken = isinstance(step, Broken)
-                text = step.text if broken else (step(body) if callable(step) else step)
+                text = step.text if broken else step
+                if server.delay_s:
+                    time.sleep(server.delay_s)
                 prompt_tokens = sum(len(m.get("content", "").split()) for m in body["messages"])
                 usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
                          "total_tokens": prompt_tokens + len(text.split())}
@@ -88,9 +122,10 @@ class ChatServer:
                         "model": body.get("model", "")}
                 if body.get("stream"):
                     return self._stream(base, text, usage, body, broken)
-                self._send(200, {**base, "object": "chat.completion", "usage": usage,
-                                 "choices": [{"index": 0, "finish_reason": "stop",
-                                              "message": {"role": "assistant", "content": text}}]})
+                answer = {**base, "object": "chat.completion",
+                          "choices": [{"index": 0, "finish_reason": "stop",
+                                       "message": {"role": "assistant", "content": text}}]}
+                self._send(200, {**answer, "usage": usage} if server.usage else answer)
 
             def _stream(self, base, text, usage, body, broken):
                 self.send_response(200)
@@ -109,7 +144,7 @@ class ChatServer:
                     return
                 self._event({**base, "object": "chat.completion.chunk", "choices": [
                     {"index": 0, "delta": {}, "finish_reason": "stop"}]})
-                if (body.get("stream_options") or {}).get("include_usage"):
+                if (body.get("stream_options") or {}).get("include_usage") and server.usage:
                     self._event({**base, "object": "chat.completion.chunk", "choices": [],
                                  "usage": usage})
                 self.wfile.write(b"data: [DONE]\n\n")
@@ -118,9 +153,11 @@ class ChatServer:
                 self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
                 self.wfile.flush()
 
-            def _send(self, status, payload):
+            def _send(self, status, payload, headers=None):
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -131,6 +168,18 @@ class ChatServer:
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self._thread = threading.Thread(target=self.httpd.serve_forever,
                                         kwargs={"poll_interval": 0.05}, daemon=True)
+        self._dead = threading.Event()
+
+    def die(self) -> None:
+        """Stop listening now (from any thread, a handler's too): later requests are refused."""
+        if not self._dead.is_set():
+            self._dead.set()
+            threading.Thread(target=self.httpd.shutdown, daemon=True).start()
+            try:  # stop listening at once (a close alone waits for the accept loop's select)
+                self.httpd.socket.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.httpd.socket.close()
 
     def generation_requests(self) -> list[dict]:
         """The requests that asked for a kernel (not the critic's)."""
@@ -141,5 +190,6 @@ class ChatServer:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
+        if not self._dead.is_set():
+            self.httpd.shutdown()
         self.httpd.server_close()

@@ -96,6 +96,27 @@ class PostgresServer:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def password_role(self, role: str, password: str) -> str:
+        """A superuser role that must give its password (SCRAM) on 127.0.0.1, the others
+        staying on trust; returns its URL without the password."""
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
+            conn.execute(f"CREATE ROLE \"{role}\" LOGIN SUPERUSER PASSWORD '{password}'")
+            hba = self.root / "data" / "pg_hba.conf"  # the first line that matches decides
+            hba.write_text(f"host all {role} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+            conn.execute("SELECT pg_reload_conf()")
+        url = f"postgresql://{role}@127.0.0.1:{self.port}/postgres"
+        deadline = time.time() + 10
+        while time.time() < deadline:  # the server reloads its rules in the background
+            try:
+                psycopg.connect(url, connect_timeout=5).close()
+            except psycopg.OperationalError:
+                break
+            time.sleep(0.1)
+        return url
+
     def __exit__(self, *exc) -> None:
         if self.proc is not None:
             self.proc.send_signal(signal.SIGINT)  # fast shutdown: SIGTERM's waits for clients

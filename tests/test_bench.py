@@ -71,7 +71,7 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     for name in ("level1/19_ReLU", "level1/23_Softmax", "level1/89_sort"):
         assert name in first.stdout
     assert "README.py" in first.stderr and "skipped" in first.stderr
-    assert "no template" in first.stdout  # why the sort has no candidate
+    assert "no kernel" in first.stdout  # why the sort has no candidate
     data = json.loads(out.read_text())
     rows = {p["name"]: p for p in data["problems"]}
     assert [p["name"] for p in data["problems"]] == ["level1/19_ReLU", "level1/23_Softmax",
@@ -79,7 +79,7 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     assert rows["level1/19_ReLU"]["status"] == "completed" and rows["level1/19_ReLU"]["correct"]
     assert rows["level1/19_ReLU"]["candidates"] == 2 and rows["level1/19_ReLU"]["speedup"] > 0
     assert rows["level1/89_sort"]["status"] == "failed" and not rows["level1/89_sort"]["correct"]
-    assert "no template" in rows["level1/89_sort"]["error"]
+    assert "no kernel" in rows["level1/89_sort"]["error"]
     assert all(p["evaluator_faults"] == 0 for p in data["problems"])
     assert set(data["fast_p"]) == {"0", "1", "1.5", "2"}
     assert data["fast_p"]["0"] == pytest.approx(2 / 3)
@@ -94,6 +94,9 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     for name, row in rows.items():
         line = next(ln for ln in first.stdout.splitlines() if ln.strip().startswith(name + " "))
         assert f"{row['time_s']:6.1f} s" in line, (line, row["time_s"])
+    # every table says what fp32 GEMMs ran in; no problem here is a lone library call
+    assert "fp32 GEMMs in full fp32" in first.stdout and data["precision"].startswith("fp32 GEMMs in full")
+    assert data["library_bound"] == [] and all(p["library_bound"] == "" for p in data["problems"])
 
     # With the three baselines stored (as a GPU run stores them), the table gives the best
     # kernel's speedup over max-autotune from the same rounds' times, and its geomean.
@@ -147,6 +150,22 @@ def test_summary_figures_follow_kernelbench():
     assert summarize("empty", []).fast_p["0"] == 0.0
 
 
+def test_library_bound_problems_are_listed_apart_and_tf32_is_labelled():
+    rows = [ProblemResult("gemm", status="completed", correct=True, speedup=0.5, over_compile=0.5,
+                          library_bound="mm", allow_tf32=True),
+            ProblemResult("conv", status="completed", correct=True, speedup=0.8, over_compile=0.8,
+                          library_bound="convolution", allow_tf32=True),
+            ProblemResult("gemm_gelu", status="completed", correct=True, speedup=1.5,
+                          over_compile=1.1, allow_tf32=True)]
+    s = summarize("x", rows)
+    assert s.library_bound == ["gemm", "conv"]
+    assert s.geomean_compile_library_bound == pytest.approx(math.sqrt(0.5 * 0.8))
+    assert s.geomean_compile == pytest.approx((0.5 * 0.8 * 1.1) ** (1 / 3))  # counted, too
+    assert "TF32" in s.precision and "allow_tf32" in s.precision
+    rows[0].allow_tf32 = False
+    assert "some problems only" in summarize("x", rows).precision
+
+
 def test_discover_finds_problems_and_names_what_is_wrong(tmp_path):
     with pytest.raises(OpenKernelError, match="no such file or folder"):
         discover([tmp_path / "missing"])
@@ -187,18 +206,15 @@ def test_reference_is_timed_under_max_autotune_beside_eager_and_default(tmp_path
     Triton: the mode handling is the same)."""
     from openkernel.config import build_config
     from openkernel.evaluation.host.executor import Evaluator
-    from openkernel.evaluation.host.process import drive
     from openkernel.task import load_task
 
-    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")}})
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
+                           "eval_config": {"baselines": ["eager", "compile", "autotune"],
+                                           "baseline_timeout_s": 400}})
     ev = Evaluator(load_task(Path(__file__).parents[1] / "examples" / "gelu"), config,
                    bench_budget_s=0.2)
-    worker = ev._spawn("cpu", None)
-    job = ev._task_job("cpu", "reference", autotune_baseline=True, bench_budget_s=0.2,
-                       min_trials=3, max_trials=20, scratch=str(worker.scratch))
-    run = drive(worker, job, build_timeout_s=400, test_timeout_s=120)
-    assert run.timed_out is None and run.payload, run.log_tail
-    stats = run.payload
+    stats = ev.baselines()
+    assert stats is not None and not stats["timed_out"], (ev.baseline_error, stats)
     assert stats.get("autotune_mode") == "max-autotune-no-cudagraphs", stats.get("autotune_error")
     for kind in ("eager", "compile", "autotune"):
         assert stats[kind]["median"] > 0 and stats[kind]["n_trials"] >= 3, stats[kind]

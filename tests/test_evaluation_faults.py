@@ -95,6 +95,11 @@ def test_probe_describes_the_task(tmp_path):
     assert probe.output_shapes == [[64, 96]] and probe.output_dtypes == ["torch.float32"]
     assert probe.flops == 2 * 64 * 128 * 96 + 2 * 64 * 96  # the matmul, then + b and relu
     assert probe.hardware is not None and probe.hardware.label == "CPU (Triton interpreter)"
+    # what a prompt tells the model: the tolerances, the held-out shapes, the reference's time
+    assert probe.tolerances == {"float32": {"atol": 1e-2, "rtol": 1e-2, "max_rel_error": 1e-3}}
+    assert probe.heldout == [{"name": "get_extra_inputs set 0", "shapes": [[50, 70], [70, 33], [33]],
+                              "dtypes": ["float32"] * 3}]
+    assert probe.reference_ms > 0
 
 
 def test_bad_task_gives_one_clear_message(tmp_path):

@@ -35,6 +35,7 @@ HOSTILE = {
     "patch_allclose": (Status.INCORRECT, "patched_functions"),
     "low_precision": (Status.INCORRECT, "precision"),
     "half_dtype": (Status.INCORRECT, "precision"),
+    "tf32_flag": (Status.INCORRECT, "precision"),
     "shape_overfit": (Status.INCORRECT, "held_out_shapes"),
     "wrong": (Status.INCORRECT, None),
     "reuse_ref": (Status.INCORRECT, "*"),  # CPU: wrong or named; the named case is a GPU test

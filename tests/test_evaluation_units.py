@@ -61,6 +61,17 @@ def test_compute_ops_ignore_allocation_and_views():
     assert ig.compute_ops(["aten.empty_like.default", "aten.view.default", "aten.gelu.default"]) == {"gelu"}
 
 
+def test_a_fused_library_call_covers_the_ops_it_fuses():
+    """A candidate that is nothing but the library call (with a decoy kernel) is caught, a
+    library call with our own kernels around it is not."""
+    assert ig.torch_covers({"addmm", "relu"}, {"_addmm_activation"})
+    assert ig.torch_covers({"mm", "add", "relu"}, {"_addmm_activation"})
+    assert ig.torch_covers({"convolution"}, {"convolution"})
+    assert not ig.torch_covers({"addmm", "native_group_norm"}, {"addmm"})
+    assert not ig.torch_covers({"convolution", "relu", "add"}, {"convolution"})
+    assert not ig.torch_covers(set(), {"mm"})
+
+
 def test_guard_sees_a_replaced_timer(monkeypatch):
     import time
 
@@ -128,3 +139,18 @@ def test_phase_seconds_split_the_worker_wall_time():
     run.wall_s = 6.2
     assert run.phase_seconds() == {"setup": 1.5, "build": 0.5, "warmup": 1.0, "test": 2.0,
                                    "benchmark": 1.2}
+
+
+def test_a_reference_of_library_calls_only_is_library_bound():
+    from openkernel.evaluation.worker import precision
+
+    assert precision.library_bound(ig.compute_ops(["aten.addmm.default", "aten.t.default"])) == "addmm"
+    assert precision.library_bound({"convolution", "cudnn_convolution"}) == "convolution, cudnn_convolution"
+    assert precision.library_bound({"addmm", "relu"}) == "" and precision.library_bound(set()) == ""
+    flags = precision.apply(False)
+    assert flags.matmul_tf32 is False and flags.conv_tf32 is True and not precision.changed(flags)
+    try:
+        precision.apply(True)
+        assert "matmul False -> True" in precision.changed(flags)
+    finally:
+        precision.apply(False)

@@ -17,10 +17,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from openkernel.config import Config
+from openkernel.evaluation.worker.trace import trace_forward
 from openkernel.generators import make_generator
 from openkernel.generators.base import ProposalRequest
 from openkernel.generators.offline import OfflineGenerator, skill_matches
-from openkernel.generators.templates import TEMPLATES
+from openkernel.generators.offline import FAMILIES
 from openkernel.records import Hardware, TaskProbe
 from openkernel.schemas import EvalResult, Program
 from openkernel.task import load_task
@@ -81,7 +82,7 @@ def _probe(ref, inputs, init=()) -> TaskProbe:
                      input_shapes=[list(t.shape) for t in inputs],
                      input_dtypes=[str(t.dtype) for t in inputs],
                      output_shapes=[list(out.shape)], output_dtypes=[str(out.dtype)],
-                     hardware=hardware)
+                     hardware=hardware, trace=trace_forward(model, inputs))
 
 
 def _run_candidate(code: str, tmp_path: Path, name: str, init, sets, ref) -> None:
@@ -203,7 +204,7 @@ def test_supports_refuses_unknown_ops_plainly(examples_dir):
                       input_shapes=[[1, 3, 8, 8]], input_dtypes=["torch.float32"])
     gen = OfflineGenerator()
     reason = gen.supports(task, probe, "triton")
-    assert reason.startswith("The offline generator has no template for this task")
+    assert reason.startswith("The offline generator has no kernel family for this task")
     assert "aten.convolution.default" in reason and "`inference`" in reason
     proposal = gen.propose(ProposalRequest(task=task, probe=probe, backend="triton", iteration=0,
                                            branch=0, parent=None, best=None))
@@ -218,11 +219,18 @@ def test_cuda_backend_elementwise_only(examples_dir, tmp_path):
     assert gen.supports(gelu, probe, "cuda") is None
     proposal = gen.propose(ProposalRequest(task=gelu, probe=probe, backend="cuda", iteration=0,
                                            branch=0, parent=None, best=None))
-    assert "load_inline" in proposal.code and "erff" in proposal.code
-    compile(proposal.code, "cand.py", "exec")
+    assert proposal.params["BUILD"] == "nvrtc"  # the first starts: NVRTC, then the extension
+    assert "RawKernel(" in proposal.code and "load_inline" not in proposal.code
+    extension = gen.propose(ProposalRequest(task=gelu, probe=probe, backend="cuda", iteration=0,
+                                            branch=4, parent=None, best=None))
+    assert "load_inline" in extension.code and "no_implicit_headers=True" in extension.code
+    for p in (proposal, extension):
+        assert "erff" in p.code
+        compile(p.code, "cand.py", "exec")
     softmax = load_task(examples_dir / "softmax")
     sprobe = TaskProbe(ok=True, aten_ops=["aten._softmax.default"], input_shapes=[[64, 512]],
-                       input_dtypes=["torch.float32"])
+                       input_dtypes=["torch.float32"], trace=trace_forward(
+                           torch.nn.Softmax(dim=-1), [torch.randn(64, 512)]))
     assert "Triton only" in gen.supports(softmax, sprobe, "cuda")
 
 
@@ -276,7 +284,7 @@ def test_sweeps_cover_the_space_without_repeats_then_say_so(examples_dir):
                                         branch=0, parent=None, best=None, rng=random.Random(0)))
     template = start.params["template"]
     space = {tuple(sorted(p.items())) for p in
-             __import__("openkernel.generators.templates", fromlist=["TEMPLATES"]).TEMPLATES[0]
+             __import__("openkernel.generators.offline", fromlist=["FAMILIES"]).FAMILIES[0]
              .space(True, "triton")}
     assert len(space) == 90  # CPU choices of the elementwise template: 5 x 3 x 3 x 2 x 1 x 1
     judged = {param_key(template, v.params)[1] for v in start.variants}
@@ -302,25 +310,26 @@ def test_sweeps_cover_the_space_without_repeats_then_say_so(examples_dir):
     assert child.failed == "exhausted" and "every combination" in child.log
 
 
-def test_skill_matches(examples_dir):
+def test_skill_matches(examples_dir, tmp_path):
     task = load_task(examples_dir / "matmul_bias_relu")
-    probe = TaskProbe(ok=True, aten_ops=["aten.mm.default", "aten.add.Tensor",
-                                         "aten.relu.default"],
-                      input_shapes=[[64, 128], [128, 96], [96]], input_dtypes=["torch.float32"] * 3)
+    _, ref, sets = _task_and_inputs(examples_dir / "matmul_bias_relu", "cpu", tmp_path)
+    probe = _probe(ref, sets[0])
     rows = skill_matches(probe, "triton", task)
-    assert [r["template"] for r in rows] == ["matmul_epilogue"]
+    assert [r["template"] for r in rows] == ["fused_matmul"]
     assert rows[0]["usable"] and "GROUP_M" in rows[0]["tunables"]
     assert skill_matches(probe, "cuda", task)[0]["usable"] is False
     gelu = TaskProbe(ok=True, aten_ops=["aten.gelu.default"])
     assert [r["template"] for r in skill_matches(gelu, "triton")] == ["elementwise"]
     assert skill_matches(TaskProbe(ok=True, aten_ops=["aten.convolution.default"]), "triton") == []
-    assert {t.name for t in TEMPLATES} == {"elementwise", "row_softmax", "matmul_epilogue",
-                                           "fused_pointwise", "fused_reduction", "fused_matmul"}
+    assert {t.name for t in FAMILIES} == {"elementwise", "fused_pointwise", "fused_reduction",
+                                          "fused_matmul"}
 
 
 @pytest.mark.gpu
-def test_cuda_elementwise_template_runs(tmp_path):
-    """One load_inline build (about a minute): a constructor-argument scalar, three dtypes."""
+@pytest.mark.parametrize("branch", [0, 4], ids=["nvrtc", "extension"])
+def test_cuda_elementwise_template_runs(tmp_path, branch):
+    """An NVRTC build (under a second) and a load_inline build (seconds): a
+    constructor-argument scalar, three dtypes."""
     body, init = ACTIVATION_REFS["leaky_init"]
     path = _write_reference(tmp_path, "leaky_cuda", body)
     task, ref, sets = _task_and_inputs(path, "cuda", tmp_path)
@@ -328,15 +337,17 @@ def test_cuda_elementwise_template_runs(tmp_path):
     gen = OfflineGenerator()
     assert gen.supports(task, probe, "cuda") is None
     proposal = gen.propose(ProposalRequest(task=task, probe=probe, backend="cuda", iteration=0,
-                                           branch=0, parent=None, best=None))
+                                           branch=branch, parent=None, best=None))
     x = sets[0][0]
     sets = [[x], [x.half()], [x.bfloat16()], [torch.randn(5, 7, device="cuda")],
             [torch.randn(1 << 20, device="cuda")]]
     _run_candidate(proposal.code, tmp_path, "cuda_leaky", init, sets, ref)
 
 
-def test_cuda_template_passes_the_cpu_nvcc_check(examples_dir, tmp_path):
-    """The offline CUDA C++ candidate compiles with nvcc here (CPU torch: headers shimmed)."""
+@pytest.mark.slow
+def test_cuda_template_passes_the_cpu_compile_check(examples_dir, tmp_path):
+    """The offline CUDA candidate compiles here in both forms: the extension's .cu with nvcc
+    (CPU torch: headers shimmed), the NVRTC form with NVRTC, its launch description checked."""
     from openkernel.config import build_config
     from openkernel.evaluation.host.executor import Evaluator
     from openkernel.schemas import Status
@@ -344,13 +355,19 @@ def test_cuda_template_passes_the_cpu_nvcc_check(examples_dir, tmp_path):
     gelu = load_task(examples_dir / "gelu")
     ev = Evaluator(gelu, build_config({"paths": {"scratch_dir": str(tmp_path)}, "backend": "cuda"}))
     probe = ev.probe()
-    proposal = OfflineGenerator().propose(ProposalRequest(
-        task=gelu, probe=probe, backend="cuda", iteration=0, branch=0, parent=None, best=None))
-    cuda_part = proposal.code.split("_CUDA_SRC = ")[1].split("_CPP_SRC = ")[0]
-    assert "__global__" in cuda_part and "<ATen" not in cuda_part and "<torch" not in cuda_part
-    result = ev.evaluate(proposal.code, "cuda", "cuda-template")
-    if torch.cuda.is_available():
-        assert result.correctness, result.eval_log
-    else:
+    for branch in (0, 4):  # NVRTC, then the extension
+        proposal = OfflineGenerator().propose(ProposalRequest(
+            task=gelu, probe=probe, backend="cuda", iteration=0, branch=branch, parent=None,
+            best=None))
+        if branch == 4:
+            cuda_part = proposal.code.split("_CUDA_SRC = ")[1].split("_CPP_SRC = ")[0]
+            assert "__global__" in cuda_part and "<ATen" not in cuda_part and "<torch" not in cuda_part
+        result = ev.evaluate(proposal.code, "cuda", f"cuda-template-{branch}")
+        if torch.cuda.is_available():
+            assert result.correctness, result.eval_log
+            continue
         assert result.get_status() == Status.NOT_RUN and result.compiled, result.eval_log
         assert "compiled" in result.eval_log
+        if branch == 0:
+            assert "NVRTC: act_kernel<float> compiled for sm_90" in result.eval_log
+            assert "forward made 1 kernel launch(es)" in result.eval_log

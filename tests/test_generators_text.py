@@ -44,17 +44,28 @@ def test_prefers_the_block_defining_modelnew_and_the_last_of_several():
 
 @pytest.mark.parametrize("answer, why", [
     ("I would write a kernel with tl.load and tl.store.", "no fenced code block"),
-    ("Plan.\n```python\nimport torch\nclass ModelNew(torch.nn.Module):\n    pass\n",
-     "not terminated"),
-    ("Plan.\n" + fenced("def forward(x):\n    return x\n"), "no code block defines class ModelNew"),
-    ("Plan.\n" + fenced("class ModelNew(torch.nn.Module:\n    pass\n"), "not valid Python"),
     ("Plan.\n" + fenced("x = 1\n", "cpp"), "no Python code block"),
     ("", "empty"),
 ])
-def test_malformed_answers_give_empty_code_and_a_reason(answer, why):
+def test_answers_without_code_give_empty_code_and_a_reason(answer, why):
     out = extract_code(answer)
-    assert out.code == ""
+    assert out.code == "" and out.error == ""
     assert why in out.log
+
+
+@pytest.mark.parametrize("answer, error", [
+    ("Plan.\n" + fenced("import torch\nclass ModelNew(torch.nn.Module:\n    pass\n"),
+     ["SyntaxError: ", "(line 2, column ", "\n    class ModelNew(torch.nn.Module:"]),
+    ("Plan.\n" + fenced("def forward(x):\n    return x\n"), ["no code block defines class ModelNew"]),
+    ("Plan.\n```python\nimport torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+     "        return (x\n", ["SyntaxError: ", "(line 4"]),
+])
+def test_code_that_is_no_valid_module_is_kept_with_the_parsers_message(answer, error):
+    """A syntax error is a kernel that did not compile: its code and where it broke are kept."""
+    out = extract_code(answer)
+    assert out.code.strip() and out.code in answer
+    assert out.error.startswith(error[0]) and all(e in out.error for e in error)
+    assert ("not terminated" in out.log) == answer.rstrip().endswith("(x")
 
 
 def _program(pid, code, result=None, **meta):

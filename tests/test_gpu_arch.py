@@ -129,7 +129,7 @@ class FakeGpuEvaluator(Evaluator):
         return self.hw
 
     def _run(self, job, device, gpu_index, label="", code=None, wrap=None, build_cache=None,
-             spare=True, on_phase=None, scale=1.0) -> WorkerRun:
+             spare=True, on_phase=None, scale=1.0, walls=None, total_s=None) -> WorkerRun:
         with self._calls_lock:
             self.calls.append((job.mode, gpu_index, label, job.cuda_targets))
         run = WorkerRun()

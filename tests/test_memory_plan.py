@@ -98,6 +98,67 @@ def test_retry_plan_is_smaller_and_exclusive():
     assert retry.precision_set == "small"
 
 
+def test_plan_for_a_level2_gemm_runs_the_float64_check_on_the_host():
+    """KernelBench level 2 GEMMs (1024 x 8192 in, 8192 x 8192 weights): the float64 run on the
+    device would hold the candidate's weights, the inputs and a float64 copy of everything the
+    reference touches, ~2.8x the footprint, over the plan's 2.5x: with the reference's few FLOPs
+    it runs on the host instead, and the device then holds only the seeds' float32 data."""
+    mib = 1 << 20
+    weights, x, y = 256 * mib + 32 * 1024, 32 * mib, 32 * mib
+    fp = Footprint(param_bytes=weights, input_bytes=x, output_bytes=y,
+                   peak_bytes=weights + x + 2 * y, measured=True)
+    flops = 2 * 1024 * 8192 * 8192
+    plan = plan_memory(fp, H200, flops=flops)
+    device_run = weights + x + 2 * fp.peak_bytes  # the candidate's weights + inputs + float64 run
+    assert 2.5 * fp.peak_bytes < device_run < 3 * fp.peak_bytes
+    assert plan.precision_set == "main" and plan.precision_on_host
+    assert "it runs on the host (1.4e+11 FLOPs)" in plan.precision_why
+    assert "float64 check on the main set (run on the host)" in describe(plan)
+    # The seeds' checks: both models' weights, the inputs, two outputs and the poisoned block.
+    seeds = 2 * weights + x + 3 * y
+    assert seeds <= plan.budget_bytes
+    # Unknown FLOPs (or too many for the host): no smaller set exists, so the check is skipped.
+    assert plan_memory(fp, H200).precision_set == "skip"
+    assert plan_memory(fp, H200, flops=1e13).precision_set == "skip"
+    # A retry keeps the host run (it takes nothing of the device).
+    assert retry_plan(plan, fp, H200, flops=flops).precision_on_host
+    # Small weights: the device run fits, as before.
+    small = plan_memory(Footprint(param_bytes=mib, input_bytes=x, output_bytes=y,
+                                  peak_bytes=mib + x + 2 * y), H200, flops=flops)
+    assert small.precision_set == "main" and not small.precision_on_host
+
+
+def test_float64_reference_swaps_the_weights_and_restores_them_bit_for_bit():
+    from openkernel.evaluation.worker.integrity import float64_reference
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.BatchNorm1d(32).eval())
+    model[1].running_mean.normal_()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(8, 64)
+    expected = __import__("copy").deepcopy(model).double()(x.double())
+    for host in (False, True):
+        out = float64_reference(model, [x], host=host)
+        assert out[0].dtype == torch.float64 and torch.equal(out[0], expected)
+        after = model.state_dict()
+        assert all(after[k].dtype == v.dtype and torch.equal(after[k], v) for k, v in before.items())
+    assert x.dtype == torch.float32  # the inputs were upcast copies
+
+    class NoDouble(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(4))
+
+        def forward(self, t):
+            if self.w.dtype != torch.float32:
+                raise TypeError("float32 only")
+            return t * self.w
+
+    odd = NoDouble()
+    assert float64_reference(odd, [torch.ones(4)]) is None
+    assert odd.w.dtype == torch.float32 and torch.equal(odd.w, torch.ones(4))
+
+
 def test_cpu_plan_has_no_device_budget():
     plan = plan_memory(Footprint(input_bytes=1 << 20, output_bytes=1 << 20, peak_bytes=2 << 20), CPU,
                        max_workers_per_gpu=2)
@@ -279,6 +340,54 @@ def test_gpu_a_large_problem_stays_within_three_footprints(tmp_path):
     memory = result.metadata["memory"]
     assert memory["peak_over_footprint"] <= 3.0, memory
     assert "precision check against float64" in result.eval_log
+
+
+@pytest.mark.gpu
+def test_gpu_a_level2_gemm_stays_within_three_footprints(tmp_path):
+    """A level-2 GEMM (8192 x 8192 weights, 1024 rows): the worker's peak is at most 3x the
+    reference's footprint, with the float64 check run (on the host, by the plan)."""
+    from openkernel.generators.base import ProposalRequest
+    from openkernel.generators.offline import OfflineGenerator
+
+    task = _task(tmp_path, """
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def __init__(self, in_features, out_features):
+                super().__init__()
+                self.gemm = nn.Linear(in_features, out_features)
+
+            def forward(self, x):
+                return torch.relu(self.gemm(x))
+
+        batch_size = 1024
+        in_features = 8192
+        out_features = 8192
+
+        def get_inputs():
+            return [torch.rand(batch_size, in_features)]
+
+        def get_init_inputs():
+            return [in_features, out_features]
+    """)
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
+                           "eval_config": {"profile": False}})
+    ev = Evaluator(task, config, bench_budget_s=0.2)
+    try:
+        probe = ev.probe()
+        assert probe.ok and probe.memory.measured, probe.error
+        assert ev.plan.precision_on_host, describe(ev.plan)
+        proposal = OfflineGenerator().propose(ProposalRequest(
+            task=task, probe=probe, backend="triton", iteration=0, branch=0, parent=None,
+            best=None))
+        result = ev.evaluate(proposal.code, "triton", "gemm")
+    finally:
+        ev.close()
+    assert result.correctness, result.eval_log
+    memory = result.metadata["memory"]
+    assert memory["peak_over_footprint"] <= 3.0, memory
+    assert "(the float64 run on the host): passed" in result.eval_log
 
 
 def test_comparisons_leave_their_tensors_alone():

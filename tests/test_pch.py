@@ -78,4 +78,10 @@ def test_gpu_cuda_run_builds_against_the_precompiled_header(tmp_path):
     logs = list(ev.build_cache_root.glob("*/torch-*/torch_extensions/*/.ninja_log"))
     assert logs, "no extension was built"
     print("pch", ev.pch, "ninja", [log.read_text() for log in logs])
+    # cuda_ok's .cu names nothing of torch: built without load_inline's implicit
+    # <torch/types.h> (build.lean_load_inline), for the one target of the GPU here.
+    cu = [f.read_text() for f in ev.build_cache_root.glob("*/torch-*/torch_extensions/*/cuda.cu")]
+    assert cu and all("torch/types.h" not in text for text in cu), cu
+    ninja = [f.read_text() for f in ev.build_cache_root.glob("*/torch-*/torch_extensions/*/build.ninja")]
+    assert all(text.count("-gencode=arch=compute_90,code=sm_90") == 1 for text in ninja), ninja
     ev.close()

@@ -90,31 +90,107 @@ def test_bad_templates_say_what_is_wrong(change, message):
         variants(code, 16)
 
 
+SMALL_GELU_HOOKS = """import torch
+
+
+def get_inputs(device):
+    return [torch.randn(32, 128, device=device)]
+
+
+def get_extra_inputs(device):
+    return [[torch.randn(7, 99, device=device)], [torch.randn(500, device=device)]]
+"""
+
+
 @pytest.fixture(scope="module")
 def evaluator(tmp_path_factory):
+    """examples/gelu with 4096-element inputs: the interpreter runs each program of a grid in
+    turn (~1-10 ms each), so sweeps of many combinations stay cheap."""
+    import shutil
+
     tmp = tmp_path_factory.mktemp("templates")
+    task = tmp / "gelu"
+    shutil.copytree(EXAMPLES / "gelu", task)
+    (task / "task.py").write_text(SMALL_GELU_HOOKS)
     config = build_config({"paths": {"scratch_dir": str(tmp / "scratch")},
                            "eval_config": {"correctness_seeds": 1},
                            "prompt": {"allow_templated": True}})
-    ev = Evaluator(load_task(EXAMPLES / "gelu"), config, bench_budget_s=0.1)
+    ev = Evaluator(load_task(task), config, bench_budget_s=0.1)
     assert ev.probe().ok
     yield ev
     ev.close()
 
 
-def test_every_combination_is_timed_and_the_fastest_correct_one_wins(evaluator):
+def test_every_combination_is_screened_and_the_fastest_correct_finalist_wins(evaluator):
     result, code = evaluator.evaluate_template(GELU, "triton", "t")
     assert result.get_status() in (Status.CORRECT, Status.FASTER), result.eval_log
     rows = result.template_results["combinations"]
     assert len(rows) == 6 and {tuple(r["params"].values()) for r in rows} == {
         (b, w) for b in (64, 128, 256) for w in (2, 4)}
-    assert all(r["status"] in ("correct", "faster") and r["runtime_stats"]["n_trials"] >= 3
-               for r in rows)
+    assert all(r["status"] in ("correct", "faster") and r["screen_stats"]["n_trials"] >= 1
+               for r in rows)  # every one checked and screened
+    screen = result.template_results["screen"]
+    assert screen["set"] == "the main input set"  # a small CPU task: no smaller set exists
+    finalists = [r for r in rows if r["runtime_stats"]]
+    assert [r["params"] for r in finalists] == [r["params"] for r in rows
+                                                if r["params"] in screen["finalists"]]
+    assert len(finalists) == 3 and all(r["runtime_stats"]["n_trials"] >= 3 for r in finalists)
+    assert all(r.get("dropped") for r in rows if not r["runtime_stats"])
     winner = result.template_results["winner"]
     fastest = max(rows, key=lambda r: r["speedup"])
     assert winner == fastest["params"] and result.metadata["template"]["params"] == winner
     assert code == instantiate(GELU, winner)
     assert "had the full checks" in result.eval_log and "held-out" in result.eval_log
+    assert "finalist(s) checked at full size" in result.eval_log
+
+
+@pytest.mark.slow
+def test_screening_drops_a_genuinely_slower_combination(evaluator, monkeypatch):
+    """WORK=8 runs the same kernel eight times (the answer unchanged, eight times the work):
+    screening drops both such combinations by the statistical rule, and neither is timed at
+    full size or wins. No timing is asserted: only which combinations were dropped and why.
+    (The budget leaves room for the rule's 10 rounds, ~0.5 s each under the interpreter even
+    at a load of 15 on 2 cores: the first look then drops them.)"""
+    monkeypatch.setattr(evaluator, "bench_budget_s", 5.0)
+    code = GELU.replace('"BLOCK": [64, 128, 256]', '"BLOCK": [2048, 4096]').replace(
+        '"NUM_WARPS": [2, 4]', '"WORK": [1, 8]').replace("NUM_WARPS = 4", "WORK = 1").replace(
+        "        gelu_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, out, x.numel(), BLOCK=BLOCK,\n"
+        "                                                     num_warps=NUM_WARPS)",
+        "        for _ in range(WORK):\n"
+        "            gelu_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, out, x.numel(), BLOCK=BLOCK)")
+    assert "range(WORK)" in code
+    result, winner = evaluator.evaluate_template(code, "triton", "t-slow")
+    rows = {(r["params"]["BLOCK"], r["params"]["WORK"]): r
+            for r in result.template_results["combinations"]}
+    for block in (2048, 4096):
+        slow, fast = rows[(block, 8)], rows[(block, 1)]
+        assert slow["dropped"].startswith("dropped after 10 screening rounds:"), result.eval_log
+        assert "x the time of BLOCK=" in slow["dropped"] and "WORK=1" in slow["dropped"]
+        assert not slow["runtime_stats"] and slow["speedup"] == -1.0
+        assert fast["runtime_stats"]["n_trials"] >= 3 and "dropped" not in fast
+    assert result.template_results["winner"]["WORK"] == 1 and "WORK = 1" in winner
+    screen = result.template_results["screen"]
+    assert screen["rounds"] == 10 and screen["stop_reason"] == "2 left"
+    assert "1.10" in screen["drop_rule"] and "dropped after 10 screening rounds" in result.eval_log
+
+
+def test_the_screening_set_is_the_plans_smaller_set(tmp_path):
+    """The worker screens on the probe's smaller set: KernelBench size globals shrunk, or a
+    task's small held-out set (the same sets the float64 check uses)."""
+    import torch
+
+    from openkernel.evaluation.worker.task_runtime import TaskRuntime
+
+    rt = TaskRuntime(str(EXAMPLES / "kernelbench" / "19_ReLU.py"), None, "cpu")
+    model = rt.make_model(rt.ref.Model)
+    inputs, label = rt.small_inputs(1, {"sizes": {"batch_size": 4}}, model)
+    assert inputs[0].shape[0] == 4 and label == "a smaller input set (batch_size=4)"
+    assert rt.small_inputs(1, {}, model) is None
+    hooks = TaskRuntime(str(EXAMPLES / "gelu" / "reference.py"),
+                        str(EXAMPLES / "gelu" / "task.py"), "cpu")
+    sets, _ = hooks.extra_inputs(20_000, model)
+    inputs, label = hooks.small_inputs(1, {"extra": 1}, model)
+    assert label == "held-out input set 1" and torch.equal(inputs[0], sets[1][0])
 
 
 def test_a_combination_that_fails_is_its_own_row(evaluator):

@@ -28,7 +28,8 @@ def test_a_template_answer_from_the_model_is_judged_at_every_combination(tmp_pat
         inference = ('[{"model": "openai/model-t", "api_base": "%s", "api_key_env": "OK_TEST_KEY"}]'
                      % server.url)
         events = list(openkernel.optimize(examples_dir / "gelu", overrides=[
-            f"inference={inference}", "max_iters=1", "branches_per_iteration=1",
+            f"inference={inference}", "max_iters=1", "branches_per_iteration=2",
+            "eval_config.max_workers=1",  # the twin waits for the first, then reuses it
             "prompt.allow_templated=true", "prompt.max_template_combinations=8", "job_name=tmpl",
             f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}",
             f"paths.scratch_dir={tmp_path / 'scratch'}"]))
@@ -38,8 +39,9 @@ def test_a_template_answer_from_the_model_is_judged_at_every_combination(tmp_pat
     assert "A worked example for Triton" in prompt and "gelu_kernel" in prompt
     phases = [e.phase for e in events if isinstance(e, ev.CandidatePhaseChanged)]
     assert "sweeping" in phases
-    [row] = [r for r in Store(tmp_path / "k.sqlite3").job_kernels("gelu", "tmpl")
-             if not r.is_program0]
+    rows = [r for r in Store(tmp_path / "k.sqlite3").job_kernels("gelu", "tmpl")
+            if not r.is_program0]
+    [row] = [r for r in rows if not r.meta.get("duplicate_of")]
     assert row.correctness and row.model == "openai/model-t"
     combos = row.template_results["combinations"]
     assert len(combos) == 6 and all(c["status"] in ("correct", "faster") for c in combos)
@@ -47,6 +49,11 @@ def test_a_template_answer_from_the_model_is_judged_at_every_combination(tmp_pat
     # the kernel kept is the winner's concrete code, the template stays in the metadata
     assert f"BLOCK = {winner['BLOCK']}" in row.code and f"NUM_WARPS = {winner['NUM_WARPS']}" in row.code
     assert row.template_results["template"] == GELU and row.answer == ANSWER
+    # the same template answered twice: judged once, the twin kept as the same winner
+    [twin] = [r for r in rows if r.meta.get("duplicate_of") == row.id]
+    assert twin.label != row.label and twin.code == row.code and twin.status == row.status
+    assert twin.template_results["winner"] == winner and "TEMPLATE_PARAMS = {" not in twin.code
+    assert phases.count("sweeping") == 1
 
 
 def test_the_next_prompt_shows_the_parents_sweep(examples_dir):

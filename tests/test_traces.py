@@ -146,6 +146,17 @@ def test_export_sft_keeps_the_best_correct_model_answers(tmp_path, examples_dir,
         assert p["messages"][0] == {"role": "user", "content": p["prompt"]}
         assert p["messages"][1]["role"] == "assistant" and "class ModelNew" in p["answer"]
         assert p["problem"] == "gelu" and p["model"] == "openai/model-a"
+        assert p["slower_than_reference"] == (p["speedup"] < 1.0)
+    slower = sum(p["slower_than_reference"] for p in pairs)
+    assert (f"{slower} of them slower than the reference" in r.stdout) == (slower > 0)
+    # --min-speedup leaves out the kernels slower than that
+    cut = distinct[1].runtime_improvement if len(distinct) > 1 else distinct[0].runtime_improvement
+    kept = tmp_path / "kept.jsonl"
+    r = _cli("export", "sft", "--top", "1", "--min-speedup", str(cut), "--db",
+             str(tmp_path / "k.sqlite3"), "--out", str(kept))
+    assert r.returncode == 0, r.stderr
+    assert sorted(json.loads(x)["kernel_id"] for x in kept.read_text().splitlines()) == sorted(
+        row.id for row in distinct if row.runtime_improvement >= cut)
     # the same from the live trace dataset
     again = tmp_path / "again.jsonl"
     r = _cli("export", "sft", "--top", "0.5", "--traces", str(tmp_path / "traces"), "--out", str(again))

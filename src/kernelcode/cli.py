@@ -55,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     # Bad input was shown in the app; the exit status still says so for scripts (2, as the
     # openkernel CLI does for an OpenKernelError).
     if app.state.phase == "error":
-        print(f"kernel-code: {app.state.error}", file=sys.stderr)
+        from openkernel.redaction import redact
+
+        print(f"kernel-code: {redact(app.state.error)}", file=sys.stderr)
         return 2
     return 1 if app.state.phase == "failed" else 0
 

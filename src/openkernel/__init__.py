@@ -14,7 +14,7 @@ from typing import Iterator
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "optimize", "RunControl"]
+__all__ = ["__version__", "optimize", "submit", "RunControl"]
 
 
 def optimize(task, config=None, *, overrides=(), control=None, store=None) -> Iterator:
@@ -29,7 +29,7 @@ def optimize(task, config=None, *, overrides=(), control=None, store=None) -> It
         store: an open Store (default: config.paths.kernels_db_path).
     """
     from openkernel.config import Config, build_config, read_yaml
-    from openkernel.runner import resolve_run
+    from openkernel.runner import overrides_from, resolve_run
     from openkernel.search.control import RunControl
     from openkernel.search.loop import Search
     from openkernel.task import Task
@@ -50,23 +50,8 @@ def optimize(task, config=None, *, overrides=(), control=None, store=None) -> It
         else:
             data = dict(config or {})
         data.pop("task", None)
-        extra = [f"{k}={_yaml(v)}" for k, v in _flatten(data)] + extra
-        resolved, cfg = resolve_run(task, extra)
+        resolved, cfg = resolve_run(task, overrides_from(data) + extra)
     yield from Search(resolved, cfg, control or RunControl(), store).run()
-
-
-def _flatten(data: dict, prefix: str = ""):
-    for key, value in data.items():
-        if isinstance(value, dict):
-            yield from _flatten(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
-
-
-def _yaml(value) -> str:
-    import json
-
-    return json.dumps(value)  # JSON is YAML: lists of model dicts survive the round trip
 
 
 def __getattr__(name: str):

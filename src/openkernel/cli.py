@@ -1,4 +1,5 @@
-"""`openkernel`: run a search, evaluate one kernel, list runs, show a stored kernel, export."""
+"""`openkernel`: run a search, evaluate one kernel, list runs, show a stored kernel or a job's
+archive, export, move or upgrade a database."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from openkernel.errors import OpenKernelError
+from openkernel.redaction import redact
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -25,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("target", nargs="?", help="task file/folder or run config YAML "
                      "(default: configs/default.yaml)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    run.add_argument("--fresh-baselines", action="store_true", help="time the reference again "
+                     "even when its timings are stored for this task, hardware and software")
 
     ev = sub.add_parser("eval", help="evaluate one hand-written candidate")
     ev.add_argument("task", help="task file or folder")
@@ -65,6 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     sft.add_argument("--out", required=True, help="JSONL file to write")
     sft.add_argument("--db", default=None, help="database: file or postgresql:// URL (default runs/kernels.sqlite3)")
     sft.add_argument("--traces", default=None, help="read a trace dataset folder instead")
+    sft.add_argument("--min-speedup", type=float, default=None, metavar="X",
+                     help="leave out kernels slower than X times the reference (1: only those "
+                     "at least as fast); each pair says whether it is slower than the reference")
 
     bench = sub.add_parser("bench", help="run a suite of problems (e.g. a KernelBench level "
                            "folder), one job each; resumable by --name")
@@ -76,19 +83,57 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", dest="json_path", default=None, metavar="FILE",
                        help="write the table and figures as JSON")
     bench.add_argument("--retry-failed", action="store_true", help="on a resumed suite, run "
-                       "again the problems that failed (by default only unfinished ones run)")
+                       "again the problems that failed or timed out (by default only unfinished "
+                       "ones run)")
+    bench.add_argument("--problem-timeout", type=float, default=None, metavar="S",
+                       help="end a problem still running after S seconds (what it judged stays "
+                       "stored; it is marked timed out) and go on with the next")
+    bench.add_argument("--fresh-baselines", action="store_true", help="time every reference "
+                       "again even when its timings are stored for this task, hardware and "
+                       "software")
+
+    db = sub.add_parser("db", help="the results database: copy it, upgrade its tables, describe it")
+    dbs = db.add_subparsers(dest="db_command", required=True)
+    copy = dbs.add_parser("copy", help="copy a database between SQLite and PostgreSQL (either "
+                          "way), resumably, and verify the copy")
+    copy.add_argument("source", help="file or postgresql:// URL (migrated first)")
+    copy.add_argument("destination", help="file (made if missing) or postgresql:// URL")
+    copy.add_argument("--append", action="store_true", help="add to a destination that holds "
+                      "rows not from the source")
+    copy.add_argument("--batch", type=int, default=500, help="rows read and written at a time")
+    for name, text in (("upgrade", "migrate the tables to this openkernel's (as an engine does "
+                        "when it opens the database)"),
+                       ("info", "where the database is, its schema revision and its row counts")):
+        cmd = dbs.add_parser(name, help=text)
+        cmd.add_argument("--db", default=None, help="database: file or postgresql:// URL "
+                         "(default runs/kernels.sqlite3)")
+    mcp = sub.add_parser("mcp", help="serve openkernel's tools to coding agents (Model Context "
+                         "Protocol): stdio, or streamable HTTP on 127.0.0.1")
+    mcp.add_argument("--db", default=None, help="results database: file or postgresql:// URL "
+                     "(default: $OPENKERNEL_DB, else kernels.sqlite3 in the user data directory)")
+    mcp.add_argument("--http", type=int, default=None, metavar="PORT",
+                     help="serve streamable HTTP on http://127.0.0.1:PORT/mcp instead of stdio")
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, its flags that stand for config keys added to ``--set``."""
     args = _parser().parse_args(argv)
+    if getattr(args, "fresh_baselines", False):
+        args.overrides.append("eval_config.fresh_baselines=true")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     try:
         return {"run": cmd_run, "eval": cmd_eval, "runs": cmd_runs, "show": cmd_show,
                 "archive": cmd_archive, "export": cmd_export,
-                "bench": cmd_bench}[args.command](args)
+                "bench": cmd_bench, "db": cmd_db, "mcp": cmd_mcp}[args.command](args)
     except OpenKernelError as err:
         err_console.print("[bold red]error:[/] ", end="", highlight=False)
-        err_console.print(str(err), highlight=False, markup=False)  # "[postgres]" is not markup
+        # "[postgres]" is not markup; a provider may have echoed a key into the message
+        err_console.print(redact(str(err)), highlight=False, markup=False)
         return 2
     except KeyboardInterrupt:
         err_console.print("interrupted: every candidate judged so far is stored")
@@ -145,7 +190,8 @@ def cmd_run(args) -> int:
                                        highlight=False)
             elif isinstance(event, ev.LogEmitted):
                 style = {"error": "red", "warning": "yellow"}.get(event.level, "dim")
-                progress.console.print(f"[{style}]{event.message}[/]", highlight=False)
+                progress.console.print(redact(event.message), style=style, highlight=False,
+                                       markup=False)
             elif isinstance(event, ev.CriticDiagnosed):
                 progress.console.print(f"[cyan]critic:[/] {event.text}", highlight=False)
             elif isinstance(event, ev.BudgetReached):
@@ -163,8 +209,11 @@ def cmd_run(args) -> int:
     if finished.reason == "failed":
         if started is None:  # it never started: bad input (a key, the task, the generator)
             raise OpenKernelError(finished.error or "the run could not start")
-        err_console.print(f"[bold red]run failed:[/] {finished.error}", highlight=False)
-        return 1
+        err_console.print("[bold red]run failed:[/] ", end="", highlight=False)
+        err_console.print(redact(finished.error or ""), highlight=False, markup=False)
+        _print_spend(finished, why=False)
+        # the models failed (a revoked key, a dead server): something to fix, as bad input is
+        return 2 if finished.stopped_by == "models" else 1
     best = speedup_text(finished.best_speedup, missing="none correct")
     counted = (finished.tally.words() if finished.tally
                else _plural(finished.candidates, "candidate"))
@@ -180,17 +229,20 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _print_spend(finished) -> None:
+def _print_spend(finished, why: bool = True) -> None:
     """Why the run stopped by itself, and what its model calls used, per model."""
     from openkernel.costs import format_tokens, format_usd
 
-    if finished.error:
+    if finished.error and why:
         console.print(f"stopped because {finished.error}", highlight=False)
     spend = finished.spend
     if spend is None:
         return
+    estimated = (f" ({spend.estimated_calls} calls' tokens estimated: the server sent no usage)"
+                 if spend.estimated_calls else "")
     console.print(f"model calls: {spend.calls}, {spend.prompt_tokens:,} tokens in, "
-                  f"{spend.completion_tokens:,} out, cost {spend.cost_text()}", highlight=False)
+                  f"{spend.completion_tokens:,} out, cost {spend.cost_text()}{estimated}",
+                  highlight=False)
     if len(spend.models) < 2 and not spend.unpriced_calls:
         return
     table = Table("model", "calls", "tokens in", "tokens out", "cost")
@@ -435,9 +487,71 @@ def cmd_export_sft(args) -> int:
     from openkernel.export import export_sft
 
     source = {"traces": args.traces} if args.traces else {"db": _db_path(args.db)}
-    n = export_sft(args.out, top=args.top, **source)
-    console.print(f"{n} instruction pairs (the best {args.top:.0%} of each task's correct "
-                  f"model-written candidates) in {args.out}", highlight=False)
+    pairs = export_sft(args.out, top=args.top, min_speedup=args.min_speedup, **source)
+    least = (f", at least {args.min_speedup:g}x the reference" if args.min_speedup is not None
+             else "")
+    console.print(f"{len(pairs)} instruction pairs (the best {args.top:.0%} of each task's "
+                  f"correct model-written candidates{least}) in {args.out}", highlight=False)
+    slower = sum(p["slower_than_reference"] for p in pairs)
+    if slower:
+        console.print(f"{slower} of them slower than the reference (slower_than_reference: "
+                      "true); --min-speedup 1 leaves such kernels out", highlight=False)
+    return 0
+
+
+def cmd_db(args) -> int:
+    """`openkernel db copy | upgrade | info`."""
+    if args.db_command == "copy":
+        return _db_copy(args)
+    from openkernel.store import info
+
+    if args.db_command == "upgrade":
+        before, after, where = info.upgrade(_db_path(args.db))
+        said = f"upgraded from {before or 'no revision'} to {after}" if before != after else \
+            f"already at {after}"
+        console.print(f"{where}: {said}", highlight=False)
+        return 0
+    about = info.describe(_db_path(args.db))
+    for key, value in about.lines():
+        console.print(f"[bold]{key}:[/] ", end="", highlight=False)
+        console.print(value, highlight=False, markup=False)
+    return 0
+
+
+def _db_copy(args) -> int:
+    from openkernel.store.copy import copy_database
+
+    if args.batch < 1:
+        raise OpenKernelError(f"--batch {args.batch}: give at least 1")
+    try:
+        report = copy_database(args.source, args.destination, append=args.append,
+                               batch=args.batch, progress=lambda line: console.print(
+                                   f"  {line}", highlight=False, markup=False))
+    except KeyboardInterrupt:
+        err_console.print("interrupted: the runs copied so far are whole in the destination; "
+                          "run the same command again to resume (nothing is copied twice)")
+        return 130
+    console.print(f"{report.source} -> {report.destination}: {report.runs_copied} run(s) "
+                  f"copied, {report.runs_there} already there", highlight=False, markup=False)
+    table = Table("table", "source rows", "destination rows", "source digest",
+                  "destination digest", "check")
+    for c in report.checks:
+        table.add_row(c.table, str(c.source_rows), str(c.destination_rows), c.source_digest,
+                      c.destination_digest, "ok" if c.ok else f"{c.missing} source row(s) not there")
+    width = console.width
+    if not console.is_terminal:
+        console.width = 160  # piped: the digests whole
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+    if not report.ok:
+        err_console.print("[bold red]the copy differs from its source[/] (see the table): the "
+                          "source was changed meanwhile, or the destination refused rows",
+                          highlight=False)
+        return 1
+    console.print("verified: " + ("every source row is in the destination" if report.appended
+                                  else "the same rows at both ends"), highlight=False)
     return 0
 
 
@@ -452,6 +566,9 @@ def cmd_bench(args) -> int:
     from openkernel.bench.summary import suite_summary
     from openkernel.search.control import RunControl
 
+    if args.problem_timeout is not None and not args.problem_timeout > 0:
+        raise OpenKernelError(f"--problem-timeout {args.problem_timeout:g}: expected a number of "
+                              "seconds above 0")
     problems, skipped = discover(args.paths)
     for line in skipped:
         err_console.print(f"[yellow]skipped:[/] {line}", highlight=False)
@@ -473,7 +590,8 @@ def cmd_bench(args) -> int:
 
         try:
             for out in run_suite(problems, suite, args.overrides, store, on_event, control,
-                                 retry_failed=args.retry_failed):
+                                 retry_failed=args.retry_failed,
+                                 problem_timeout=args.problem_timeout):
                 progress.advance(bar)
                 why = out.error or "; ".join(out.log[:1])
                 # the time the table gives it (its runs', from the database): the two agree
@@ -504,24 +622,44 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_mcp(args) -> int:
+    try:
+        import mcp  # noqa: F401 - the SDK, an optional extra
+    except ImportError:
+        raise OpenKernelError("openkernel mcp needs the MCP SDK: pip install 'openkernel[mcp]'") from None
+    from openkernel.mcp_server.location import resolve
+    from openkernel.mcp_server.server import serve
+
+    return serve(resolve(args.db), args.http)
+
+
 def _ratio(value: float | None) -> str:
     from openkernel.wording import speedup_text
 
     return speedup_text(value)
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def _print_suite(summary) -> None:
     table = Table("problem", "status", "correct", "speedup", "vs compile", "vs autotune",
-                  "eager ms", "compile ms", "autotune ms", "judged", "faults", "time s", "note",
-                  title=f"suite {summary.suite}")
+                  "eager ms", "compile ms", "autotune ms", "judged", "faults", "time s",
+                  "fixed s", "own s", "note", title=f"suite {summary.suite}: {summary.precision}")
     for p in summary.problems:
+        note = [(p.error.splitlines() or [""])[0][:70]] if not p.correct else []
         table.add_row(p.name, p.status, "yes" if p.correct else "no", _ratio(p.speedup),
                       _ratio(p.over_compile), _ratio(p.over_autotune),
                       f"{p.eager_ms:.4g}" if p.eager_ms else "-",
                       f"{p.compile_ms:.4g}" if p.compile_ms else "-",
                       f"{p.autotune_ms:.4g}" if p.autotune_ms else "-", str(p.candidates),
                       str(p.evaluator_faults), f"{p.time_s:.1f}",
-                      (p.error.splitlines() or [""])[0][:70] if not p.correct else "")
+                      _seconds(p.fixed_s) + (" stored" if p.baselines_stored else ""),
+                      _seconds(p.candidate_s),
+                      "; ".join(x for x in note + [p.baseline_note] if x) if not p.correct else
+                      f"library-bound ({p.library_bound}): our own kernel" if p.library_bound
+                      else p.baseline_note)
     # Piped: wide enough that no problem name is cut (a terminal shows what fits it).
     width = console.width
     if not console.is_terminal:
@@ -535,6 +673,14 @@ def _print_suite(summary) -> None:
                   f"({summary.n_correct} correct of {len(summary.problems)}), over torch.compile "
                   f"{_ratio(summary.geomean_compile)} ({summary.n_compile}), over max-autotune "
                   f"{_ratio(summary.geomean_autotune)} ({summary.n_autotune})", highlight=False)
+    if summary.library_bound:
+        console.print(f"library-bound (the reference is a lone GEMM or convolution; our own "
+                      f"kernel's ratio): {len(summary.library_bound)}, geomean over torch.compile "
+                      f"{_ratio(summary.geomean_compile_library_bound)}", highlight=False)
+    console.print(f"fixed cost (probe and baselines) median {_seconds(summary.fixed_s_median)} s, "
+                  f"a candidate's own time median {_seconds(summary.candidate_s_median)} s"
+                  + (f"; {summary.n_timed_out} problem(s) timed out" if summary.n_timed_out
+                     else ""), highlight=False)
 
 
 if __name__ == "__main__":

@@ -41,13 +41,35 @@ class ModelConfig(_Strict):
     weight: float = Field(1.0, gt=0, description="Sampling weight within the ensemble.")
     temperature: float = Field(0.7, ge=0, le=2, description="Sampling temperature.")
     max_tokens: int = Field(8192, gt=0, description="Upper bound on the answer's length.")
-    timeout_s: float = Field(300.0, gt=0, description="Per-request timeout.")
+    timeout_s: float = Field(300.0, gt=0, description="Time limit of one request, a streamed "
+                             "answer's whole time included.")
     num_retries: int = Field(3, ge=0, description="Retries with backoff on transient errors.")
+    max_consecutive_failures: int | None = Field(
+        3, ge=1, description="Calls to this model that may fail in a row (each after its "
+        "retries) before it is paused for the rest of the run: an ensemble goes on with its "
+        "other models; with none left the run stops, saying why. null: never pause.")
     stream: bool = Field(True, description="Stream the answer (kernel-code shows it as it "
                          "arrives); false for servers that cannot stream.")
     price: ModelPrice | None = Field(None, description="Local price entry: used instead of "
                                      "litellm's price map (needed for self-hosted models; "
                                      "without either, calls cost $0 and are labelled unknown).")
+
+
+BASELINES = ("eager", "compile", "autotune")  # the reference timings, in the order they are made
+
+
+class BaselineTimeouts(_Strict):
+    """The wall of each reference timing (``eval_config.baseline_timeout_s``): seconds of its
+    own first call or compilation. Past it the baseline is stored as timed out, with the
+    seconds it ran, and the problem goes on with the others."""
+
+    eager: float = Field(60.0, gt=0, description="The reference's first eager call (a forward "
+                         "slower than this is not timed at all).")
+    compile: float = Field(45.0, gt=0, description="torch.compile (default mode) of the "
+                           "reference and its first call.")
+    autotune: float = Field(180.0, gt=0, description="torch.compile max-autotune-no-cudagraphs "
+                            "of the reference (it benchmarks GEMM/convolution choices on the "
+                            "GPU) and its first call.")
 
 
 class EvalConfig(_Strict):
@@ -88,6 +110,27 @@ class EvalConfig(_Strict):
                                         "the strongest compiler baseline, beside eager and the "
                                         "default mode (`openkernel bench` turns it on: its table "
                                         "reports speedups over it).")
+    allow_tf32: bool = Field(False, description="Opt in to TF32 for float32 GEMMs "
+                             "(torch.backends.cuda.matmul.allow_tf32) in every worker: the "
+                             "reference, torch.compile's baselines and the candidates all run "
+                             "under it, and every suite table says so. Off: float32 GEMMs "
+                             "compute in full float32, PyTorch's default (convolutions follow "
+                             "cuDNN's own default, TF32 on).")
+    baselines: list[Literal["eager", "compile", "autotune"]] | None = Field(
+        None, description="Which reference timings to make, each under its own wall "
+        "(baseline_timeout_s): eager, compile (torch.compile's default mode), autotune "
+        "(max-autotune-no-cudagraphs). Default: eager and compile on a GPU, plus autotune with "
+        "max_autotune_baseline; none on the CPU, where torch.compile makes C++, not what a "
+        "GPU kernel competes with. [] makes none.")
+    baseline_timeout_s: BaselineTimeouts = Field(
+        default_factory=BaselineTimeouts, description="The wall of each reference timing: "
+        "{eager: 60, compile: 45, autotune: 180} seconds (one number sets all three).")
+    fresh_baselines: bool = Field(False, description="Time the reference again even when its "
+                                  "timings for this task, hardware and software are stored "
+                                  "(`--fresh-baselines`).")
+    sweep_timeout_s: float = Field(600.0, gt=0, description="Wall of a templated candidate's "
+                                   "sweep (building, screening and timing its combinations; "
+                                   "waiting for the GPU's turn not counted).")
     profile: bool = Field(True, description="On a GPU with Nsight Compute (ncu) installed, profile "
                           "each correct candidate; its summary reaches later prompts.")
     profile_original_model: bool = Field(False, description="Profile the reference too (once per "
@@ -99,6 +142,24 @@ class EvalConfig(_Strict):
                                           "host with GCC: compile <torch/extension.h> once per "
                                           "torch install and flag set (~40 s), so each CUDA C++ "
                                           "build skips ~18 CPU seconds of header parsing.")
+
+    @field_validator("baseline_timeout_s", mode="before")
+    @classmethod
+    def _one_wall_for_all(cls, value: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if value <= 0:
+                raise ValueError("must be more than 0 seconds")
+            return {name: value for name in BASELINES}
+        return value
+
+    @field_validator("baselines")
+    @classmethod
+    def _eager_first(cls, value: list[str] | None) -> list[str] | None:
+        """Every compiled baseline is timed against eager in the same rounds."""
+        if value and "eager" not in value:
+            raise ValueError("list eager too: the compiled baselines are timed against it "
+                             "(e.g. [eager, compile])")
+        return None if value is None else [b for b in BASELINES if b in value]
 
 
 class PathsConfig(_Strict):
@@ -177,14 +238,17 @@ class RayConfig(_Strict):
                                 "of its head (the GCS port, 6379 by default). None: the cluster running on "
                                 "this machine if there is one, else a local Ray started for "
                                 "the run and stopped after it.")
-    gpus: int | None = Field(None, ge=1, description="GPU actors to start, one per GPU (each "
-                             "asks Ray for num_gpus=1); default: every GPU the cluster has "
-                             "when the run starts.")
+    gpus: int | None = Field(None, ge=1, description="GPU actors to keep, one per GPU (each "
+                             "asks Ray for num_gpus=1); default: every GPU the cluster has, "
+                             "GPU nodes that join mid-run included. A lost actor is replaced "
+                             "once a GPU is free.")
     cpus_per_gpu: float = Field(1.0, gt=0, description="CPU resources each GPU actor reserves "
                                 "from Ray for the builds of its candidates.")
     start_timeout_s: float = Field(300.0, gt=0, description="Limit on starting the actors and "
-                                   "probing the task on each; actors not placed by then (too "
-                                   "few free GPUs) are given up.")
+                                   "probing the task on each before the first candidate; "
+                                   "actors not placed by then (too few free GPUs) join when "
+                                   "Ray places them. Also how long a candidate waits for a "
+                                   "GPU actor when every one is lost.")
 
 
 class Config(_Strict):

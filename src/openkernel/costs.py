@@ -78,6 +78,9 @@ class LLMCall:
     price: str  # "config" | "litellm" | "unknown"
     latency_s: float = 0.0
     attempts: int = 1
+    # The token counts are litellm's count, not the server's: the server sent no usage, or a
+    # stream was cut off before its usage came.
+    estimated: bool = False
 
     @property
     def tokens(self) -> int:
@@ -95,6 +98,7 @@ class ModelSpend:
     cost_usd: float = 0.0
     unpriced_calls: int = 0  # calls whose price was unknown (counted at $0)
     purposes: dict[str, int] = field(default_factory=dict)  # purpose -> calls
+    estimated_calls: int = 0  # calls whose tokens were counted by litellm, not the server
 
     @property
     def tokens(self) -> int:
@@ -107,6 +111,7 @@ class ModelSpend:
         self.cost_usd += call.cost_usd
         self.unpriced_calls += call.price == "unknown"
         self.purposes[call.purpose] = self.purposes.get(call.purpose, 0) + 1
+        self.estimated_calls += call.estimated
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,10 @@ class Spend:
     def unpriced_calls(self) -> int:
         return sum(m.unpriced_calls for m in self.models)
 
+    @property
+    def estimated_calls(self) -> int:
+        return sum(m.estimated_calls for m in self.models)
+
     def cost_text(self) -> str:
         """``$0.0123``, with ``+ unknown`` when some calls had no price."""
         text = format_usd(self.cost_usd)
@@ -153,24 +162,39 @@ class Ledger:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._models: dict[str, ModelSpend] = {}
+        self.largest_usd = 0.0  # the dearest call so far: what the next one may cost
+        self.largest_tokens = 0
 
     def add(self, call: LLMCall) -> None:
         with self._lock:
             self._models.setdefault(call.model, ModelSpend(call.model)).add(call)
+            self.largest_usd = max(self.largest_usd, call.cost_usd)
+            self.largest_tokens = max(self.largest_tokens, call.tokens)
 
     def snapshot(self) -> Spend:
         with self._lock:
             return Spend(tuple(ModelSpend(m.model, m.calls, m.prompt_tokens, m.completion_tokens,
-                                          m.cost_usd, m.unpriced_calls, dict(m.purposes))
+                                          m.cost_usd, m.unpriced_calls, dict(m.purposes),
+                                          m.estimated_calls)
                                for m in self._models.values()))
 
-    def over_budget(self, budget: BudgetConfig) -> str | None:
-        """Why the budget stops the job now, or None while it may go on."""
+    def over_budget(self, budget: BudgetConfig, pending: int = 0, only: str = "") -> str | None:
+        """Why the budget stops the job now, or None while it may go on. With ``pending``
+        calls about to start (those in flight and the next), it stops too when they could
+        pass a limit, each costing as much as the dearest call so far. ``only``: one limit's
+        key (``budget.max_usd``), for its text with the totals now."""
         spend = self.snapshot()
-        if budget.max_usd is not None and spend.cost_usd >= budget.max_usd:
-            return (f"budget.max_usd reached: {format_usd(spend.cost_usd)} spent of "
-                    f"{format_usd(budget.max_usd)}")
-        if budget.max_tokens is not None and spend.tokens >= budget.max_tokens:
-            return (f"budget.max_tokens reached: {spend.tokens:,} tokens used of "
-                    f"{budget.max_tokens:,}")
+        limits = (("budget.max_usd", budget.max_usd, spend.cost_usd, self.largest_usd, format_usd,
+                   "spent"),
+                  ("budget.max_tokens", budget.max_tokens, spend.tokens, self.largest_tokens,
+                   lambda n: f"{n:,} tokens", "used"))
+        for key, cap, used, largest, show, verb in limits:
+            if cap is None or (only and key != only):
+                continue
+            total = f"{show(used)} {verb} of {show(cap).removesuffix(' tokens')}"
+            if used >= cap:
+                return f"{key} reached: {total}"
+            if pending and used + pending * largest >= cap:
+                return (f"{key} nearly reached: {total}, and the next call could pass it (one "
+                        f"call has {verb} up to {show(largest)})")
         return None

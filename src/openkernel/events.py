@@ -207,3 +207,6 @@ class RunFinished(Event):
     tally: Tally | None = None  # the job's candidates, judged and not (None: no run started)
     planned: int = 0  # iterations x branches the job was given
     ended_early: str = ""  # why it ended before its last iteration (nothing new to propose)
+    # What ended it by itself: "budget" (stopped), "models" (failed: every model failed too
+    # many calls in a row, something to fix like a bad key or a dead server), or "".
+    stopped_by: str = ""

@@ -20,6 +20,7 @@ from openkernel.errors import OpenKernelError
 from openkernel.search.archive import Archive
 from openkernel.search.records import program_from_row
 from openkernel.store import Kernel, LLMCallRecord, Run, open_readonly
+from openkernel.store.engines import shown
 from openkernel.store.traces import (
     Redactor,
     Session,
@@ -90,7 +91,7 @@ def _job_rows(s: OrmSession, task: str, job: str, calls: bool) -> list[dict]:
 def trace_rows(db: str | Path, task: str | None = None,
                job: str | None = None) -> Iterator[tuple[str, str, list[dict]]]:
     """(task, job, redacted rows) for each job of the database (or the one asked for)."""
-    engine = open_readonly(db)
+    engine = open_readonly(db, complete=True)  # whole rows: an older database says what it lacks
     redactor = Redactor()
     try:
         with OrmSession(engine) as s:
@@ -98,7 +99,7 @@ def trace_rows(db: str | Path, task: str | None = None,
             jobs = _jobs(s, task, job)
             if not jobs:
                 what = " ".join(filter(None, [task and f"task {task!r}", job and f"job {job!r}"]))
-                raise OpenKernelError(f"{db}: no kernels" + (f" for {what}" if what else ""))
+                raise OpenKernelError(f"{shown(db)}: no kernels" + (f" for {what}" if what else ""))
             for t, j in jobs:
                 yield t, j, [redactor.row(r) for r in _job_rows(s, t, j, calls)]
     finally:
@@ -117,8 +118,9 @@ def export_traces(db: str | Path, out: str | Path, task: str | None = None,
 
 
 def export_sft(out: str | Path, top: float = 0.1, db: str | Path | None = None,
-               traces: str | Path | None = None) -> int:
-    """Write the SFT pairs as JSONL, from a database or a trace dataset; returns how many."""
+               traces: str | Path | None = None, min_speedup: float | None = None) -> list[dict]:
+    """Write the SFT pairs as JSONL, from a database or a trace dataset; returns them.
+    ``min_speedup`` leaves out kernels slower than that over the reference."""
     if traces is not None:
         folder = Path(traces)
         if not folder.is_dir():
@@ -126,10 +128,10 @@ def export_sft(out: str | Path, top: float = 0.1, db: str | Path | None = None,
         rows = read_dataset(folder).to_pylist()
     else:
         rows = [r for _, _, job_rows in trace_rows(db) for r in job_rows]
-    pairs = rows_for_sft(rows, top)
+    pairs = rows_for_sft(rows, top, min_speedup)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as fh:
         for pair in pairs:
             fh.write(json.dumps(pair, ensure_ascii=False) + "\n")
-    return len(pairs)
+    return pairs

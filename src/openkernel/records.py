@@ -6,6 +6,8 @@ beside ``schemas.py`` so none of those has to import another's internals.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -22,6 +24,32 @@ def device_words(hardware: str, backend: str = "triton") -> str:
     return "CPU, Triton interpreter" if "interpreter" in hardware.lower() else hardware
 
 
+def baseline_kind(allow_tf32: bool) -> str:
+    """The store's kind of the reference's compiler baselines: timed under the run's TF32 flag
+    (``eval_config.allow_tf32``), they are kept apart from those timed without it."""
+    return "compile-tf32" if allow_tf32 else "compile"
+
+
+@dataclass(frozen=True)
+class PrecisionFlags:
+    """The torch flags that decide how float32 GEMMs and convolutions compute on a GPU, as a
+    worker ran under them (every worker of a run runs under the same ones)."""
+
+    matmul_tf32: bool = False  # torch.backends.cuda.matmul.allow_tf32 (eval_config.allow_tf32)
+    conv_tf32: bool = True  # torch.backends.cudnn.allow_tf32 (PyTorch's default)
+
+
+@dataclass(frozen=True)
+class KernelPrecision:
+    """How one GEMM or convolution of a candidate computes, under the run's flags on its
+    device (``Program.metadata["precision"]``, one per such kernel)."""
+
+    kernel: str  # the kernel's name in the candidate, e.g. "_k0_mm"
+    op: str  # the aten op it computes: "mm", "bmm", "addmm", "convolution", ...
+    by: str  # "triton", or the library that runs it: "cuBLAS", "cuBLASLt", "cuDNN"
+    precision: str  # what its inputs are multiplied in: "fp32", "tf32", "bf16", "fp16", "fp64"
+
+
 @dataclass(frozen=True)
 class Hardware:
     """What candidates run on, as the engine reports and stores it."""
@@ -35,6 +63,9 @@ class Hardware:
     peak_bandwidth_gbs: float | None = None  # measured, not from datasheets (when known)
     peak_tflops: dict = field(default_factory=dict)  # dtype -> measured TFLOP/s
     gpu_memory_bytes: int = 0  # device memory of the first GPU (0 on the CPU)
+    # torch, Triton and CUDA versions, backend flags (TF32, cuDNN) and compiler settings of the
+    # workers: with the label, what the reference's stored timings are keyed by
+    software: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -61,6 +92,19 @@ class TaskProbe:
     log: str = ""
     memory: Footprint | None = None  # what the reference holds on its device (the memory plan's input)
     trace: OpTrace | None = None  # the forward's aten ops with their arguments (graph templates)
+    flags: PrecisionFlags | None = None  # the TF32 flags the reference ran under
+    # The reference's compute ops when they are all GEMMs or convolutions (e.g. "mm"): a lone
+    # library call, which no kernel of ours can be "the library call with more around it".
+    library_bound: str = ""
+    # On a GPU: the code torch.compile's Inductor writes for the reference (worker/inductor.py:
+    # {"code", "args", "outputs", "made"}), the offline generator's seed; None elsewhere.
+    inductor: dict | None = None
+    # What a candidate must meet, for the prompt: output dtype -> {atol, rtol, max_rel_error}
+    # (the task's get_tolerances hook applied), and the held-out input sets checked besides
+    # the main one, each {"name": where it came from, "shapes": [...], "dtypes": [...]}.
+    tolerances: dict[str, dict[str, float]] = field(default_factory=dict)
+    heldout: list[dict] = field(default_factory=list)
+    reference_ms: float = 0.0  # the reference's median over a few calls at the probe (0: not timed)
 
     @classmethod
     def from_json(cls, data: dict[str, Any], hardware: Hardware | None = None) -> "TaskProbe":
@@ -70,6 +114,8 @@ class TaskProbe:
             data["memory"] = Footprint(**data["memory"])
         if isinstance(data.get("trace"), dict):
             data["trace"] = OpTrace.from_json(data["trace"])
+        if isinstance(data.get("flags"), dict):
+            data["flags"] = PrecisionFlags(**data["flags"])
         if isinstance(data.get("hardware"), dict):
             data["hardware"] = hardware_from_json(data["hardware"])
         elif hardware is not None:
@@ -198,7 +244,8 @@ class MemoryPlan:
     exclusive: bool = False  # this worker has its GPU to itself (a retry)
     chunk_elements: int = 1 << 24  # comparisons, fingerprints and float64 work per chunk
     precision_set: str = "main"  # "main", "small" or "skip"
-    precision_why: str = ""  # why not the main set (for the log)
+    precision_why: str = ""  # why not the main set, or not on the device (for the log)
+    precision_on_host: bool = False  # the float64 run on the host CPU (memplan.HOST_FLOPS)
     small_set: dict = field(default_factory=dict)  # Footprint.small_set
     keep_pristine: bool = False  # the reference mutates its inputs: keep a pristine copy
     poison_bytes: int = 0  # free memory filled with NaN before each candidate call
@@ -210,6 +257,14 @@ class MemoryPlan:
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> "MemoryPlan":
         return cls(**(data or {}))
+
+
+def software_key(software: dict | None) -> str:
+    """A short digest of ``Hardware.software`` ("" when unknown): with the hardware label and
+    the task's digest, the key of the reference's stored baselines."""
+    if not software:
+        return ""
+    return hashlib.sha256(json.dumps(software, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def hardware_to_json(hw: Hardware) -> dict[str, Any]:

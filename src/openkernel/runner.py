@@ -12,6 +12,21 @@ from openkernel.task import Task, load_task
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
 
 
+def overrides_from(data: dict) -> list[str]:
+    """Config keys as ``--set`` strings (nested dicts as dotted keys; values as JSON, which is
+    YAML, so lists of model entries survive the round trip)."""
+    import json
+
+    def flatten(d: dict, prefix: str = ""):
+        for key, value in d.items():
+            if isinstance(value, dict):
+                yield from flatten(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}={json.dumps(value)}"
+
+    return list(flatten(data))
+
+
 def resolve_run(task_or_config: str | Path | None = None,
                 overrides: list[str] | tuple[str, ...] = ()) -> tuple[Task, Config]:
     """Resolve what to run. Config layers, lowest first: the task folder's config.yaml, the run

@@ -271,6 +271,7 @@ class Program:
             label=meta.get("label") or self.label, parent_id=self.parent_id,
             inspiration_ids=meta.get("inspiration_ids", []), is_program0=self.is_program0,
             origin=meta.get("origin", "offline"), model=meta.get("model", ""),
+            author=meta.get("author", ""),
             backend=meta.get("backend", "triton"), language=self.language,
             description=meta.get("description", ""), prompt=meta.get("prompt", ""),
             answer=self.raw_llm_code or "", code=self.code,

@@ -136,24 +136,12 @@ def build(path: Path) -> dict:
 
 
 def copy_to(path: Path, url: str) -> str:
-    """The sample, row for row, in a PostgreSQL database (made and migrated by ``Store``), as
-    if the same runs had written there; returns the URL."""
-    from sqlalchemy import select
+    """The sample in a PostgreSQL database, copied as a user moves one (``openkernel db
+    copy``: verified); returns the URL."""
+    from openkernel.store.copy import copy_database
 
-    from openkernel.store import Store
-    from openkernel.store.tables import Base
-
-    source, store = open_readonly(path), Store(url)
-    with source.connect() as read, store.engine.begin() as write:
-        for table in Base.metadata.sorted_tables:
-            rows = [dict(r._mapping) for r in read.execute(select(table))]
-            if rows:
-                write.execute(table.insert(), rows)
-        for table in ("runs", "critiques", "llm_calls"):  # ids the server hands out go on from here
-            write.exec_driver_sql(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
-                                  f"(SELECT COALESCE(MAX(id), 0) + 1 FROM {table}), false)")
-    source.dispose()
-    store.close()
+    report = copy_database(path, url)
+    assert report.ok and report.runs_copied == report.runs, report
     return url
 
 

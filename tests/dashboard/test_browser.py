@@ -264,10 +264,12 @@ def test_missing_database_gets_a_clear_page(tmp_path, page):
 
 def test_live_job_page_grows_by_itself(sample, tmp_path, page):
     """The offline job resumed by a real engine while its page is open: the new kernels and
-    the new critic line appear within a few refresh ticks, with no reload."""
+    the new critic line appear within a few refresh ticks, with no reload; a kernel an agent
+    submitted into the run is drawn with its author, dashed."""
     import threading
 
     import openkernel
+    from openkernel.search.external import Submission
 
     path = tmp_path / "live.sqlite3"
     shutil.copy(sample["path"], path)
@@ -278,6 +280,12 @@ def test_live_job_page_grows_by_itself(sample, tmp_path, page):
     done: list = []
     control = openkernel.RunControl()
     control.pause()  # the run starts, then holds before its first candidate: it reads running
+    parent = next(r for r in queries.job_kernels(open_readonly(path), sample_db.TASK,
+                                                 sample_db.OFFLINE_JOB) if r["correctness"]
+                  and not r["is_program0"])
+    # The agent sends the parent's own code back: its verdict is reused (no third build here).
+    code = queries.kernel_detail(open_readonly(path), parent["id"])["code"]
+    agents = control.submit(Submission(code=code, author="agent:browser", parent_id=parent["id"]))
     engine = threading.Thread(target=lambda: done.extend(openkernel.optimize(
         sample_db.EXAMPLE, control=control, overrides=[
             f"paths.kernels_db_path={path}", f"paths.scratch_dir={tmp_path / 's'}",
@@ -287,10 +295,15 @@ def test_live_job_page_grows_by_itself(sample, tmp_path, page):
     engine.start()
     page.wait_for_function("() => document.querySelector('#job-live').innerText.startsWith('running')")
     control.resume()
-    _nodes(page, 7)
+    _nodes(page, 8)
     engine.join(timeout=240)
     assert done and done[-1].reason == "completed"
-    page.wait_for_function("() => document.querySelector('#job-facts').innerText.includes('6 candidates')")
+    page.wait_for_function("() => document.querySelector('#job-facts').innerText.includes('7 candidates')")
+    mine = agents.result(0)
+    drawn = page.evaluate(f"""() => {{ const n = {CY}.getElementById('{mine.id}');
+        return [n.data('label'), n.style('border-style'), n.hasClass('external')]; }}""")
+    assert drawn == ["u1 · agent:browser", "dashed", True]
+    assert "Written by a person or an agent" in page.inner_text("#graph-legend")
     text = Store(path).job_critiques(sample_db.TASK, sample_db.OFFLINE_JOB)[-1].text
     page.wait_for_function(f"() => document.querySelector('#job-critic').innerText.includes({text[:40]!r})")
     page.wait_for_function("() => document.querySelector('#job-live').innerText.startsWith('completed')")

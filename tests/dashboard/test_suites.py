@@ -63,7 +63,7 @@ def test_suite_page_agrees_with_the_bench_json(bench_db):
     for problem in bench_db["json"]["problems"]:
         assert problem["name"] in page
     fast = bench_db["json"]["fast_p"]
-    assert f"fast<sub>0</sub> {fast['0']:.2f}" in page and "no template" in page
+    assert f"fast<sub>0</sub> {fast['0']:.2f}" in page and "no kernel" in page
     assert "Unknown suite" in str(route(src, "/suite/nope", ""))
     runs = str(route(src, "/", ""))
     assert "suites-section" in runs and "kb level1" in runs
@@ -108,3 +108,25 @@ def test_the_suite_page_reads_the_same_from_postgres(bench_db, postgres):
     for problem in bench_db["json"]["problems"]:
         assert problem["name"] in page
     assert "suites-section" in str(route(src, "/", ""))
+
+
+def test_a_suite_written_before_baseline_keys_still_reads(bench_db, tmp_path):
+    """A database at revision 0001 (no costs, no keyed baselines), read without migrating it."""
+    import shutil
+
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from openkernel.store import migrate
+
+    old = tmp_path / "old.sqlite3"
+    shutil.copy(bench_db["db"], old)
+    engine = create_engine(f"sqlite:///{old}")
+    with engine.begin() as conn:
+        command.downgrade(migrate._config(conn), "0001")
+    engine.dispose()
+    summary = DataSource(old).suite("kb level1")
+    assert [p.name for p in summary.problems] == [p["name"] for p in bench_db["json"]["problems"]]
+    assert all(p.fixed_s is None for p in summary.problems)
+    assert summary.fast_p == bench_db["json"]["fast_p"]
+    assert "fixed s" in str(route(DataSource(old), "/suite/kb%20level1", ""))

@@ -105,3 +105,73 @@ def test_the_baseline_downgrades_to_no_tables_and_upgrades_again(tmp_path):
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     migrate.upgrade(engine)
     assert _differences(engine) == [] and _revision(engine) == migrate.head()
+
+
+def test_the_author_column_downgrades_and_upgrades_again(tmp_path):
+    """0002 (kernels.author) round trip: the rows stay, the column goes and comes back."""
+    from alembic import command
+
+    path = tmp_path / "k.sqlite3"
+    store = Store(path)
+    run = store.start_run(task_name="gelu", job_name="j", backend="triton")
+    store.add_kernel(id="u1k", run_id=run.id, task_name="gelu", job_name="j", iteration=0,
+                     branch=1, label="u1", origin="agent", author="agent:test", status="correct")
+    store.close()
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        command.downgrade(migrate._config(conn), "0001")
+    assert "author" not in {c["name"] for c in inspect(engine).get_columns("kernels")}
+    migrate.upgrade(engine)
+    assert _differences(engine) == [] and _revision(engine) == migrate.head()
+    engine.dispose()
+    store = Store(path)
+    row = store.get_kernel("u1k")
+    assert row.label == "u1" and row.author is None  # the value went with the column
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_keyed_reference_timings_go_down_and_up_keeping_the_newest(tmp_path, request, dialect):
+    """0003: the baselines' key gains the software's digest; going down keeps each task and
+    hardware's newest row, going up again keeps it (under the unknown environment "")."""
+    from alembic import command
+
+    if dialect == "sqlite":
+        url = f"sqlite:///{tmp_path / 'k.sqlite3'}"
+    else:
+        url = request.getfixturevalue("postgres").new_database("keyed")
+    store = Store(url)
+    store.put_reference_timing("d", "hw", "compile", 1.0, {"n": "old"}, "env-a")
+    store.put_reference_timing("d", "hw", "compile", 2.0, {"n": "new"}, "env-b")
+    assert store.reference_timing("d", "hw", "compile", "env-a").runtime_stats == {"n": "old"}
+    engine = store.engine
+    with engine.begin() as conn:
+        command.downgrade(migrate._config(conn), "0002_kernel_author")
+    assert inspect(engine).get_pk_constraint("reference_timings")["constrained_columns"] == [
+        "task_digest", "hardware", "kind"]
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT runtime FROM reference_timings")).all()
+    assert rows == [(2.0,)]
+    migrate.upgrade(engine)
+    assert _differences(engine) == []
+    assert store.reference_timing("d", "hw", "compile", "").runtime_stats == {"n": "new"}
+    store.close()
+
+
+def test_llm_call_estimates_downgrade_and_upgrade_keeping_the_calls(tmp_path):
+    """Revision 0004 (llm_calls.estimated): down to 0003 the column goes, the calls stay; up
+    again they read as counted by the server."""
+    from alembic import command
+
+    store = Store(tmp_path / "k.sqlite3")
+    run = store.start_run(task_name="t", job_name="j", backend="triton")
+    store.add_llm_call(run_id=run.id, task_name="t", job_name="j", iteration=0, model="m",
+                       purpose="generate", prompt_tokens=5, completion_tokens=7, estimated=True)
+    store.close()
+    engine = create_engine(f"sqlite:///{tmp_path / 'k.sqlite3'}")
+    with engine.begin() as conn:
+        command.downgrade(migrate._config(conn), "0003_baseline_keys")
+    assert "estimated" not in {c["name"] for c in inspect(engine).get_columns("llm_calls")}
+    migrate.upgrade(engine)
+    engine.dispose()
+    [call] = Store(tmp_path / "k.sqlite3").job_llm_calls("t", "j")
+    assert (call.prompt_tokens, call.completion_tokens, call.estimated) == (5, 7, False)

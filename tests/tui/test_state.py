@@ -46,6 +46,18 @@ def test_failed_run_says_why_and_keeps_what_was_stored():
     assert "Run failed: worker died" in text and "kept: 4 candidates; database" in text
 
 
+def test_a_run_stopped_by_its_models_is_an_error_to_fix_said_in_the_chat():
+    why = ("every model failed too often: openai/m: 3 consecutive calls failed (last: connection "
+           "failed: [Errno 111] Connection refused) (inference[].max_consecutive_failures)")
+    finished = ev.RunFinished("failed", None, -1.0, 3, "runs/k.sqlite3", error=why,
+                              stopped_by="models")
+    state = RunState()
+    state.apply(finished)
+    assert state.phase == "error" and state.error == why  # kernel-code exits 2, as for bad input
+    text = "\n".join(map(str, narrate(finished)))
+    assert f"Run failed: {why}" in text and "3 candidates stored" in text
+
+
 def test_pump_turns_errors_into_events():
     got: list[object] = []
     buffer = EventBuffer(lambda: None)

@@ -74,7 +74,8 @@ def combination_rows(results: dict) -> list[dict]:
         row = {"winner": "★" if r["params"] == winner else "", **{k: str(v) for k, v in r["params"].items()},
                "status": r["status"], "median_ms": r["runtime"] if r["runtime"] > 0 else None,
                "speedup": round(r["speedup"], 4) if r["speedup"] > 0 else None,
-               "why": next((ln for ln in (r.get("error") or "").splitlines() if ln.strip()), "")}
+               "why": next((ln for ln in (r.get("error") or r.get("dropped") or "").splitlines()
+                            if ln.strip()), "")}  # a failure, or why screening dropped it
         out.append(row)
     return out
 

@@ -122,10 +122,13 @@ def graph_elements(rows: list[dict], best_id: str | None = None) -> list[dict]:
         x, y = pos[r["id"]]
         status = r.get("status") or "unknown"
         classes = status + (" best" if r["id"] == best_id else "")
+        label = r.get("label") or r["id"]
+        if r.get("author"):  # a person's or an agent's kernel: its author beside its label
+            label, classes = f"{label} · {r['author']}", classes + " external"
         # data is kept to what the stylesheet reads: the payload of 5,000 nodes is what the
         # browser parses before it can draw (the status lives in the classes)
         nodes.append({
-            "data": {"id": r["id"], "label": r.get("label") or r["id"], "size": node_size(r)},
+            "data": {"id": r["id"], "label": label, "size": node_size(r)},
             "position": {"x": round(x), "y": round(y)},
             "classes": classes,
         })
@@ -159,6 +162,8 @@ def stylesheet() -> list[dict]:
     ]
     for status, color in STATUS_COLORS.items():
         styles.append({"selector": f".{status}", "style": {"background-color": color}})
+    styles.append({"selector": ".external", "style": {  # from a person or an agent
+        "border-style": "dashed", "border-width": 3, "border-color": "#6f42c1"}})
     styles.append({"selector": ".best", "style": {
         "background-color": "#ffffff", "border-color": "#000000", "border-width": 4}})
     styles.append({"selector": "node:selected", "style": {

@@ -14,7 +14,7 @@ SQLAlchemy Core that SQLite and PostgreSQL both run (``summary`` holds the few t
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import func, inspect, null, select
 from sqlalchemy.engine import Engine
 
 from openkernel.store import summary
@@ -30,6 +30,15 @@ _LIGHT = [
     Kernel.meta.label("meta"),
     Kernel.hardware, Kernel.created_at,
 ]
+# Columns kernels gained later (migrations); a database no engine has opened since lacks them.
+LATER_KERNEL_COLUMNS = ("author",)
+
+
+def _later_kernel_columns(conn) -> list:
+    """The later columns as select expressions: NULL where the database does not have them."""
+    have = {c["name"] for c in inspect(conn).get_columns(Kernel.__tablename__)}
+    return [Kernel.__table__.c[name] if name in have else null().label(name)
+            for name in LATER_KERNEL_COLUMNS]
 
 
 def list_jobs(engine: Engine, search: str = "", offset: int = 0, limit: int = 50) -> tuple[list[dict], int]:
@@ -114,10 +123,10 @@ def job_runs(engine: Engine, task: str, job: str) -> list[dict]:
 
 def job_kernels(engine: Engine, task: str, job: str) -> list[dict]:
     """The light columns of every kernel of a job, in (iteration, branch) order."""
-    q = (select(*_LIGHT, Kernel.profiler_data)
-         .where(Kernel.task_name == task, Kernel.job_name == job)
-         .order_by(Kernel.iteration, Kernel.branch, Kernel.created_at))
     with engine.connect() as conn:
+        q = (select(*_LIGHT, *_later_kernel_columns(conn), Kernel.profiler_data)
+             .where(Kernel.task_name == task, Kernel.job_name == job)
+             .order_by(Kernel.iteration, Kernel.branch, Kernel.created_at))
         rows = [dict(r._mapping) for r in conn.execute(q)]
     for row in rows:
         row["created_at"] = str(row["created_at"] or "")[:19]
@@ -129,7 +138,9 @@ def job_kernels(engine: Engine, task: str, job: str) -> list[dict]:
 def kernel_detail(engine: Engine, kernel_id: str) -> dict | None:
     """Every recorded field of one kernel, or None when there is no such id."""
     with engine.connect() as conn:
-        row = conn.execute(select(*Kernel.__table__.c).where(Kernel.id == kernel_id)).first()
+        cols = [c for c in Kernel.__table__.c if c.name not in LATER_KERNEL_COLUMNS]
+        row = conn.execute(select(*cols, *_later_kernel_columns(conn))
+                           .where(Kernel.id == kernel_id)).first()
     if row is None:
         return None
     data = dict(row._mapping)

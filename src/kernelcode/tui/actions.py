@@ -176,6 +176,9 @@ class KeyActions:
         event.input.clear()
         # Sent: the keys are the app's again (q quits, p pauses), as after Escape.
         self.query_one("#experiment-log").focus()
+        if self.revising is not None:  # the instruction E asked for
+            self.send_revision(text)
+            return
         if not text:
             return
         self.say(f"you: {text}", "bold")
@@ -206,6 +209,7 @@ class KeyActions:
         if frame.is_open:
             frame.close()
         elif isinstance(self.focused, Input):
+            self.cancel_revision()
             self.query_one("#experiment-log").focus()
 
     async def action_quit(self) -> None:

@@ -21,6 +21,7 @@ from textual.reactive import reactive
 
 from kernelcode.tui.actions import KeyActions
 from kernelcode.tui.bridge import EventBuffer, EventsReady, pump
+from kernelcode.tui.editing import EditActions
 from kernelcode.tui.engine import EventSource, engine_events, source_events
 from kernelcode.tui.narrate import narrate
 from kernelcode.tui.screens.overlay import OverlayFrame
@@ -53,7 +54,7 @@ BUSY_EVENTS_PER_S = 200
 FREEZE_INTERVAL_S = 2.0
 
 
-class KernelCodeApp(KeyActions, App[int]):
+class KernelCodeApp(EditActions, KeyActions, App[int]):
     """The kernel-code terminal app. Build it with :func:`create_app`."""
 
     CSS_PATH = "app.tcss"
@@ -66,6 +67,8 @@ class KernelCodeApp(KeyActions, App[int]):
         Binding("s", "skills", "Skills"),
         Binding("p", "pause", "Pause/resume"),
         Binding("b", "backend", "Backend"),
+        Binding("e", "edit", "Edit"),
+        Binding("E", "revise", "Revise"),
         Binding("slash", "steer", "Steer"),
         Binding("q", "quit", "Quit"),
         Binding("escape", "escape", "Back", show=False),

@@ -46,11 +46,11 @@ def matches_for(state: RunState) -> tuple[list[dict], str]:
                         "engine has probed the reference. Press s again after the first candidate.")
         return [], "The judged candidates carry no template parameters: no skill was used."
     try:
-        from openkernel.generators.templates import TEMPLATES
+        from openkernel.generators.offline import FAMILIES
     except ImportError as err:
         return [], f"The offline template library is not available ({err})."
     rows = []
-    for template in TEMPLATES:
+    for template in FAMILIES:
         if template.name not in tried:
             continue
         values = tried[template.name]

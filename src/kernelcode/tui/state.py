@@ -186,9 +186,11 @@ class RunState:
     def _on_RunFinished(self, e: ev.RunFinished) -> list[Candidate]:
         self.finished = e
         self.spend = e.spend or self.spend
-        # A run that failed before it started was refused its input (a key, the task): the
-        # same "error" as a bad config, and kernel-code exits 2 for it.
-        failed = "error" if self.started is None and e.candidates == 0 else "failed"
+        # A run that failed before it started was refused its input (a key, the task), or
+        # stopped because its models kept failing (a revoked key, a dead server): the same
+        # "error" as a bad config, and kernel-code exits 2 for it.
+        failed = ("error" if (self.started is None and e.candidates == 0)
+                  or e.stopped_by == "models" else "failed")
         self.phase = {"completed": "finished", "failed": failed}.get(e.reason, e.reason)
         self.error = e.error or ""
         unjudged = [row for row in self.candidates.values() if row.status is None]

@@ -9,6 +9,18 @@ kernel faster than ``p`` times the reference (fast_0 is the share with a correct
 p = 0, 1, 1.5, 2; and the geometric means of the best speedups over eager, over
 torch.compile and over max-autotune, over the problems with a correct kernel (with their counts).
 
+A problem whose reference is nothing but library GEMMs or convolutions (one GEMM, one
+convolution) is *library-bound*: no kernel of ours can be "the library call with more around
+it", so its ratio is our own kernel's, and the suite lists those problems apart (their count
+and geomean over torch.compile). Every figure is labelled with the precision float32 GEMMs ran
+in (``eval_config.allow_tf32``: the reference, torch.compile and the candidates alike).
+
+What a problem cost: its fixed cost (the probe and the reference's baselines, which cost
+nothing when found in the store) and each candidate's own time (its sweep and evaluation, less
+the waits for another candidate's GPU turn); over the suite, the medians of both. A baseline
+that ran past its wall is named with the seconds it ran; a problem that ran past the bench's
+``--problem-timeout`` has the status ``timed_out``.
+
 Only portable SQLAlchemy Core is used, so the same queries run on the engine's store and on
 the dashboard's read-only connection.
 """
@@ -22,6 +34,8 @@ from dataclasses import asdict, dataclass, field
 from sqlalchemy import func, inspect, select
 from sqlalchemy.engine import Engine
 
+from openkernel.evaluation.host.baselines import notes as baseline_notes
+from openkernel.records import baseline_kind, software_key
 from openkernel.store.tables import Kernel, ReferenceTiming, Run, SuiteProblem
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
@@ -46,9 +60,19 @@ class ProblemResult:
     footprint_bytes: int = 0  # the reference's own footprint (the probe's)
     peak_over_footprint: float | None = None  # the worst candidate's worker peak over it
     candidate_s: float | None = None  # median of a candidate's own time (not waiting for a turn)
+    candidate_times_s: list[float] = field(default_factory=list)  # each candidate's own time
+    fixed_s: float | None = None  # the probe and the baselines (0 s when they were stored)
+    probe_s: float | None = None
+    baselines_s: float | None = None  # the baseline workers' own seconds; 0: read from the store
+    baselines_stored: bool | None = None  # the baselines came from the store
+    baseline_timeouts: dict[str, float] = field(default_factory=dict)  # baseline -> seconds run
+    baseline_note: str = ""  # baselines that timed out or failed, and why
+    problem_s: float | None = None  # the problem's last attempt, wall clock (probe to baselines)
     hardware: str = ""
     error: str = ""
     path: str = ""
+    library_bound: str = ""  # the reference's library ops when it is nothing else (e.g. "mm")
+    allow_tf32: bool = False  # its run's eval_config.allow_tf32
 
 
 @dataclass
@@ -62,6 +86,12 @@ class SuiteSummary:
     n_correct: int = 0
     n_compile: int = 0  # problems with a correct kernel and a torch.compile timing
     n_autotune: int = 0  # ... and a max-autotune timing
+    library_bound: list[str] = field(default_factory=list)  # their names, listed apart
+    geomean_compile_library_bound: float | None = None  # over those with a compile ratio
+    precision: str = ""  # what float32 GEMMs ran in, for every table's label
+    n_timed_out: int = 0  # problems that ran past --problem-timeout
+    fixed_s_median: float | None = None  # over the problems with a recorded fixed cost
+    candidate_s_median: float | None = None  # over every candidate of the suite
 
     def to_json(self) -> dict:
         return {"suite": self.suite, "problems": [asdict(p) for p in self.problems],
@@ -69,7 +99,11 @@ class SuiteSummary:
                 "geomean_compile": self.geomean_compile,
                 "geomean_autotune": self.geomean_autotune, "n_problems": len(self.problems),
                 "n_correct": self.n_correct, "n_compile": self.n_compile,
-                "n_autotune": self.n_autotune}
+                "n_autotune": self.n_autotune, "library_bound": self.library_bound,
+                "geomean_compile_library_bound": self.geomean_compile_library_bound,
+                "precision": self.precision, "n_timed_out": self.n_timed_out,
+                "fixed_s_median": self.fixed_s_median,
+                "candidate_s_median": self.candidate_s_median}
 
 
 def p_label(p: float) -> str:
@@ -81,20 +115,41 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
+def precision_label(problems: list[ProblemResult]) -> str:
+    """What float32 GEMMs ran in across the suite (the reference and torch.compile too)."""
+    tf32 = {p.allow_tf32 for p in problems if p.status != "not started"}
+    if tf32 == {True}:
+        return "fp32 GEMMs in TF32 (eval_config.allow_tf32; torch.compile timed alike)"
+    if tf32 == {True, False}:
+        return "fp32 GEMMs: TF32 in some problems only (eval_config.allow_tf32 differs)"
+    return "fp32 GEMMs in full fp32 (PyTorch's default; convolutions as cuDNN's default, TF32)"
+
+
+def median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 2) if values else None
+
+
 def summarize(suite: str, problems: list[ProblemResult]) -> SuiteSummary:
     """The suite's figures from its problems' rows (pure)."""
     n = len(problems)
     correct = [p for p in problems if p.correct and p.speedup]
     with_compile = [p for p in correct if p.over_compile]
     with_autotune = [p for p in correct if p.over_autotune]
+    bound = [p for p in problems if p.library_bound]
     return SuiteSummary(
+        library_bound=[p.name for p in bound], precision=precision_label(problems),
+        geomean_compile_library_bound=geomean([p.over_compile for p in bound
+                                               if p.over_compile and p.correct]),
         suite=suite, problems=problems,
         fast_p={p_label(p): (sum(1 for r in correct if r.speedup > p) / n if n else 0.0)
                 for p in FAST_P},
         geomean_eager=geomean([p.speedup for p in correct]),
         geomean_compile=geomean([p.over_compile for p in with_compile]),
         geomean_autotune=geomean([p.over_autotune for p in with_autotune]),
-        n_correct=len(correct), n_compile=len(with_compile), n_autotune=len(with_autotune))
+        n_correct=len(correct), n_compile=len(with_compile), n_autotune=len(with_autotune),
+        n_timed_out=sum(p.status == "timed_out" for p in problems),
+        fixed_s_median=median([p.fixed_s for p in problems if p.fixed_s is not None]),
+        candidate_s_median=median([t for p in problems for t in p.candidate_times_s]))
 
 
 def has_suites(engine: Engine) -> bool:
@@ -116,36 +171,57 @@ def suite_summary(engine: Engine, suite: str) -> SuiteSummary | None:
     """The suite's table and figures, or None when no such suite is stored."""
     if not has_suites(engine):
         return None
+    # A database the engine has not opened since has neither costs nor keyed baselines.
+    later = {(table, c["name"]) for table in (SuiteProblem.__tablename__,
+                                              ReferenceTiming.__tablename__)
+             for c in inspect(engine).get_columns(table)}
+    keyed = (ReferenceTiming.__tablename__, "environment") in later
+    columns = [c for c in SuiteProblem.__table__.c if (SuiteProblem.__tablename__, c.name) in later]
     with engine.connect() as conn:
-        entries = conn.execute(select(SuiteProblem).where(SuiteProblem.suite == suite)
+        entries = conn.execute(select(*columns).where(SuiteProblem.suite == suite)
                                .order_by(SuiteProblem.position)).all()
         if not entries:
             return None
-        return summarize(suite, [_problem(conn, e) for e in entries])
+        return summarize(suite, [_problem(conn, e, keyed) for e in entries])
 
 
-def _own_seconds(meta: dict) -> float:
-    """A candidate's own time: its evaluation, less the wait for another candidate's GPU turn."""
-    return float(meta["evaluation_s"]) - float((meta.get("phase_s") or {}).get("queued", 0.0))
+def _own_seconds(meta: dict, template: dict | None) -> float:
+    """A candidate's own time: its sweep (a templated one) and its evaluation, less the waits
+    for another candidate's GPU turn."""
+    own = float(meta["evaluation_s"]) - float((meta.get("phase_s") or {}).get("queued", 0.0))
+    if isinstance(template, dict) and template.get("sweep_s"):
+        own += float(template["sweep_s"]) - float(template.get("sweep_queued_s") or 0.0)
+    return own
 
 
-def _problem(conn, entry) -> ProblemResult:
+def _problem(conn, entry, keyed: bool) -> ProblemResult:
     row = ProblemResult(name=entry.task_name, path=entry.path, status=entry.outcome or "not started",
                         error=entry.error or "")
+    costs = getattr(entry, "costs", None)  # absent from databases the engine has not opened
+    if isinstance(costs, dict) and costs:
+        row.fixed_s, row.probe_s = costs.get("fixed_s"), costs.get("probe_s")
+        row.baselines_s, row.baselines_stored = costs.get("baselines_s"), costs.get("baselines_stored")
+        row.problem_s = costs.get("problem_s")
     runs = conn.execute(select(Run.status, Run.error, Run.started_at, Run.finished_at, Run.hardware,
                                Run.config)
                         .where(Run.task_name == entry.task_name, Run.job_name == entry.job_name)
                         .order_by(Run.id)).all()
     if runs:
-        row.status, row.hardware = runs[-1].status, runs[-1].hardware
-        footprint = (runs[-1].config or {}).get("footprint") if isinstance(runs[-1].config, dict) else None
+        row.hardware = runs[-1].hardware
+        if entry.outcome != "timed_out":  # its run stopped because the problem did
+            row.status = runs[-1].status
+        config = runs[-1].config if isinstance(runs[-1].config, dict) else {}
+        footprint = config.get("footprint")
         row.footprint_bytes = int((footprint or {}).get("peak_bytes") or 0)
+        row.library_bound = str(config.get("library_bound") or "")
+        row.allow_tf32 = bool((config.get("eval_config") or {}).get("allow_tf32"))
         row.error = runs[-1].error or row.error
         row.time_s = round(sum((r.finished_at - r.started_at).total_seconds() for r in runs
                                if r.finished_at and r.started_at), 1)
     kernels = conn.execute(select(Kernel.id, Kernel.status, Kernel.correctness, Kernel.is_program0,
                                   Kernel.runtime_improvement, Kernel.improve_over_compile,
-                                  Kernel.runtime_stats, Kernel.meta.label("meta"))
+                                  Kernel.runtime_stats, Kernel.meta.label("meta"),
+                                  Kernel.template_results)
                            .where(Kernel.task_name == entry.task_name,
                                   Kernel.job_name == entry.job_name)).all()
     candidates = [k for k in kernels if not k.is_program0]
@@ -158,20 +234,22 @@ def _problem(conn, entry) -> ProblemResult:
     row.footprint_bytes = row.footprint_bytes or max((m.get("footprint_bytes") or 0 for m in memory),
                                                      default=0)
     row.peak_over_footprint = max(ratios) if ratios else None
-    own = [_own_seconds(k.meta) for k in candidates if isinstance(k.meta, dict)
-           and k.meta.get("evaluation_s") and not k.meta.get("duplicate_of")]
-    row.candidate_s = round(statistics.median(own), 2) if own else None
+    own = [round(_own_seconds(k.meta, k.template_results), 2) for k in candidates
+           if isinstance(k.meta, dict) and k.meta.get("evaluation_s")
+           and not k.meta.get("duplicate_of")]
+    row.candidate_s, row.candidate_times_s = median(own), own
     correct = [k for k in candidates if k.correctness]
     if correct:
         best = max(correct, key=lambda k: k.runtime_improvement)
         row.correct, row.best_kernel = True, best.id
         row.speedup = best.runtime_improvement if best.runtime_improvement > 0 else None
         row.over_compile = best.improve_over_compile if best.improve_over_compile > 0 else None
-    timing = conn.execute(select(ReferenceTiming.runtime_stats).where(
-        ReferenceTiming.task_digest == entry.task_digest, ReferenceTiming.kind == "compile",
-        *([ReferenceTiming.hardware == row.hardware] if row.hardware else []))).first()
-    if timing and isinstance(timing.runtime_stats, dict):
-        stats = timing.runtime_stats
+    stats = _baselines(conn, entry.task_digest, row.hardware, runs[-1].config if runs else None,
+                       keyed, baseline_kind(row.allow_tf32))
+    if stats:
+        row.baseline_timeouts = {k: v.get("elapsed_s") for k, v in
+                                 (stats.get("timed_out") or {}).items()}
+        row.baseline_note = baseline_notes(stats)
         row.eager_ms = (stats.get("eager") or {}).get("median")
         row.compile_ms = (stats.get("compile") or {}).get("median")
         row.autotune_ms = (stats.get("autotune") or {}).get("median")
@@ -181,3 +259,23 @@ def _problem(conn, entry) -> ProblemResult:
         stats = best.runtime_stats if isinstance(best.runtime_stats, dict) else {}  # beside it
         row.eager_ms = (stats.get("reference") or {}).get("median")
     return row
+
+
+def _baselines(conn, digest: str, hardware: str, config, keyed: bool, kind: str) -> dict | None:
+    """The problem's stored baselines (of ``kind``: with or without the TF32 opt-in): those of
+    its run's software when stored, else the newest for its task and hardware (older
+    databases: the one row per task and hardware)."""
+    where = [ReferenceTiming.task_digest == digest, ReferenceTiming.kind == kind,
+             *([ReferenceTiming.hardware == hardware] if hardware else [])]
+    if keyed:
+        software = ((config or {}).get("hardware") or {}).get("software") if isinstance(
+            config, dict) else None
+        key = software_key(software)
+        if key:
+            exact = conn.execute(select(ReferenceTiming.runtime_stats).where(
+                *where, ReferenceTiming.environment == key)).first()
+            if exact and isinstance(exact.runtime_stats, dict):
+                return exact.runtime_stats
+    newest = conn.execute(select(ReferenceTiming.runtime_stats).where(*where)
+                          .order_by(ReferenceTiming.created_at.desc())).first()
+    return newest.runtime_stats if newest and isinstance(newest.runtime_stats, dict) else None

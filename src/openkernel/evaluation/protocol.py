@@ -18,7 +18,9 @@ Messages from the worker, one JSON line each, all tagged with the job's random `
 
 Timeouts follow the phases: ``setup``, ``build`` and compilations count against
 ``build_timeout_s``; ``warmup`` (the first call, once compiled), ``test`` and ``benchmark``
-against ``test_timeout_s``; ``queued`` (waiting for the turn) against neither.
+against ``test_timeout_s``; ``queued`` (waiting for the turn) against neither. The
+``reference`` mode's ``BASELINE_PHASES`` (each baseline's first call or compilation) have
+walls of their own (``eval_config.baseline_timeout_s``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 MODES = ("hardware", "probe", "evaluate", "sweep", "reference", "profile", "pch")
 PHASES = ("setup", "build", "warmup", "queued", "test", "benchmark")
 BUILD_PHASES = ("setup", "build")  # plus compilations inside later phases
+BASELINE_PHASES = ("eager", "compile", "autotune")  # reference mode: one wall each
 GO = "go"
 
 NVTX_RANGE = "openkernel_candidate"  # the profiled region of a profile run
@@ -74,7 +77,8 @@ class Job:
     overlap_checks: bool = False  # tests share the GPU with other checks; only timing is alone
     incumbent_speedup: float = 0.0  # the best kernel's speedup so far (0: none), for stopping
     plan: dict = field(default_factory=dict)  # a MemoryPlan as JSON (records.MemoryPlan)
-    autotune_baseline: bool = False  # reference: time max-autotune-no-cudagraphs too
+    baselines: list[str] = field(default_factory=list)  # reference: which BASELINE_PHASES to time
+    allow_tf32: bool = False  # torch.backends.cuda.matmul.allow_tf32 in every mode (config)
     # other modes
     target: str = "candidate"  # profile: "candidate" or "reference"
     known_ceilings: dict = field(default_factory=dict)  # hardware

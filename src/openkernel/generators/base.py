@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from openkernel.costs import LLMCall
@@ -39,6 +39,13 @@ class ProposalRequest:
     judged: frozenset = frozenset()
     max_variants: int = 16  # prompt.max_template_combinations: the most a sweep may hold
     allow_templated: bool = False  # prompt.allow_templated: the model may answer with a template
+    # This branch's own recent failures (most recent first, the parent left out): their
+    # condensed logs and code join the prompt so the model does not repeat them.
+    failures: list[Program] = field(default_factory=list)
+    # The reference's median runtime on this hardware in ms (0: not timed yet) and how it was
+    # measured; the prompt gives it when the parent is the reference.
+    reference_ms: float = 0.0
+    reference_timing: str = ""
 
 
 @dataclass
@@ -57,6 +64,9 @@ class Proposal:
     # answered with an error, after any retries) or "no_code" (the answer held no kernel); or
     # "exhausted": the generator has nothing untried left to propose (the job ends there).
     failed: str = ""
+    # The code came back but is no valid module (it does not parse, or defines no ModelNew):
+    # the parser's message and line. The candidate is stored with its code as a compile error.
+    compile_error: str = ""
     tokens_used: int = 0
     latency_s: float = 0.0
     calls: list[LLMCall] = field(default_factory=list)  # every answered model call it made
@@ -68,6 +78,9 @@ class Proposal:
     # generator instantiated them itself (the offline generator's sweep); an LLM's template
     # is instantiated by the engine from the code's TEMPLATE_PARAMS instead.
     variants: list = field(default_factory=list)
+    # How each GEMM or convolution computes, per point of the sweep (the offline generator's):
+    # [(params, [records.KernelPrecision, ...]), ...]; see ``precision_of``.
+    precision: list = field(default_factory=list)
 
 
 class Generator(Protocol):
@@ -84,6 +97,16 @@ class Generator(Protocol):
         what to fix. Called once, before the run's first candidate."""
 
     def propose(self, request: ProposalRequest) -> Proposal: ...
+
+
+def precision_of(proposal: Proposal, params: dict) -> list[dict]:
+    """``Program.metadata["precision"]``: the records of the point the program was kept at
+    (a sweep's winner), as dicts; empty when the generator recorded none."""
+    key = param_key("", params or {})
+    for point, records in proposal.precision:
+        if param_key("", point) == key:
+            return [asdict(r) for r in records]
+    return []
 
 
 def param_key(template: str, params: dict) -> tuple:

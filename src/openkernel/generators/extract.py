@@ -3,8 +3,10 @@
 The prompt asks for a plan, then exactly one fenced ```python block. Answers vary: ```py,
 unlabeled fences, several blocks (a sketch, then the final module), a truncated answer whose
 fence never closes. The rule: among Python (or unlabeled) blocks, take the last one that
-defines ``class ModelNew``; anything else is malformed and yields empty code with a log that
-says why, so the store shows the failure instead of a broken candidate.
+defines ``class ModelNew`` (else the last one). An answer with no Python block yields empty
+code and a log that says why (no kernel came back). A block that is there but is no valid
+module (it does not parse, or defines no top-level ``ModelNew``) keeps its code, with the
+parser's message and line in ``error``: a kernel that did not compile, not a missing one.
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ _IDEA = re.compile(r"^\s*(?:\*\*)?(?:idea|summary|plan)(?:\*\*)?\s*:\s*(?:\*\*)?
 
 @dataclass
 class Extraction:
-    """What came out of an answer; ``code`` is "" when the answer was malformed (see ``log``)."""
+    """What came out of an answer; ``code`` is "" when the answer held no code (see ``log``),
+    ``error`` the parser's message when the code is there but is no valid module."""
 
     code: str
     reasoning: str = ""
     description: str = ""
     log: str = ""
+    error: str = ""
 
 
 @dataclass
@@ -101,23 +105,26 @@ def extract_code(answer: str) -> Extraction:
     notes = []
     if len(with_model) > 1:
         notes.append(f"extraction: {len(with_model)} blocks define ModelNew; took the last")
-    result = Extraction(code="", reasoning=reasoning, description=describe(reasoning))
+    result = Extraction(code=block.code.strip("\n") + "\n", reasoning=reasoning,
+                        description=describe(reasoning))
     if not block.closed:
-        result.log = ("extraction: the code block is not terminated (answer truncated, "
-                      "perhaps by max_tokens)")
-        return result
-    if not with_model:
-        result.log = "extraction: no code block defines class ModelNew"
-        return result
-    code = block.code.strip("\n") + "\n"
+        notes.append("extraction: the code block is not terminated (answer cut off, perhaps "
+                      "by max_tokens)")
+    result.log = "\n".join(notes)
     try:
-        tree = ast.parse(code)
+        tree = ast.parse(result.code)
     except SyntaxError as err:
-        result.log = f"extraction: the code block is not valid Python (line {err.lineno}: {err.msg})"
+        result.error = syntax_message(err, result.code)
         return result
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):
-        result.log = "extraction: ModelNew is not a top-level class of the code block"
-        return result
-    result.code = code
-    result.log = "\n".join(notes)
+        result.error = ("the code block defines no top-level class ModelNew" if with_model else
+                        "no code block defines class ModelNew")
     return result
+
+
+def syntax_message(err: SyntaxError, code: str) -> str:
+    """Python's own account of a syntax error: the message, the line and that line's text."""
+    where = f"line {err.lineno}" + (f", column {err.offset}" if err.offset else "")
+    lines = code.splitlines()
+    text = lines[err.lineno - 1] if err.lineno and 0 < err.lineno <= len(lines) else ""
+    return f"SyntaxError: {err.msg} ({where})" + (f"\n    {text.strip()}" if text.strip() else "")

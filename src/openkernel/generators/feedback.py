@@ -10,6 +10,9 @@ thing. Two ways to shorten a log:
 - ``LogCondenser``: with ``use_feedback_llm`` and a model, one extra call summarises the log;
   if that call fails the deterministic extractor is used. Logs under the size bound pass
   through untouched either way.
+
+Before either, ``model_log`` leaves out what is meant for the operator (where the worker was
+confined), and ``named_lines`` finds the lines of a candidate's own source its log points at.
 """
 
 from __future__ import annotations
@@ -32,12 +35,46 @@ _VERDICT = re.compile(r"(status\s*:|verdict|correctness|mismatch|max(imum)?[ _]a
                       r"timed? ?out|speedup|runtime|passed|failed|\bPASS\b|\bFAIL\b|"
                       r"not runnable|integrity)", re.IGNORECASE)
 
+# Log lines meant for the operator, not the model: where the worker was confined.
+_OPERATOR_LINE = re.compile(r"^sandbox: ")
+# The evaluator's own short sweep table (evaluation/host/templates.summary_lines): a prompt
+# that shows the sweep in full leaves the log's copy out.
+_SWEEP_HEAD = re.compile(r"^Template: \d+ combination")
+
 SUMMARY_PROMPT = (
     "Below is the build/test log of a GPU kernel candidate. Condense it for the engineer who "
     "will write the next version: quote the first real error verbatim (file, line, message), "
     "the failing check and its numbers, and the final verdict. At most 15 lines, no advice.\n\n"
     "```text\n{log}\n```"
 )
+
+
+def model_log(log: str, sweep_shown: bool = False) -> str:
+    """An evaluation log as the model should read it: without the operator's lines (and the
+    evaluator's short sweep table when the prompt shows the sweep in full)."""
+    out, in_sweep = [], False
+    for line in log.splitlines():
+        if sweep_shown and _SWEEP_HEAD.match(line):
+            in_sweep = True
+            continue
+        if in_sweep and line.startswith("  "):
+            continue
+        in_sweep = False
+        if not _OPERATOR_LINE.match(line):
+            out.append(line)
+    return "\n".join(out)
+
+
+def named_lines(log: str, label: str, code: str) -> str:
+    """``- line N: <code>`` for each line of a candidate's own source its log points at
+    (tracebacks name the source ``<label>``, which has no file to show the line from)."""
+    numbers = re.findall(r'File "<' + re.escape(label) + r'[^"]*>", line (\d+)', log)
+    lines = code.splitlines()
+    out = []
+    for n in dict.fromkeys(int(x) for x in numbers[-3:]):
+        if 0 < n <= len(lines) and lines[n - 1].strip():
+            out.append(f"- line {n}: `{lines[n - 1].strip()}`")
+    return "\n".join(out)
 
 
 def _clip(line: str) -> str:

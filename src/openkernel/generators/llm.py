@@ -4,18 +4,23 @@ litellm is imported on first use (with its price map kept local: no network at i
 the engine imports without it. Retries are ours rather than litellm's ``num_retries``: that
 path delegates to the provider SDK's own retry loop, whose backoff cannot be set per call and
 differs between providers; here transient failures (connection errors, timeouts, 408/409/429,
-5xx) are retried ``ModelConfig.num_retries`` times with jittered exponential backoff, and
-everything else (401, 400) fails at once.
+5xx) are retried ``ModelConfig.num_retries`` times with jittered exponential backoff, never
+sooner than a server's ``Retry-After``, and everything else (401, 400) fails at once
+(``outages``).
 
 Before the first candidate, :meth:`LLMGenerator.preflight` checks that each model's key is set
 and that its service answers a one-token request: a model that cannot be reached stops the run
 with one message naming the model and the variable. A failure later in the run is a generation
 failure of that candidate (``Proposal.failed``): a Proposal with empty code and a log that says
-why, stored as such, and the search goes on.
+why, stored as such, and the search goes on; once a model's calls fail
+``max_consecutive_failures`` times in a row it is paused, and with every model paused
+:attr:`LLMGenerator.outage` says why the run stops.
 
 Answers are streamed by default (``ModelConfig.stream``): ``ProposalRequest.on_text`` gets each
-piece as it arrives (kernel-code shows it in the chat). Every answered call comes back as a
-typed ``LLMCall`` (tokens in and out, cost, where the price came from: see ``costs``).
+piece as it arrives (kernel-code shows it in the chat); ``timeout_s`` bounds the whole answer.
+Every answered call comes back as a typed ``LLMCall`` (tokens in and out, cost, where the price
+came from: see ``costs``; counts litellm made because the server sent none are marked
+``estimated``), and so do the tokens of a stream cut off mid-answer.
 """
 
 from __future__ import annotations
@@ -31,23 +36,25 @@ from openkernel.costs import LLMCall, litellm_module, price_call
 from openkernel.generators.base import Proposal, ProposalRequest
 from openkernel.generators.extract import extract_code
 from openkernel.generators.feedback import LogCondenser
+from openkernel.generators.outages import (
+    MAX_RETRY_AFTER_S,
+    NO_CREDENTIALS,
+    LLMError,
+    ModelHealth,
+    describe,
+    http_status,
+    is_transient,
+    retry_after,
+)
 from openkernel.generators.prompt import build_prompt
+from openkernel.generators.streaming import TextSink, Usage, count_tokens, gather
 from openkernel.records import TaskProbe
+from openkernel.redaction import add_secret, redact
 from openkernel.task import Task
 
-_TRANSIENT_STATUS = {408, 409, 425, 429}
-_TRANSIENT_NAMES = {"Timeout", "APIConnectionError", "RateLimitError", "InternalServerError",
-                    "ServiceUnavailableError", "BadGatewayError"}
-# litellm reports a key the OpenAI client cannot find as an InternalServerError (HTTP 500):
-# retrying it cannot help.
-_NO_CREDENTIALS = "Missing credentials"
 PING_TIMEOUT_S = 60.0  # the preflight request; a run's own requests use timeout_s
 
-
 _litellm = litellm_module  # imported lazily, with the local price map
-
-# Called with (model, piece of the answer, attempt) as pieces arrive; a retry starts again.
-TextSink = Callable[[str, str, int], None]
 
 
 @dataclass(frozen=True)
@@ -59,54 +66,34 @@ class Completion:
     call: LLMCall
 
 
-class LLMError(Exception):
-    """A model call that gave no answer; ``transient`` says whether retrying could help."""
-
-    def __init__(self, message: str, transient: bool, attempts: int) -> None:
-        super().__init__(message)
-        self.transient = transient
-        self.attempts = attempts
-
-
-def is_transient(err: BaseException) -> bool:
-    """Connection problems, timeouts, rate limits and server errors are worth retrying."""
-    if _NO_CREDENTIALS in str(err):
-        return False
-    if any(cls.__name__ in _TRANSIENT_NAMES for cls in type(err).__mro__):
-        return True
-    status = getattr(err, "status_code", None)
-    return isinstance(status, int) and (status in _TRANSIENT_STATUS or status >= 500)
-
-
-def _describe(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    status = getattr(err, "status_code", None)
-    prefix = f"{type(err).__name__}" + (f" (HTTP {status})" if isinstance(status, int) else "")
-    return f"{prefix}: {text[:600]}"
-
-
 class LLMGenerator:
     """Candidates from language models through litellm.
 
     Args:
         models: the ``inference`` entries; one is sampled per proposal by ``weight``.
         use_feedback_llm: condense long evaluation logs with one call to the first model.
-        backoff_s: first retry delay; doubles per retry (with jitter) up to ``max_backoff_s``.
-        sleep: injectable for tests.
+        backoff_s: first retry delay; doubles per retry (with jitter) up to ``max_backoff_s``;
+            never shorter than a server's ``Retry-After``.
+        sleep, clock: injectable for tests (a fake clock: no real waiting).
     """
 
     name = "llm"
 
     def __init__(self, models: list[ModelConfig], use_feedback_llm: bool = False,
                  backoff_s: float = 1.0, max_backoff_s: float = 30.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not models:
             raise ValueError("LLMGenerator needs at least one model under `inference`")
         self._models = list(models)
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self._sleep = sleep
+        self._clock = clock
         self._jitter = random.Random()
+        self.health = ModelHealth(self._models)
+        for cfg in self._models:  # whatever the variable is called, its value is never stored
+            add_secret(os.environ.get(cfg.api_key_env or ""))
         complete = self._feedback_complete if use_feedback_llm else None
         self.condenser = LogCondenser(complete=complete)
         _litellm()  # fail early (at build time) if litellm is missing
@@ -121,8 +108,18 @@ class LLMGenerator:
         return None
 
     def pick(self, rng: random.Random) -> ModelConfig:
-        """One model of the ensemble, drawn by weight."""
-        return rng.choices(self._models, weights=[m.weight for m in self._models])[0]
+        """One model of the ensemble, drawn by weight among those not paused."""
+        models = self.health.active() or self._models
+        return rng.choices(models, weights=[m.weight for m in models])[0]
+
+    @property
+    def outage(self) -> str:
+        """Why no model can be asked any more ("" while one can): the run stops there."""
+        return self.health.outage
+
+    def take_notices(self) -> list[str]:
+        """Models paused since the last call (an ensemble goes on with the others)."""
+        return self.health.take_notices()
 
     def preflight(self) -> str | None:
         """None when every model's key is set and its service answers; else what to fix."""
@@ -133,7 +130,7 @@ class LLMGenerator:
             seen.add((cfg.model, cfg.api_base, cfg.api_key_env))
             problem = self._missing_key(cfg) or self._ping(cfg)
             if problem:
-                return problem
+                return redact(problem)
         return None
 
     def _missing_key(self, cfg: ModelConfig) -> str | None:
@@ -167,9 +164,9 @@ class LLMGenerator:
             self.complete(cfg, "Reply with OK.", purpose="preflight", max_tokens=1,
                           timeout_s=min(cfg.timeout_s, PING_TIMEOUT_S))
         except LLMError as err:
-            status = getattr(err.__cause__, "status_code", None)
+            status = http_status(err.__cause__) if err.__cause__ is not None else None
             where = f" at {cfg.api_base}" if cfg.api_base else ""
-            if _NO_CREDENTIALS in str(err):
+            if NO_CREDENTIALS in str(err):
                 return (f"{cfg.model}: no API key: set {self._key_variable(cfg)}, or name the "
                         "variable that holds the key with api_key_env")
             if status in (401, 403):
@@ -189,15 +186,28 @@ class LLMGenerator:
                  on_text: TextSink | None = None, max_tokens: int | None = None,
                  timeout_s: float | None = None) -> Completion:
         """One chat completion with retries, streamed when ``cfg.stream``; ``max_tokens`` and
-        ``timeout_s`` override the model's (the preflight's one-token request).
+        ``timeout_s`` override the model's (the preflight's one-token request). Counts towards
+        the model's consecutive failures (``health``) unless it is the preflight.
 
         Raises:
             LLMError: no answer (after the retries a transient error allows).
         """
+        try:
+            done = self._complete(cfg, prompt, purpose, on_text, max_tokens, timeout_s)
+        except LLMError as err:
+            if purpose != "preflight":
+                self.health.failed(cfg, str(err))
+            raise
+        self.health.ok(cfg)
+        return done
+
+    def _complete(self, cfg: ModelConfig, prompt: str, purpose: str, on_text: TextSink | None,
+                  max_tokens: int | None, timeout_s: float | None) -> Completion:
         litellm = _litellm()
         messages = [{"role": "user", "content": prompt}]
+        timeout = timeout_s or cfg.timeout_s
         kwargs = dict(model=cfg.model, messages=messages, temperature=cfg.temperature,
-                      max_tokens=max_tokens or cfg.max_tokens, timeout=timeout_s or cfg.timeout_s,
+                      max_tokens=max_tokens or cfg.max_tokens, timeout=timeout,
                       num_retries=0, max_retries=0)
         if cfg.stream:
             kwargs.update(stream=True, stream_options={"include_usage": True})
@@ -208,24 +218,36 @@ class LLMGenerator:
             if not key:
                 raise LLMError(f"the environment variable {cfg.api_key_env} (api_key_env of "
                                f"{cfg.model}) is not set", transient=False, attempts=0)
+            add_secret(key)
             kwargs["api_key"] = key
         attempt = 0
         start = time.perf_counter()
+        used = Usage()  # tokens of streams cut off before this attempt
         while True:
             attempt += 1
+            pieces: list[str] = []
+            deadline = self._clock() + timeout
             try:
-                response = litellm.completion(**kwargs)
+                response, served = litellm.completion(**kwargs), True
                 if cfg.stream:  # a stream that breaks off is retried like a failed call
-                    response = self._gather(litellm, response, messages, cfg.model, on_text,
-                                            attempt)
+                    response, served = gather(litellm, response, messages, cfg.model, on_text,
+                                              attempt, pieces, deadline, self._clock)
                 break
             except Exception as err:  # noqa: BLE001 - classified below, never lost
+                if pieces:  # the server sent part of an answer: those tokens were spent
+                    used.add(*count_tokens(litellm, cfg.model, messages, "".join(pieces)), True)
                 transient = is_transient(err)
-                if not transient or attempt > cfg.num_retries:
-                    raise LLMError(_describe(err), transient, attempt) from err
+                wait = retry_after(err)
+                if not transient or attempt > cfg.num_retries or (
+                        wait is not None and wait > MAX_RETRY_AFTER_S):
+                    spent = self._call(cfg, purpose, used, time.perf_counter() - start,
+                                       attempt) if used.prompt else None
+                    message = describe(err, timeout)
+                    if wait is not None and wait > MAX_RETRY_AFTER_S:
+                        message += f" (the server asked to retry after {wait:.0f} s)"
+                    raise LLMError(message, transient, attempt, spent) from err
                 delay = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
-                self._sleep(delay * self._jitter.uniform(0.5, 1.0))
-        latency = time.perf_counter() - start
+                self._sleep(max(delay * self._jitter.uniform(0.5, 1.0), wait or 0.0))
         text, reasoning = "", ""
         if response is not None and response.choices:
             message = response.choices[0].message
@@ -234,23 +256,20 @@ class LLMGenerator:
         usage = getattr(response, "usage", None)
         prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost, source = price_call(cfg, prompt_tokens, completion_tokens)
-        call = LLMCall(model=cfg.model, purpose=purpose, prompt_tokens=prompt_tokens,
-                       completion_tokens=completion_tokens, cost_usd=cost, price=source,
-                       latency_s=latency, attempts=attempt)
-        return Completion(text, reasoning, call)
+        if not prompt_tokens and not completion_tokens and response is not None:
+            served = False  # no usage at all: count them ourselves
+            prompt_tokens, completion_tokens = count_tokens(litellm, cfg.model, messages, text)
+        used.add(prompt_tokens, completion_tokens, not served)
+        return Completion(text, reasoning,
+                          self._call(cfg, purpose, used, time.perf_counter() - start, attempt))
 
     @staticmethod
-    def _gather(litellm, stream, messages, model: str, on_text: TextSink | None, attempt: int):
-        """Read a stream to its end, passing each piece on; the whole response, usage included
-        (the server's, or litellm's count when the server sends none)."""
-        chunks = []
-        for chunk in stream:
-            chunks.append(chunk)
-            delta = chunk.choices[0].delta.content if chunk.choices else None
-            if delta and on_text is not None:
-                on_text(model, delta, attempt)
-        return litellm.stream_chunk_builder(chunks, messages=messages) if chunks else None
+    def _call(cfg: ModelConfig, purpose: str, used: Usage, latency: float,
+              attempts: int) -> LLMCall:
+        cost, source = price_call(cfg, used.prompt, used.completion)
+        return LLMCall(model=cfg.model, purpose=purpose, prompt_tokens=used.prompt,
+                       completion_tokens=used.completion, cost_usd=cost, price=source,
+                       latency_s=latency, attempts=attempts, estimated=used.estimated)
 
     def _feedback_complete(self, prompt: str) -> tuple[str, LLMCall]:
         done = self.complete(self._models[0], prompt, purpose="feedback")
@@ -275,6 +294,8 @@ class LLMGenerator:
         try:
             done = self.complete(cfg, prompt, on_text=request.on_text)
         except LLMError as err:
+            if err.spent is not None:  # a stream cut off mid-answer: its tokens count
+                calls.append(err.spent)
             how = (f"after {err.attempts} attempts" if err.transient
                    else "not retried (not a transient error)")
             log = f"generation failed ({cfg.model}), {how}: {err}"
@@ -292,5 +313,7 @@ class LLMGenerator:
         return Proposal(code=extraction.code, prompt=prompt, answer=done.text, model=cfg.model,
                         origin="llm", description=extraction.description, reasoning=reasoning,
                         log=log, failed="" if extraction.code.strip() else "no_code",
+                        compile_error=extraction.error,
                         tokens_used=sum(c.tokens for c in calls), calls=calls,
                         latency_s=done.call.latency_s)
+

@@ -1,11 +1,15 @@
 """The LLM prompt, in the product brief's order (seeds/results-browser.txt):
 
-intro, user instructions, reference implementation, best kernel so far, parent kernel (with
-its evaluation log), the critic's latest diagnosis (of the best kernel and of this parent),
-inspirations, language-specific instructions, optimization strategies, then what the answer
-must look like (a plan first, then exactly one fenced code block).
+intro, user instructions, reference implementation (with the shapes, the held-out shapes and
+the tolerances a candidate must meet), best kernel so far, parent kernel (with its evaluation
+log; the reference's runtime when the parent is the reference), this branch's recent failures
+(their condensed logs and code), the critic's latest diagnosis (of the best kernel and of this
+parent), inspirations, language-specific instructions, optimization strategies, then what the
+answer must look like (a plan first, then exactly one fenced code block).
 Every section is present in every prompt (saying "none" when empty), so a stored prompt
-always reads the same way.
+always reads the same way. Each kernel is shown once (the best kernel is no inspiration too),
+and logs reach the model without what is meant for the operator (the sandbox line, a sweep
+table the prompt shows in full anyway).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from openkernel.generators.base import ProposalRequest
+from openkernel.generators.feedback import condense_log, model_log, named_lines
 from openkernel.generators.instructions import LANGUAGE, op_classes, strategies_for
 from openkernel.records import Diagnosis
 from openkernel.roofline import arithmetic_intensity
@@ -21,10 +26,13 @@ from openkernel.schemas import Program
 from openkernel.templating import label as params_label
 
 SECTIONS = ("Task", "User instructions", "Reference implementation", "Best kernel so far",
-            "Parent kernel", "Critic's diagnosis", "Inspirations",
-            "Language-specific instructions", "Optimization strategies", "Your answer")
+            "Parent kernel", "Recent failures of this branch", "Critic's diagnosis",
+            "Inspirations", "Language-specific instructions", "Optimization strategies",
+            "Your answer")
 NO_DIAGNOSIS = "None yet: the critic writes one after each iteration."
 INSPIRATION_LINES = 60  # inspirations are shown short: the idea matters, not every line
+FAILURE_LINES = 120  # a failure's code, enough to find the lines its error names
+FAILURE_LOG_CHARS = 1500  # a failure's log, condensed to its errors and verdict
 
 _BACKEND_NAMES = {"triton": "Triton", "cuda": "CUDA C++"}
 
@@ -49,9 +57,10 @@ A worked example for {backend}:
 _TEMPLATE_HOW = {
     "triton": "In Triton, pass them as `tl.constexpr` block sizes and as `num_warps=` / `num_stages=`\n"
               "at the launch.",
-    "cuda": "In CUDA C++, format them into the source (`#define`, template arguments, block and grid\n"
-            "shapes) before `load_inline`, and put them in the extension's name so each combination\n"
-            "is a build of its own.",
+    "cuda": "In CUDA, pass them to `RawKernel(..., defines={...})` as macros (or format them into\n"
+            "the source: template arguments) and use them in the launch (block and grid shapes); with\n"
+            "`load_inline`, also put them in the extension's name so each combination is a build of\n"
+            "its own.",
 }
 
 
@@ -118,10 +127,42 @@ def format_result(program: Program, condense: Callable[[str], str] | None = None
     result = program.kernel_exec_result
     if result is None:
         return "Not evaluated."
-    log = program.feedback or result.eval_log
+    log = model_log(program.feedback or result.eval_log,
+                    sweep_shown=bool(template_results_text(program)))
     if condense is not None and log:
         log = condense(log)
     return result.model_copy(update={"eval_log": log}).format_for_prompt()
+
+
+def failures_text(request: ProposalRequest,
+                  condense: Callable[[str], str] | None = None) -> str:
+    """The "Recent failures of this branch" section: each failure's status, its log condensed
+    to the errors and the verdict, the lines of its code the log names, and the code."""
+    if not request.failures:
+        return "None."
+    blocks = []
+    for p in request.failures:
+        result = p.kernel_exec_result
+        status = result.get_status().label if result else "Not evaluated"
+        log = model_log(result.eval_log if result else "")
+        if condense is not None and log:
+            log = condense(log)
+        log = condense_log(log, FAILURE_LOG_CHARS).strip()
+        named = named_lines(log, p.label, p.code)
+        blocks.append(f"### {p.label} ({p.id}): {status}"
+                      + (f"\n{p.metadata['description']}" if p.metadata.get("description") else "")
+                      + (f"\n\n```text\n{log}\n```" if log else "")
+                      + (f"\n\nThe lines its log names:\n{named}" if named else "")
+                      + "\n\n" + _fence(_clip_code(p.code, FAILURE_LINES)))
+    return ("Earlier candidates of this branch that failed, most recent first: find the cause "
+            "in each and do not repeat it.\n\n" + "\n\n".join(blocks))
+
+
+def _reference_text(request: ProposalRequest) -> str:
+    if request.reference_ms <= 0:
+        return "The reference has not been timed here yet."
+    how = f" ({request.reference_timing})" if request.reference_timing else ""
+    return f"The reference's median runtime here: {request.reference_ms:.4g} ms{how}."
 
 
 def _probe_summary(request: ProposalRequest) -> str:
@@ -143,6 +184,18 @@ def _probe_summary(request: ProposalRequest) -> str:
                      f"(arithmetic intensity {intensity:.2f} FLOP/byte).")
     elif probe.bytes_moved:
         parts.append(f"Work: {probe.bytes_moved:.3g} bytes moved at least (FLOPs not counted).")
+    if probe.heldout:
+        sets = "; ".join(f"{h['name']}: " + ", ".join(
+            f"{list(shape)} {dtype}" for shape, dtype in zip(h["shapes"], h["dtypes"]))
+            for h in probe.heldout)
+        parts.append(f"Held-out shapes, checked for correctness too (never timed): {sets}. "
+                     "Do not specialise the kernel to the benchmarked shape.")
+    if probe.tolerances:
+        tols = "; ".join(f"{dtype}: atol {t['atol']:g}, rtol {t['rtol']:g}, max_rel_error "
+                         f"{t['max_rel_error']:g}" for dtype, t in probe.tolerances.items())
+        parts.append("Tolerances: each output must match elementwise, |out - ref| <= atol + "
+                     "rtol * |ref| (NaN never passes), and in relative error ||out - ref|| / "
+                     f"||ref|| <= max_rel_error ({tols}).")
     return "\n".join(parts)
 
 
@@ -186,9 +239,8 @@ def build_prompt(request: ProposalRequest,
     parts.append(_section(SECTIONS[3], best_text))
 
     if parent is None or parent.is_program0 or not parent.code.strip():
-        parent_text = "The parent is the reference itself: write a first kernel for it."
-        if parent is not None and parent.kernel_exec_result is not None:
-            parent_text += "\n\n" + format_result(parent, condense)
+        parent_text = ("The parent is the reference itself: write a first kernel for it. "
+                       + _reference_text(request))
     else:
         note = parent.metadata.get("description")
         parent_text = (f"{parent.label} ({parent.id})" + (f": {note}" if note else "") + "\n\n"
@@ -197,10 +249,12 @@ def build_prompt(request: ProposalRequest,
         if sweep:
             parent_text += "\n\n" + sweep
     parts.append(_section(SECTIONS[4], parent_text))
-    parts.append(_section(SECTIONS[5], critic_text(request.diagnoses)))
+    parts.append(_section(SECTIONS[5], failures_text(request, condense)))
+    parts.append(_section(SECTIONS[6], critic_text(request.diagnoses)))
 
+    shown_already = {p.id for p in (parent, best) if p is not None}  # each kernel once
     shown = [p for p in request.inspirations
-             if p.code.strip() and not p.is_program0 and (parent is None or p.id != parent.id)]
+             if p.code.strip() and not p.is_program0 and p.id not in shown_already]
     if shown:
         blocks = []
         for p in shown:
@@ -215,13 +269,13 @@ def build_prompt(request: ProposalRequest,
         insp_text = "Other kernels from the archive, for ideas:\n\n" + "\n\n".join(blocks)
     else:
         insp_text = "None yet."
-    parts.append(_section(SECTIONS[6], insp_text))
+    parts.append(_section(SECTIONS[7], insp_text))
 
-    parts.append(_section(SECTIONS[7], LANGUAGE.get(request.backend, LANGUAGE["triton"])))
+    parts.append(_section(SECTIONS[8], LANGUAGE.get(request.backend, LANGUAGE["triton"])))
     strategies = strategies_for(request.probe, request.backend)
-    parts.append(_section(SECTIONS[8], "\n".join(f"- {s}" for s in strategies)))
+    parts.append(_section(SECTIONS[9], "\n".join(f"- {s}" for s in strategies)))
     answer = ANSWER_FORMAT
     if request.allow_templated:
         answer += "\n\n" + template_format(request.backend, request.max_variants)
-    parts.append(_section(SECTIONS[9], answer))
+    parts.append(_section(SECTIONS[10], answer))
     return "\n".join(parts)

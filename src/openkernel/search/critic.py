@@ -24,8 +24,7 @@ _FIRST_ERROR = re.compile(r"error|exception|mismatch|violation|timed out|exceede
 
 # Why candidates were not judged (schemas.NOT_JUDGED), in the critic's words.
 _UNJUDGED = {
-    Status.NOT_RUN: "compiled but not run here (CUDA C++ needs a GPU: press b for Triton, or "
-                    "run on a GPU)",
+    Status.NOT_RUN: "compiled but not run here (CUDA C++ needs a GPU to run)",
     Status.GENERATION_FAILED: "no kernel came back from the generator (see their generation "
                               "logs)",
     Status.EVALUATOR_FAULT: "the evaluator itself failed (see their evaluation logs)",
@@ -136,7 +135,7 @@ def _speed_text(program: Program, label: str, role: str, probe: TaskProbe,
     prof = result.profiler_data or {}
     if hw.interpreter:
         return (head + " Timings here are Triton-interpreter timings on the CPU: they rank "
-                "candidates only roughly and say nothing about a GPU. Run on a GPU to profile.",
+                "candidates only roughly and say nothing about a GPU.",
                 "", None)
     if not prof.get("bottleneck"):
         prof = roofline_estimate(result.runtime, probe, hw)

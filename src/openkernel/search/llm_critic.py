@@ -1,10 +1,11 @@
 """The LLM critic: a model reads the profiles and the last results and writes the diagnosis.
 
-One call per iteration covers the best kernel and every parent handed to the next iteration.
+One call per iteration covers the best kernel and every parent handed to the next iteration
+(a failed kernel is one when its branch has nothing better).
 The model sees, per kernel: its status and speedups, the Nsight Compute metrics (or the
 analytic estimate, labelled so), its roofline placement (achieved rates against the measured
 ceilings, bottleneck, headroom), the start of its evaluation log and its code; plus one line per
-candidate of the iteration just judged. It answers with JSON; a kernel it leaves out, an
+candidate of the iteration just judged (with the first error of each failure). It answers with JSON; a kernel it leaves out, an
 answer that is not JSON, or a failed call gets the rules' diagnosis instead (and a warning), so
 a flaky critic never stops the search.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 from openkernel.config import ModelConfig
 from openkernel.costs import LLMCall
+from openkernel.generators.feedback import model_log
 from openkernel.records import Diagnosis, Hardware, TaskProbe
 from openkernel.schemas import NOT_JUDGED, Program
 from openkernel.search.critic import first_error, judge_by_rules, roofline_estimate, subjects
@@ -97,7 +99,7 @@ def _kernel_block(program: Program, role: str, probe: TaskProbe, hw: Hardware) -
     lines += [f"Profile: {metrics}", f"Roofline: {place}"]
     if not result.correctness:
         lines.append(f"First error: {first_error(result.eval_log) or 'none found in the log'}")
-    log = (result.eval_log or "").strip()
+    log = model_log(result.eval_log or "").strip()  # without the operator's lines
     if log:
         lines.append("Evaluation log (start):\n```text\n" + log[:LOG_CHARS] + "\n```")
     code = program.code.rstrip("\n").splitlines()
@@ -128,10 +130,13 @@ def critic_prompt(iteration: int, subjects: list[tuple[Program, str]], recent: l
         r = p.kernel_exec_result
         speed = f" {r.runtime_improvement:.3f}x" if r and r.runtime_improvement > 0 else ""
         status = r.get_status() if r else None
+        why = first_error(r.eval_log) if r and not r.correctness and status not in NOT_JUDGED \
+            else ""
         status = ("not judged" if status is None else status.value
                   + (" (not judged: says nothing about its code)" if status in NOT_JUDGED else ""))
         results.append(f"- {p.metadata.get('label', p.label)}: {status}{speed}; "
-                       f"{p.metadata.get('description') or ''}".rstrip("; "))
+                       f"{p.metadata.get('description') or ''}".rstrip("; ")
+                       + (f"; first error: {why}" if why else ""))
     return "\n\n".join([
         INSTRUCTIONS, "## Task\n\n" + task,
         f"## Results of iteration {iteration}\n\n" + ("\n".join(results) or "None."),
@@ -176,8 +181,10 @@ class LLMCritic:
         try:
             done = self._complete(self.cfg, prompt, purpose="critic")
         except Exception as err:  # noqa: BLE001 - LLMError or a bug: the rules stand in
-            return CriticReport(rules, warning=f"critic model {self.model} failed ({err}); "
-                                "the rule-based diagnosis is used")
+            spent = getattr(err, "spent", None)  # a stream cut off mid-answer still cost
+            return CriticReport(rules, [spent] if spent else [],
+                                warning=f"critic model {self.model} failed ({err}); the "
+                                "rule-based diagnosis is used")
         calls = [done.call]
         try:
             answers = parse_answer(done.text)

@@ -4,11 +4,16 @@ Threads do the slow parts (a generator call, a candidate's evaluation in its wor
 this generator is the only place that writes the database and the archive, so every write
 happens in one thread, in order, and is committed as soon as a candidate is judged.
 
-Before each iteration the parents are sampled and the critic diagnoses the best kernel and each
-of them; the diagnoses join that iteration's prompts. Every answered model call is counted and
-stored (``spending``); once a budget is reached no new candidate starts, those already
-generated are judged, and the run ends "stopped" with the reason. With ``traces.enabled`` each
-judged candidate is also written to the trace dataset (``job_traces``).
+Before each iteration the parents are sampled (a branch whose last candidate failed, while
+nothing is correct, gets that failure as its parent) and the critic diagnoses the best kernel
+and each of them; the diagnoses join that iteration's prompts, with each branch's own recent
+failures. Every answered model call is counted and stored (``spending``); once a budget is
+reached (or the next call could pass it) no new candidate starts, those already generated are
+judged, and the run ends "stopped" with the reason. Once every model has failed too many calls
+in a row the run ends "failed", saying why. With ``traces.enabled`` each judged candidate is
+also written to the trace dataset (``job_traces``). Kernels submitted from outside the
+generator (``RunControl.submit``, ``search.external``) are taken between candidates and judged
+and stored the same way, as ``u<N>``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Iterator
 
 from openkernel.config import Config
 from openkernel.evaluation.host.devices import NoDeviceLeft
-from openkernel.evaluation.host.executor import Evaluator
+from openkernel.evaluation.host.executor import Aborted, Evaluator
 from openkernel.evaluation.host.memplan import describe as describe_plan
 from openkernel.events import (
     BackendSwitched,
@@ -50,13 +55,15 @@ from openkernel.events import (
     RunStarted,
 )
 from openkernel.generators import make_generator
-from openkernel.generators.base import Generator, ProposalRequest, param_key
+from openkernel.generators.base import Generator, Proposal, ProposalRequest, param_key, precision_of
 from openkernel.generators.offline import skill_matches
 from openkernel.records import Diagnosis
 from openkernel.roofline import peak_tflops_for, roofline_estimate
 from openkernel.schemas import EvalResult, Program, Status, new_program_id
 from openkernel.search.archive import Archive
 from openkernel.search.control import RunControl
+from openkernel.search.external import LABEL_PREFIX, Submission, origin_of
+from openkernel.search.history import FAILURES_SHOWN, branch_failures, reference_timing
 from openkernel.search.llm_critic import LLMCritic, RulesCritic
 from openkernel.search.spending import AnswerStream, Spending, call_summary
 from openkernel.search.records import kernel_fields, program_from_row
@@ -147,6 +154,13 @@ class Search:
         self._exhausted = ""  # why the generator has nothing new left to propose
         self._in_flight = 0  # candidates started and not parked by a pause (nor done)
         self._flight_lock = threading.Lock()
+        # Candidates from outside the generator (search.external): the job's count so far, the
+        # ones waiting for their verdict by label, every judged program by id (their parents).
+        self._external = 0
+        self._waiting: dict[str, Submission] = {}
+        self._by_id: dict[str, Program] = {}
+        self._iteration_now = 0  # the iteration an external candidate is filed under
+        self._outage = ""  # why no model can be asked any more: the run stops, "failed"
 
     # ------------------------------------------------------------------------------------
     def run(self) -> Iterator[Event]:
@@ -159,6 +173,7 @@ class Search:
             self._finish("interrupted")
             raise
         finally:
+            self.control.close("the run has ended", force=True)
             if getattr(self, "_heartbeat", None) is not None:
                 self._heartbeat.stop()
             self.evaluator.close()
@@ -189,6 +204,7 @@ class Search:
 
     def _failed_before_start(self, message: str) -> RunFinished:
         """The one event of a run that could not start (the front ends print its error once)."""
+        self.control.close(f"the run could not start ({message})", force=True)
         return RunFinished("failed", None, -1.0, 0, self.store.location,
                            error=message)
 
@@ -196,9 +212,11 @@ class Search:
         began = datetime.now(timezone.utc)  # the run's time includes its probe (bench's table)
         # The model first: a missing key is said at once, not after the task's probe. (A
         # generator without a preflight has nothing to reach.)
+        # A resumed job whose budget is spent sends no call at all, not even this one.
         preflight = getattr(self.generator, "preflight", None)
-        problem = preflight() if preflight else None
-        if not problem and isinstance(self.critic, LLMCritic):
+        spent = self.spending.spent()
+        problem = preflight() if preflight and not spent else None
+        if not problem and isinstance(self.critic, LLMCritic) and not spent:
             problem = self._critic_preflight()
         if problem:
             yield self._failed_before_start(problem)
@@ -228,8 +246,8 @@ class Search:
         # A branch whose generation failed (no kernel came back) is tried again on resume; its
         # new row replaces the failed one.
         failed = Status.GENERATION_FAILED.value
-        self._retried = {r.label: r.id for r in stored if r.status == failed}
-        stored = [r for r in stored if r.status != failed]
+        self._retried = {r.label: r.id for r in stored if r.status == failed and not r.author}
+        stored = [r for r in stored if r.status != failed or r.author]
         self.stored_candidates = sum(not r.is_program0 for r in stored)
         run = self.store.start_run(
             task_name=self.task_name, job_name=self.job_name, backend=self.backend,
@@ -238,7 +256,8 @@ class Search:
             # the compute ceiling for this task's dtype, the same the roofline estimates use
             config={**self.config.model_dump(mode="json"), "hardware": asdict(hw),
                     "peak_gflops": _peak_gflops(hw, probe),
-                    "footprint": asdict(probe.memory) if probe.memory else None},
+                    "footprint": asdict(probe.memory) if probe.memory else None,
+                    "library_bound": probe.library_bound},
             task_path=str(self.task.folder or self.task.reference_path), started_at=began,
         )
         self.run_id = run.id
@@ -273,6 +292,9 @@ class Search:
             if not stored:
                 yield from self._seed_archive()
             yield from self._iterations(done)
+            yield from self._drain_submissions()
+        except Aborted:  # the evaluator was stopped (a suite's problem past its wall)
+            self.control.stop()
         except Exception as err:  # a bug: keep what is stored, say why, re-raise for the trace
             self._finish("failed", repr(err))
             yield RunFinished("failed", self._best_id(), self.archive.best_speedup,
@@ -280,20 +302,23 @@ class Search:
                               self.store.location, error=repr(err),
                               new_candidates=self.candidates, tally=Tally.of(self.outcomes))
             raise
-        budget = self.spending.reason
-        reason = "stopped" if self.control.stopped or budget else "completed"
-        written = self._finish(reason, budget or "")
+        budget = self.spending.final_reason()  # with the true total, calls in flight included
+        error = self._outage or budget
+        reason = ("failed" if self._outage else
+                  "stopped" if self.control.stopped or budget else "completed")
+        written = self._finish(reason, error)
         if written:
             yield LogEmitted("info", f"Traces: {written} candidates in {self.traces.folder}")
         extra = yield from self._device_report(started)
         spend = self.spending.snapshot()
         yield RunFinished(reason, self._best_id(), self.archive.best_speedup,
                           self.stored_candidates + self.candidates,
-                          self.store.location, error=budget or None, extra=extra,
+                          self.store.location, error=error or None, extra=extra,
                           spend=spend if spend.calls or self.generator.name == "llm" else None,
                           new_candidates=self.candidates, tally=Tally.of(self.outcomes),
                           planned=self.config.max_iters * self.config.branches_per_iteration,
-                          ended_early=self._exhausted)
+                          ended_early=self._exhausted,
+                          stopped_by="models" if self._outage else "budget" if budget else "")
 
     # traces (opt-in) ----------------------------------------------------------------------
     def _open_traces(self, hw) -> Iterator[Event]:
@@ -359,6 +384,14 @@ class Search:
         for row in rows:
             program = program_from_row(row)
             self.archive.add(program)
+            self._by_id[program.id] = program
+            self._iteration_now = max(self._iteration_now, row.iteration)
+            if row.author:  # from outside the generator: no branch of an iteration
+                self._external += 1
+                self._judged_in.setdefault(row.iteration, []).append(program)
+                self.outcomes[program.status] += 1
+                self._remember(program)
+                continue
             if not row.is_program0:
                 self._judged_in.setdefault(row.iteration, []).append(program)
                 self.outcomes[program.status] += 1
@@ -412,9 +445,10 @@ class Search:
             missing = [b for b in range(branches) if b not in done.get(iteration, set())]
             if not missing:
                 continue
-            if self.control.stopped or self.spending.reason:
+            if self.control.stopped or self.spending.reason or self._outage:
                 break
-            plan = self._plan(missing)
+            self._iteration_now = iteration
+            plan = self._plan(missing, iteration)
             diagnoses: list[Diagnosis] = []
             if iteration > 0:  # the critic reads the iteration before, for these parents
                 diagnoses = yield from self._critique(iteration - 1, [p for _, p, _, _ in plan])
@@ -425,33 +459,49 @@ class Search:
                                     self.stored_candidates + self.candidates,
                                     Tally.of(self.outcomes))
             last = iteration
+            if self._outage:
+                break
             if self._exhausted:  # the offline generator has nothing untried left
                 yield LogEmitted("info", f"The search ends after iteration {iteration}: "
                                  f"{self._exhausted}.")
                 break
         if last is not None:  # what to try next, for the user (no model call once stopping)
-            yield from self._critique(last, [], cheap=self.control.stopped)
+            yield from self._critique(last, [], cheap=self.control.stopped or bool(self._outage))
 
-    def _plan(self, branches: list[int]) -> list[tuple]:
-        """(branch, parent, inspirations, rng) for each branch to run."""
+    def _plan(self, branches: list[int], iteration: int) -> list[tuple]:
+        """(branch, parent, inspirations, rng) for each branch to run. While the archive has
+        nothing correct, a branch whose latest candidate failed builds on that failure (its
+        log and code are the parent's), not on the reference again."""
         plan = []
         for branch in branches:
             parent = self.archive.sample_parent(self.rng)
             inspirations = self.archive.sample_inspirations(
                 parent, self.config.search.num_inspirations, self.rng)
+            if self.generator.name == "llm" and (
+                    parent is None or parent.is_program0 or not parent.can_be_best):
+                failed = branch_failures(self._judged_in, branch, iteration)
+                parent = failed[0] if failed else parent
             plan.append((branch, parent, inspirations, random.Random(self.rng.random())))
         return plan
 
     def _critique(self, iteration: int, parents: list[Program],
                   cheap: bool = False) -> Iterator[Event]:
         """Diagnose the best kernel and each parent; store, announce and return the diagnoses."""
+        events: list[Event] = []
         critic = self.rules_critic if cheap or self.spending.reason else self.critic
+        if critic.model and not self.spending.begin(events.append):  # the budget allows none
+            critic = self.rules_critic
+        yield from events
+        events = []
         if critic.model:  # a model call blocks the stream for a while: say what it waits for
             yield LogEmitted("info", f"Critic {critic.model} reads iteration {iteration}…")
-        report = critic.judge(iteration, self.archive.best, parents,
-                              self._judged_in.get(iteration, []), self.probe, self.hardware,
-                              self.task_name, self.backend, outcomes=self.outcomes)
-        events: list[Event] = []
+        try:
+            report = critic.judge(iteration, self.archive.best, parents,
+                                  self._judged_in.get(iteration, []), self.probe, self.hardware,
+                                  self.task_name, self.backend, outcomes=self.outcomes)
+        finally:
+            if critic.model:
+                self.spending.end()
         for call in report.calls:
             event = self.spending.add(call, "", iteration)
             self.spending.store_call(self.run_id, event)
@@ -494,25 +544,30 @@ class Search:
         )
         best_said = [d for d in diagnoses if d.role == "best"]
         by_kernel = {d.kernel_id: d for d in diagnoses if d.role == "parent"}
+        ref_ms, ref_how = reference_timing(self._judged_in, self.probe, self.hardware.label)
         jobs = []
         for branch, parent, inspirations, rng in plan:
             said = best_said + ([by_kernel[parent.id]] if parent and parent.id in by_kernel else [])
+            failures = [p for p in branch_failures(self._judged_in, branch, iteration)
+                        if parent is None or p.id != parent.id][:FAILURES_SHOWN]
             jobs.append(ProposalRequest(
                 task=self.task, probe=self.probe, backend=self.backend, iteration=iteration,
                 branch=branch, parent=parent, best=self.archive.best, inspirations=inspirations,
                 user_instructions=instructions, hardware_label=self.hardware.label,
                 rng=rng, diagnoses=tuple(said), judged=frozenset(self._judged_params),
                 max_variants=self.config.prompt.max_template_combinations,
-                allow_templated=self.config.prompt.allow_templated,
+                allow_templated=self.config.prompt.allow_templated, failures=failures,
+                reference_ms=ref_ms, reference_timing=ref_how,
             ))
         out: queue.Queue = queue.Queue()
         paused_seen = False
         settled = False  # paused, and said so once nothing was left in flight
         with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="candidate") as pool:
             for request in jobs:
-                pool.submit(self._candidate, request, slots, steering, out)
+                pool.submit(self._candidate, request, slots, out)
             pending = len(jobs)
             while pending:
+                pending += self._start_external(slots, out)
                 try:
                     item = out.get(timeout=0.2)
                 except queue.Empty:
@@ -529,36 +584,51 @@ class Search:
                     continue
                 if item is _DONE:
                     pending -= 1
-                elif isinstance(item, Program):
-                    yield from self._record(item)
                 else:
-                    if isinstance(item, ModelCalled):
-                        self.spending.store_call(self.run_id, item)
-                    yield item
+                    yield from self._take(item)
         if paused_seen and not self.control.paused:
             yield RunResumed()
 
-    def _candidate(self, request: ProposalRequest, slots, steering: str, out: queue.Queue) -> None:
-        """Worker thread: generate, then evaluate in a confined subprocess. Never writes the db."""
-        label = f"i{request.iteration}-b{request.branch}"
+    def _candidate(self, request: ProposalRequest, slots, out: queue.Queue,
+                   submission: Submission | None = None, label: str = "") -> None:
+        """Worker thread: generate (or take a submitted kernel), then evaluate in a confined
+        subprocess. Never writes the db."""
+        label = label or f"i{request.iteration}-b{request.branch}"
+        why = "the run stopped before it was judged"  # told to a submitter if it is not judged
+        asks_model = submission is None or bool(submission.instruction)
         counted = False
         try:
-            if not self.control.wait_while_paused() or self.spending.reason:
-                return  # stopped, or the budget is spent: this candidate never starts
+            if not self.control.wait_while_paused():
+                return  # stopped: this candidate never starts
+            if asks_model and (self.spending.reason or self._outage):
+                why = self.spending.reason or self._outage  # no model call starts
+                return
+            if asks_model and not self.spending.begin(out.put):
+                why = self.spending.reason or "its model call could pass the budget"
+                return  # its call could pass the budget: it never starts
             counted = self._flying(+1)
             model_hint = self.generator.models[0] if self.generator.models else self.generator.name
+            if submission is not None and not submission.instruction:
+                model_hint = submission.author
             out.put(CandidateStarted(label, request.iteration, request.branch,
                                      request.parent.id if request.parent else None, model_hint))
-            out.put(CandidatePhaseChanged(label, "generating"))
             program_id = new_program_id()
-            stream = request.on_text = AnswerStream(label, out.put)
             t0 = time.perf_counter()
-            proposal = self.generator.propose(request)
+            if not asks_model:
+                proposal = _submitted(submission, request.parent)
+            else:
+                out.put(CandidatePhaseChanged(label, "generating"))
+                stream = request.on_text = AnswerStream(label, out.put)
+                try:
+                    proposal = self.generator.propose(request)
+                finally:
+                    self.spending.end()
+                stream.flush()
             gen_s = time.perf_counter() - t0
-            stream.flush()
             for call in proposal.calls:
                 out.put(self.spending.add(call, label, request.iteration, program_id))
             self.spending.check(out.put)
+            self._check_models(out.put)
             if proposal.failed == "exhausted":  # nothing new to judge: no row, the job ends
                 self._exhausted = proposal.log
                 out.put(CandidateWithdrawn(label, proposal.log))
@@ -566,43 +636,10 @@ class Search:
             out.put(CandidateGenerated(label, proposal.model, proposal.description, proposal.reasoning))
             if proposal.code.strip():
                 out.put(CandidatePhaseChanged(label, "queued"))  # for a worker, or a resume
-            phase = [""]
-
-            def on_phase(worker_phase: str) -> None:
-                mapped = _WORKER_PHASES.get(worker_phase)
-                if mapped and mapped != phase[0]:
-                    phase[0] = mapped
-                    out.put(CandidatePhaseChanged(label, mapped))
-
-            with slots:
-                if self.control.paused:  # parked by a pause: not in flight while it waits
-                    self._flying(-1)
-                    going = self.control.wait_while_paused()
-                    self._flying(+1)
-                    if not going:
-                        return
-                t1 = time.perf_counter()
-                key = _digest(proposal.code, request.backend)
-                with self._judged_lock:
-                    seen = self._judged.get(key)
-                if seen is not None:
-                    result = seen[1].model_copy(deep=True)
-                    result.metadata["duplicate_of"] = seen[0]
-                    result.eval_log = (f"Identical to kernel {seen[0]} (same code and backend): "
-                                       f"its evaluation is reused, nothing was rebuilt.\n"
-                                       + result.eval_log)
-                elif proposal.code.strip():
-                    result = self._judge_proposal(proposal, request.backend, label, on_phase)
-                    with self._judged_lock:  # before the slot is freed: a twin waiting sees it
-                        self._judged.setdefault(key, (program_id, result))
-                else:  # nothing to build: a generation failure, not a build status
-                    why = ("The model's service gave no answer, so there was no kernel to build."
-                           if proposal.failed == "service" else
-                           "No kernel was extracted from the answer, so nothing was built.")
-                    result = EvalResult(compiled=False, perf_score=0,
-                                        metadata={"generation_failed": proposal.failed or "no_code"},
-                                        eval_log=(why + "\n" + (proposal.log or "")).strip())
-                eval_s = time.perf_counter() - t1
+            judged = self._judge_in_slot(proposal, request.backend, label, program_id, slots, out)
+            if judged is None:
+                return
+            result, eval_s = judged
             parent = request.parent
             program = Program(
                 id=program_id, code=proposal.code, raw_llm_code=proposal.answer,
@@ -615,31 +652,164 @@ class Search:
                     "description": proposal.description, "params": proposal.params,
                     "prompt": proposal.prompt, "generation_log": proposal.log,
                     "inspiration_ids": [p.id for p in request.inspirations],
-                    "user_instructions": request.user_instructions if steering else "",
+                    "user_instructions": request.user_instructions,
                     "tokens_used": proposal.tokens_used, "generation_s": gen_s,
                     "evaluation_s": eval_s, "llm": call_summary(proposal.calls),
                     "critic": [asdict(d) for d in request.diagnoses],
                 },
             )
+            if submission is not None:
+                program.metadata["author"] = submission.author
+                if submission.instruction:
+                    program.metadata["description"] = (f"{submission.author} asked "
+                                                       f"{proposal.model}: {submission.instruction}")
             program.add_eval_results(result)
             _mark_template(program, result, proposal)
+            program.metadata["precision"] = precision_of(proposal, program.metadata["params"])
+            submission = None  # judged: the loop stores it and answers the submitter
             out.put(program)
         except NoDeviceLeft as err:  # no GPU can judge anything any more: end the run
+            why = str(err)
             out.put(LogEmitted("error", f"{label}: {err}"))
             out.put(CandidatePhaseChanged(label, "abandoned"))
             self.control.stop()
+        except Aborted:  # stopped from outside while in flight: no verdict, nobody's fault
+            out.put(CandidatePhaseChanged(label, "abandoned"))
         except Exception as err:  # a generator or evaluator bug: say so, keep the run going
+            why = f"internal error: {err!r}"
             out.put(LogEmitted("error", f"{label}: internal error: {err!r}"))
             out.put(CandidatePhaseChanged(label, "abandoned"))
         finally:
             if counted:
                 self._flying(-1)
+            if submission is not None:
+                self._waiting.pop(label, None)
+                submission.refuse(why)
             out.put(_DONE)
 
     def _flying(self, step: int) -> bool:
         with self._flight_lock:
             self._in_flight += step
         return True
+
+    def _take(self, item) -> Iterator[Event]:
+        """One item from the candidates' threads: a judged program is recorded, an event passed
+        on (a model call stored first)."""
+        if isinstance(item, Program):
+            yield from self._record(item)
+            return
+        if isinstance(item, ModelCalled):
+            self.spending.store_call(self.run_id, item)
+        yield item
+
+    def _start_external(self, slots, out: queue.Queue) -> int:
+        """Start judging the kernels submitted since the last look (``RunControl.submit``),
+        each in a thread of its own like a branch's; returns how many started."""
+        started = 0
+        for sub in self.control.take_submissions():
+            parent = self._by_id.get(sub.parent_id) if sub.parent_id else None
+            if sub.parent_id and parent is None:
+                sub.refuse(f"no kernel {sub.parent_id} in job {self.job_name}")
+                continue
+            if sub.instruction and self.generator.name != "llm":
+                sub.refuse("revising a kernel needs a model: set inference in the config")
+                continue
+            self._external += 1
+            label = f"{LABEL_PREFIX}{self._external}"
+            self._waiting[label] = sub
+            asked = f"Revise the parent kernel as the user asks: {sub.instruction}"
+            request = ProposalRequest(
+                task=self.task, probe=self.probe, backend=sub.backend or self.backend,
+                iteration=self._iteration_now, branch=self._external, parent=parent,
+                best=self.archive.best, hardware_label=self.hardware.label,
+                user_instructions="\n\n".join(s for s in (
+                    self.task.user_instructions.strip(), self.config.user_instructions.strip(),
+                    *self.instructions, asked if sub.instruction else "") if s),
+                rng=random.Random(self.rng.random()),
+                max_variants=self.config.prompt.max_template_combinations,
+                allow_templated=self.config.prompt.allow_templated)
+            threading.Thread(target=self._candidate, name=f"candidate-{label}", daemon=True,
+                             args=(request, slots, out, sub, label)).start()
+            started += 1
+        return started
+
+    def _drain_submissions(self) -> Iterator[Event]:
+        """Judge what was submitted while the iterations ended (or, in a run that only judges
+        submissions, all of it); once none is left, later submissions are refused."""
+        slots = threading.Semaphore(self.evaluator.max_workers)
+        out: queue.Queue = queue.Queue()
+        pending = 0
+        while True:
+            pending += self._start_external(slots, out)
+            if not pending and self.control.close("the run has ended"):
+                return
+            try:
+                item = out.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if item is _DONE:
+                pending -= 1
+            else:
+                yield from self._take(item)
+
+    def _judge_in_slot(self, proposal: Proposal, backend: str, label: str, program_id: str,
+                       slots, out: queue.Queue) -> tuple[EvalResult, float] | None:
+        """Wait for a worker, then judge the proposal's code (an identical code's verdict is
+        reused, an empty one is a generation failure); the result and the seconds it took, or
+        None when the run stopped meanwhile."""
+        phase = [""]
+
+        def on_phase(worker_phase: str) -> None:
+            mapped = _WORKER_PHASES.get(worker_phase)
+            if mapped and mapped != phase[0]:
+                phase[0] = mapped
+                out.put(CandidatePhaseChanged(label, mapped))
+
+        with slots:
+            if self.control.paused:  # parked by a pause: not in flight while it waits
+                self._flying(-1)
+                going = self.control.wait_while_paused()
+                self._flying(+1)
+                if not going:
+                    return None
+            t1 = time.perf_counter()
+            key = _digest(proposal.code, backend)
+            with self._judged_lock:
+                seen = self._judged.get(key)
+            if seen is not None:
+                result = seen[1].model_copy(deep=True)
+                result.metadata["duplicate_of"] = seen[0]
+                result.eval_log = (f"Identical to kernel {seen[0]} (same code and backend): "
+                                   f"its evaluation is reused, nothing was rebuilt.\n"
+                                   + result.eval_log)
+            elif proposal.compile_error:  # it does not parse: nothing to build
+                result = EvalResult(compiled=False, perf_score=0,
+                                    metadata={"syntax_error": proposal.compile_error},
+                                    eval_log="The code did not compile (the parser refused "
+                                    "it), so nothing was built:\n" + proposal.compile_error)
+            elif proposal.code.strip():
+                result = self._judge_proposal(proposal, backend, label, on_phase)
+                with self._judged_lock:  # before the slot is freed: a twin waiting sees it
+                    # a copy: the stored result loses its winner's code to the program
+                    self._judged.setdefault(key, (program_id, result.model_copy(deep=True)))
+            else:  # nothing to build: a generation failure, not a build status
+                why = ("The model's service gave no answer, so there was no kernel to build."
+                       if proposal.failed == "service" else
+                       "No kernel was extracted from the answer, so nothing was built.")
+                result = EvalResult(compiled=False, perf_score=0,
+                                    metadata={"generation_failed": proposal.failed or "no_code"},
+                                    eval_log=(why + "\n" + (proposal.log or "")).strip())
+            return result, time.perf_counter() - t1
+
+    def _check_models(self, put) -> None:
+        """Say which models were paused (an ensemble goes on), and stop once none is left."""
+        for notice in getattr(self.generator, "take_notices", lambda: [])():
+            put(LogEmitted("warning", notice))
+        outage = getattr(self.generator, "outage", "")
+        if outage and not self._outage:
+            self._outage = outage
+            put(LogEmitted("error", f"{outage}. The run stops: no new candidate starts, those "
+                           "in flight finish; what failed is tried again when the job resumes."))
 
     def _judge_proposal(self, proposal, backend: str, label: str, on_phase) -> EvalResult:
         """Evaluate a proposal: a templated one (the offline generator's sweep, or a model's
@@ -658,9 +828,18 @@ class Search:
         return result
 
     def _remember(self, program: Program) -> None:
-        key = _digest(program.code, program.metadata.get("backend", self.backend))
+        backend = program.metadata.get("backend", self.backend)
+        result = program.kernel_exec_result
+        seen = [(program.code, result)]
+        template = result.template_results.get("template") if result is not None else None
+        if template and result.template_results.get("winner"):
+            # what was swept is remembered too: its twin is kept as the same winner
+            twin = result.model_copy(deep=True)
+            twin.template_results["winner_code"] = program.code
+            seen.append((template, twin))
         with self._judged_lock:
-            self._judged.setdefault(key, (program.id, program.kernel_exec_result))
+            for code, judged in seen:
+                self._judged.setdefault(_digest(code, backend), (program.id, judged))
 
     def _note_judged(self, program: Program) -> None:
         """Remember which template parameters this job has judged (the offline no-repeat rule)."""
@@ -695,6 +874,10 @@ class Search:
             reference_code=self.task.reference_code,
         )
         self.store.add_kernel(**fields)
+        self._by_id[program.id] = program
+        waiting = self._waiting.pop(fields["label"], None)
+        if waiting is not None:  # stored: the person or agent who sent it gets its verdict
+            waiting.outcome.set_result(program)
         if program.is_program0:
             return
         yield from self._trace(fields, is_best)
@@ -727,3 +910,11 @@ def _mark_template(program: Program, result: EvalResult, proposal) -> None:
     params = program.metadata.get("params") or {}
     if winner and params.get("template"):
         program.metadata["params"] = {"template": params["template"], **winner}
+
+
+def _submitted(submission: Submission, parent: Program | None) -> Proposal:
+    """A kernel from a person or an agent, as the generator's answer would carry it."""
+    what = submission.description or (f"{submission.author}'s edit of {parent.label}"
+                                       if parent else f"{submission.author}'s kernel")
+    return Proposal(code=submission.code, prompt="", answer="", model=submission.author,
+                    origin=origin_of(submission.author), description=what)

@@ -48,6 +48,7 @@ def program_from_row(row: Kernel) -> Program:
             "label": row.label,
             "origin": row.origin,
             "model": row.model,
+            "author": row.author or "",
             "backend": row.backend,
             "description": row.description,
             "params": params,

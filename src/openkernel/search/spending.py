@@ -1,8 +1,12 @@
 """A job's model calls during a search: counted, stored, checked against the budget.
 
 The candidates' threads add their calls as soon as they come back, so a budget reached by one
-is seen by the next before it starts; the search's own thread stores them (it is the only
-writer of the database). Streamed answers are passed on in pieces, a few a second per branch.
+is seen by the next before it starts; a call starts only while the spend so far plus the calls
+in flight and this one, each as dear as the dearest so far, stay within the budget (so the
+budget is passed by no more than the calls in flight when it was reached), and the reason
+stored at the end carries the true total. The search's own thread stores the calls (it is the
+only writer of the database). Streamed answers are passed on in pieces, a few a second per
+branch.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ def call_summary(calls: list[LLMCall]) -> dict:
     return {"calls": len(calls), "prompt_tokens": sum(c.prompt_tokens for c in calls),
             "completion_tokens": sum(c.completion_tokens for c in calls),
             "cost_usd": sum(c.cost_usd for c in calls),
+            "estimated": sum(c.estimated for c in calls),  # calls counted by litellm
             "price": prices.pop() if len(prices) == 1 else ("mixed" if prices else "")}
 
 
@@ -63,10 +68,11 @@ class Spending:
         self.ledger = Ledger()
         self.reason = ""  # set once a budget is reached: no new candidate starts
         self._lock = threading.Lock()
+        self._in_flight = 0  # model calls started and not yet come back
         for row in store.job_llm_calls(task_name, job_name):
             self.ledger.add(LLMCall(row.model, row.purpose, row.prompt_tokens,
                                     row.completion_tokens, row.cost_usd, row.price,
-                                    row.latency_s, row.attempts))
+                                    row.latency_s, row.attempts, bool(row.estimated)))
 
     def snapshot(self) -> Spend:
         return self.ledger.snapshot()
@@ -77,16 +83,47 @@ class Spending:
         self.ledger.add(call)
         return ModelCalled(label, iteration, call, self.ledger.snapshot(), kernel_id)
 
-    def check(self, put: Callable[[object], None]) -> None:
-        """Once the job's spend reaches a limit, say so (once): no new candidate starts."""
+    def check(self, put: Callable[[object], None], pending: int = 0) -> None:
+        """Once the job's spend reaches a limit (or, with ``pending`` calls about to start,
+        could pass it), say so (once): no new candidate starts."""
         with self._lock:
+            self._check(put, pending)
+
+    def _check(self, put: Callable[[object], None], pending: int) -> None:
+        if self.reason:
+            return
+        reason = self.ledger.over_budget(self.config.budget, pending)
+        if reason:
+            self.reason = reason
+            put(BudgetReached(reason + "; no new candidate starts, those in flight finish",
+                              self.ledger.snapshot()))
+
+    def begin(self, put: Callable[[object], None]) -> bool:
+        """Before a model call: True (and it counts as in flight until :meth:`end`) while the
+        spend, the calls in flight and this one stay within the budget; else False, said once."""
+        with self._lock:
+            self._check(put, self._in_flight + 1)
             if self.reason:
-                return
-            reason = self.ledger.over_budget(self.config.budget)
-            if reason:
-                self.reason = reason
-                put(BudgetReached(reason + "; no new candidate starts, those in flight finish",
-                                  self.ledger.snapshot()))
+                return False
+            self._in_flight += 1
+            return True
+
+    def end(self) -> None:
+        """A call begun with :meth:`begin` came back (answered or not)."""
+        with self._lock:
+            self._in_flight -= 1
+
+    def spent(self) -> bool:
+        """Whether the next call could pass the budget (a resumed job's included): then no
+        call is made at all, not even the preflight."""
+        return self.ledger.over_budget(self.config.budget, pending=1) is not None
+
+    def final_reason(self) -> str:
+        """The budget's reason with the job's true total at the end ("" if none stopped it)."""
+        if not self.reason:
+            return ""
+        key = self.reason.split(" ", 1)[0]
+        return self.ledger.over_budget(self.config.budget, pending=1 << 30, only=key) or self.reason
 
     def warnings(self) -> list[str]:
         """What the user should know before the first call: prices a max_usd cannot see."""
@@ -110,4 +147,4 @@ class Spending:
             iteration=event.iteration, kernel_id=event.kernel_id, label=event.label,
             model=call.model, purpose=call.purpose, prompt_tokens=call.prompt_tokens,
             completion_tokens=call.completion_tokens, cost_usd=call.cost_usd, price=call.price,
-            latency_s=call.latency_s, attempts=call.attempts)
+            latency_s=call.latency_s, attempts=call.attempts, estimated=call.estimated)

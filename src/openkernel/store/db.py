@@ -2,7 +2,9 @@
 
 SQLite runs in WAL mode so the dashboard can read while the engine writes; each candidate is
 committed as soon as it is judged, so a killed engine loses at most the candidates in flight.
-On PostgreSQL (a ``postgresql://`` URL) several engines, one per host, write their own jobs
+Every text written (prompts, answers, code, logs, a run's error, the critic's lines) goes
+through the one redactor first (``openkernel.redaction``): no key is stored, even one a provider
+echoed. On PostgreSQL (a ``postgresql://`` URL) several engines, one per host, write their own jobs
 into one database at once: rows are keyed by job, run ids come from the server, kernel ids are
 random, and the rows two engines may both write (reference timings) are upserts.
 
@@ -25,10 +27,12 @@ from sqlalchemy.exc import DatabaseError
 from sqlalchemy.orm import Session, sessionmaker
 
 from openkernel.errors import OpenKernelError
+from openkernel.redaction import redact, redact_all
 from openkernel.store import engines, migrate, summary
 from openkernel.store.engines import engine_url
 from openkernel.store.liveness import Heartbeat, this_host
 from openkernel.store.tables import (
+    Base,
     Critique,
     Kernel,
     LLMCallRecord,
@@ -128,7 +132,7 @@ class Store:
             run = s.get(Run, run_id)
             if run is not None:
                 run.status = status
-                run.error = error
+                run.error = redact(error)
                 run.finished_at = datetime.now(timezone.utc)
 
     def job_runs(self, task_name: str, job_name: str) -> list[Run]:
@@ -140,6 +144,7 @@ class Store:
 
     # kernels --------------------------------------------------------------------------------
     def add_kernel(self, **fields) -> Kernel:
+        fields = redact_all(fields)
         if self.postgres:  # PostgreSQL's text cannot hold NUL (a candidate's output may)
             fields = {k: v.replace("\x00", "\ufffd") if isinstance(v, str) else v
                       for k, v in fields.items()}
@@ -190,7 +195,7 @@ class Store:
         """
         with self.session() as s, s.begin():
             row = Critique(run_id=run_id, task_name=task_name, job_name=job_name,
-                           iteration=iteration, text=text, source=source, **diagnosis)
+                           iteration=iteration, text=redact(text), source=source, **diagnosis)
             s.add(row)
         return row
 
@@ -221,15 +226,17 @@ class Store:
             return list(s.scalars(q))
 
     # reference timings ----------------------------------------------------------------------
-    def reference_timing(self, task_digest: str, hardware: str, kind: str) -> ReferenceTiming | None:
+    def reference_timing(self, task_digest: str, hardware: str, kind: str,
+                         environment: str = "") -> ReferenceTiming | None:
         with self.session() as s:
-            return s.get(ReferenceTiming, (task_digest, hardware, kind))
+            return s.get(ReferenceTiming, (task_digest, hardware, kind, environment))
 
     def put_reference_timing(self, task_digest: str, hardware: str, kind: str, runtime: float,
-                             runtime_stats: dict) -> None:
-        self._upsert(ReferenceTiming.__table__, ("task_digest", "hardware", "kind"),
+                             runtime_stats: dict, environment: str = "") -> None:
+        self._upsert(ReferenceTiming.__table__, ("task_digest", "hardware", "kind", "environment"),
                      task_digest=task_digest, hardware=hardware, kind=kind, runtime=runtime,
-                     runtime_stats=runtime_stats, created_at=datetime.now(timezone.utc))
+                     runtime_stats=runtime_stats, environment=environment,
+                     created_at=datetime.now(timezone.utc))
 
 
     # benchmark suites --------------------------------------------------------------------------
@@ -245,6 +252,13 @@ class Store:
             row = s.get(SuiteProblem, (suite, task_name))
             if row is not None:
                 row.outcome, row.error = outcome, error
+
+    def set_suite_costs(self, suite: str, task_name: str, costs: dict) -> None:
+        """What the problem's last attempt spent on its probe and baselines (seconds)."""
+        with self.session() as s, s.begin():
+            row = s.get(SuiteProblem, (suite, task_name))
+            if row is not None:
+                row.costs = costs
 
     def suite_outcome(self, suite: str, task_name: str) -> str:
         with self.session() as s:
@@ -280,20 +294,43 @@ def _as_dict(run: Run) -> dict:
     return {c.name: getattr(run, c.name) for c in Run.__table__.c}
 
 
-def open_readonly(path_or_url: str | Path) -> Engine:
+def open_readonly(path_or_url: str | Path, complete: bool = False) -> Engine:
     """An engine on an existing results database that cannot write to it: a SQLite file (or
-    ``sqlite:///`` URL) or a PostgreSQL URL (read-only transactions)."""
+    ``sqlite:///`` URL) or a PostgreSQL URL (read-only transactions). ``complete``: see
+    :func:`require_tables`."""
     engine = engines.reader(path_or_url)
     try:
-        tables = set(inspect(engine).get_table_names())
-    except DatabaseError as err:
+        require_tables(engine, engines.shown(path_or_url), complete)
+    except BaseException:
         engine.dispose()
-        kind = "a PostgreSQL" if engine.dialect.name == "postgresql" else "an SQLite"
-        raise OpenKernelError(f"{engines.shown(path_or_url)}: not {kind} database ({err.orig})") from None
-    if not {"kernels", "runs"} <= tables:
-        engine.dispose()
-        raise OpenKernelError(f"{engines.shown(path_or_url)}: not an openkernel database (no kernels/runs tables)")
+        raise
     return engine
+
+
+def require_tables(engine: Engine, shown: str, complete: bool = False) -> None:
+    """Raise OpenKernelError unless the database holds openkernel's tables. Readers (``runs``,
+    ``show``, ``export``, the dashboards) call this instead of migrating: they never create a
+    table, and say what is missing. ``complete``: also every column of ``tables.py`` in each
+    openkernel table it holds (readers that select whole rows; the others read an older
+    database as it is)."""
+    try:
+        found = inspect(engine)
+        tables = set(found.get_table_names())
+    except DatabaseError as err:
+        kind = "a PostgreSQL" if engine.dialect.name == "postgresql" else "an SQLite"
+        raise OpenKernelError(f"{shown}: not {kind} database ({err.orig})") from None
+    ours = set(Base.metadata.tables)
+    if not tables - {"alembic_version"}:
+        raise OpenKernelError(f"no openkernel tables at {shown}: run openkernel db upgrade")
+    if not tables & ours:
+        raise OpenKernelError(f"{shown}: not an openkernel database (no kernels/runs tables)")
+    missing = sorted({"kernels", "runs"} - tables)
+    for name in sorted(ours & tables) if complete else ():
+        have = {col["name"] for col in found.get_columns(name)}
+        missing += [f"{name}.{c.name}" for c in Base.metadata.tables[name].c if c.name not in have]
+    if missing:
+        raise OpenKernelError(f"{shown}: openkernel tables from an older version, without "
+                              f"{', '.join(missing)}: run openkernel db upgrade")
 
 
 def iter_kernels(engine: Engine, task_name: str, job_name: str) -> Iterable[Kernel]:

@@ -39,6 +39,11 @@ def head() -> str:
     return ScriptDirectory.from_config(_config()).get_current_head()
 
 
+def known() -> set[str]:
+    """Every revision this openkernel knows."""
+    return {s.revision for s in ScriptDirectory.from_config(_config()).walk_revisions()}
+
+
 def revision(conn: Connection) -> str | None:
     """The database's revision (None: empty, or written before migrations)."""
     return MigrationContext.configure(conn).get_current_revision()

@@ -31,8 +31,13 @@ LATER_RUN_COLUMNS = ("engine_host", "engine_pid", "heartbeat_at")
 
 def run_columns(conn: Connection) -> list:
     """Every column of ``runs`` as a select expression (NULL for one an older database lacks)."""
-    have = {c["name"] for c in inspect(conn).get_columns(Run.__tablename__)}
-    return [c if c.name in have else null().label(c.name) for c in Run.__table__.c]
+    return table_columns(conn, Run.__table__)
+
+
+def table_columns(conn: Connection, table) -> list:
+    """Every column of a table as a select expression (NULL for one an older database lacks)."""
+    have = {c["name"] for c in inspect(conn).get_columns(table.name)}
+    return [c if c.name in have else null().label(c.name) for c in table.c]
 
 
 def has_table(conn: Connection, name: str) -> bool:

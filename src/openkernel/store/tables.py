@@ -75,8 +75,11 @@ class Kernel(Base):
     parent_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     inspiration_ids: Mapped[list] = mapped_column(JSON, default=list)
     is_program0: Mapped[bool] = mapped_column(Boolean, default=False)
-    origin: Mapped[str] = mapped_column(String(20))  # reference|file|best|llm|offline
+    origin: Mapped[str] = mapped_column(String(20))  # reference|file|best|llm|offline|user|agent
     model: Mapped[str] = mapped_column(String(200), default="")
+    # Who wrote a candidate from outside the generator: "user" or "agent:<name>" (label u<N>,
+    # origin user|agent); "" for the generator's own. Added by migration 0002_kernel_author (older rows NULL).
+    author: Mapped[str | None] = mapped_column(String(100), nullable=True, default="")
     hardware: Mapped[str] = mapped_column(String(200), default="")
     gpu_arch: Mapped[str] = mapped_column(String(100), default="")
     backend: Mapped[str] = mapped_column(String(20), default="triton")
@@ -121,13 +124,18 @@ class Kernel(Base):
 
 
 class ReferenceTiming(Base):
-    """Reference timings (eager and torch.compile) cached per task code and hardware."""
+    """The reference's baselines (eager, torch.compile, max-autotune; timed out ones with their
+    seconds), kept per task code, hardware and software: reused by every later job, suite and
+    run with the same key (``evaluation/host/baselines.py``)."""
 
     __tablename__ = "reference_timings"
 
     task_digest: Mapped[str] = mapped_column(String(32), primary_key=True)
     hardware: Mapped[str] = mapped_column(String(200), primary_key=True)
-    kind: Mapped[str] = mapped_column(String(20), primary_key=True)  # eager|compile
+    kind: Mapped[str] = mapped_column(String(20), primary_key=True)  # "compile": all baselines
+    # Digest of the workers' torch/Triton/CUDA versions, backend flags and compiler settings
+    # (Hardware.software); "" on rows from before it was part of the key (never reused).
+    environment: Mapped[str] = mapped_column(String(64), primary_key=True, default="")
     runtime: Mapped[float] = mapped_column(Float)
     runtime_stats: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -187,6 +195,8 @@ class LLMCallRecord(Base):
     latency_s: Mapped[float] = mapped_column(Float, default=0.0)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The tokens are litellm's count, not the server's (no usage sent, or a stream cut off).
+    estimated: Mapped[bool] = mapped_column(Boolean, default=False)
 
     __table_args__ = (Index("ix_llm_calls_task_job", "task_name", "job_name"),)
 
@@ -209,6 +219,9 @@ class SuiteProblem(Base):
     task_digest: Mapped[str] = mapped_column(String(32), default="")
     # How the problem's last attempt ended, also when no run was started (a task the
     # generator refuses, a probe that failed): the reason is kept here.
-    outcome: Mapped[str] = mapped_column(String(20), default="")
+    outcome: Mapped[str] = mapped_column(String(20), default="")  # ... | timed_out
     error: Mapped[str] = mapped_column(Text, default="")
+    # What the problem's last attempt spent before and beside its candidates: probe_s,
+    # baselines_s (0 when reused from the store), baselines_stored, fixed_s (their sum).
+    costs: Mapped[dict | None] = mapped_column(JSON, nullable=True, default=dict)
     added_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from openkernel.errors import ConfigError
-from openkernel.evaluation.host.environment import redact, secret_values
+from openkernel.redaction import Redactor  # noqa: F401 - the one redactor (export uses it too)
 from openkernel.schemas import NOT_JUDGED, Status
 
 SCHEMA_VERSION = 1
@@ -209,18 +209,6 @@ def _said(d: Mapping) -> str:
     return f"{who} (critic model {d.get('model', '')}): {d.get('text', '')}"
 
 
-class Redactor:
-    """Replaces the engine's secret values (API keys, tokens) in every text of a row."""
-
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        self.secrets = secret_values(os.environ if env is None else env)
-
-    def row(self, row: dict) -> dict:
-        if not self.secrets:
-            return row
-        return {k: redact(v, self.secrets) if isinstance(v, str) else v for k, v in row.items()}
-
-
 def _slug(name: str) -> str:
     """A folder name from a task or job name; names that had to change get a short digest."""
     clean = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "job"
@@ -291,22 +279,29 @@ def read_dataset(root: str | Path):
     return ds.dataset(str(root), format="parquet", schema=schema()).to_table()
 
 
-def rows_for_sft(rows: Iterable[Mapping], top: float) -> list[dict]:
+def rows_for_sft(rows: Iterable[Mapping], top: float,
+                 min_speedup: float | None = None) -> list[dict]:
     """Instruction pairs from the best ``top`` share of each problem's correct candidates.
 
     Speedups are only comparable within a problem, so the share is taken per problem (at
     least one pair for a problem with a correct candidate). Only candidates with a model's
     prompt and answer qualify (the offline generator writes no instruction to learn from);
-    identical pairs count once.
+    identical pairs count once. ``min_speedup`` leaves out candidates slower than that over
+    the reference; every pair says whether it is slower than the reference
+    (``slower_than_reference``), which a correct kernel of a slow run can be.
     """
     if not 0 < top <= 1:
         raise ConfigError(f"--top {top}: expected a share in (0, 1], e.g. 0.1 for the best 10%")
+    if min_speedup is not None and min_speedup < 0:
+        raise ConfigError(f"--min-speedup {min_speedup}: expected a speedup of 0 or more, e.g. "
+                          "1 to leave out kernels slower than the reference")
     by_problem: dict[str, list[Mapping]] = {}
     seen = set()
     for r in rows:
         ok = (r.get("correctness") and r.get("status") in ("faster", "correct")
               and r.get("origin") == "llm" and str(r.get("prompt") or "").strip()
-              and str(r.get("response") or "").strip() and float(r.get("speedup") or -1) > 0)
+              and str(r.get("response") or "").strip() and float(r.get("speedup") or -1) > 0
+              and float(r.get("speedup") or -1) >= (min_speedup or 0))
         key = (r.get("prompt"), r.get("response"))
         if ok and key not in seen:
             seen.add(key)
@@ -324,5 +319,6 @@ def rows_for_sft(rows: Iterable[Mapping], top: float) -> list[dict]:
                 "backend": r.get("candidate_backend"), "hardware": r.get("hardware"),
                 "speedup": float(r["speedup"]),
                 "speedup_over_compile": float(r.get("speedup_over_compile") or -1),
+                "slower_than_reference": float(r["speedup"]) < 1.0,
             })
     return out

@@ -37,6 +37,8 @@ def legend(n_kernels: int = 0) -> html.Div:
     items = [html.Li([html.Span(className="dot", style={"backgroundColor": c}), f"{s}: {STATUS_MEANINGS[s]}"])
              for s, c in STATUS_COLORS.items()]
     items.append(html.Li([html.Span(className="dot best-dot"), BEST_MEANING]))
+    items.append(html.Li([html.Span(className="dot external-dot"),
+                          "Written by a person or an agent (label u<N> · its author)"]))
     items.append(html.Li("Bigger is faster; arrows point from parent to child; labels read i<N>-b<M>."))
     if n_kernels > EDGE_BUDGET:
         items.append(html.Li(f"Zoom in to see the arrows and labels: a job of over {EDGE_BUDGET:,} kernels "

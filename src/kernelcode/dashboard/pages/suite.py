@@ -18,7 +18,8 @@ from kernelcode.dashboard.graph import STATUS_COLORS, UNKNOWN_COLOR
 from openkernel.wording import speedup_text
 
 RUN_COLORS = {"completed": STATUS_COLORS["faster"], "failed": STATUS_COLORS["compile_error"],
-              "running": STATUS_COLORS["correct"], "stopped": STATUS_COLORS["test_timeout"]}
+              "running": STATUS_COLORS["correct"], "stopped": STATUS_COLORS["test_timeout"],
+              "timed_out": STATUS_COLORS["build_timeout"]}
 SUITES_ON_RUNS_PAGE = 20  # the newest; the others are one click away by URL
 
 
@@ -34,6 +35,10 @@ def _ms(value: float | None) -> str:
     return f"{value:.4g}" if value else "-"
 
 
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def figures(summary) -> str:
     """The suite's one line of figures (HTML)."""
     fast = " ".join(f'<span class="fastp">fast<sub>{escape(k)}</sub> {v:.2f}</span>'
@@ -42,7 +47,13 @@ def figures(summary) -> str:
             f"{_x(summary.geomean_eager)} ({summary.n_correct} correct of "
             f"{len(summary.problems)}) &middot; over torch.compile {_x(summary.geomean_compile)} "
             f"({summary.n_compile}) &middot; over max-autotune {_x(summary.geomean_autotune)} "
-            f"({summary.n_autotune})</p>")
+            f"({summary.n_autotune}) &middot; fixed cost median {_s(summary.fixed_s_median)} s "
+            f"&middot; a candidate's own time median {_s(summary.candidate_s_median)} s"
+            + (f" &middot; {summary.n_timed_out} timed out" if summary.n_timed_out else "")
+            + f" &middot; {escape(summary.precision)}"
+            + (f" &middot; library-bound {len(summary.library_bound)} (over torch.compile "
+               f"{_x(summary.geomean_compile_library_bound)}, our own kernels)"
+               if summary.library_bound else "") + "</p>")
 
 
 def problems_table(summary) -> str:
@@ -51,18 +62,25 @@ def problems_table(summary) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("problem", "status", "correct", "speedup",
                                              "vs torch.compile", "vs max-autotune",
                                              "eager ms", "compile ms", "autotune ms",
-                                             "judged", "evaluator faults", "time s", "note"))
+                                             "judged", "evaluator faults", "time s", "fixed s",
+                                             "own s", "note"))
     body = []
     for p in summary.problems:
         color = RUN_COLORS.get(p.status, UNKNOWN_COLOR)
-        note = "" if p.correct else (p.error.splitlines() or [""])[0][:160]
+        note = "; ".join(x for x in ("" if p.correct else (p.error.splitlines() or [""])[0][:160],
+                                     f"library-bound ({p.library_bound}): our own kernel"
+                                     if p.correct and p.library_bound else "",
+                                     p.baseline_note) if x)
         cells = [f'<a class="job-link" href="{escape(job_path(p.name, summary.suite))}">{escape(p.name)}</a>',
                  f'<span class="badge" style="background-color:{color}">{escape(p.status)}</span>',
                  "yes" if p.correct else "no", _x(p.speedup), _x(p.over_compile),
                  _x(p.over_autotune), _ms(p.eager_ms), _ms(p.compile_ms), _ms(p.autotune_ms),
                  str(p.candidates),
                  f'<span class="flag-bad">{p.evaluator_faults}</span>' if p.evaluator_faults else "0",
-                 f"{p.time_s:.0f}", f'<span class="small muted">{escape(note)}</span>']
+                 f"{p.time_s:.0f}",
+                 _s(p.fixed_s) + (' <span class="small muted">stored</span>'
+                                  if p.baselines_stored else ""), _s(p.candidate_s),
+                 f'<span class="small muted">{escape(note)}</span>']
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return (f'<table class="runs" id="suite-table"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>')

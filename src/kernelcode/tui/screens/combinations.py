@@ -40,7 +40,8 @@ def combination_table(results: dict, sort: int = 0) -> Table:
     for row in _order(rows, sort):
         status = Status(row["status"]) if row["status"] in {s.value for s in Status} else None
         word = Text(STATUS_WORDS[status], style=STATUS_COLOURS[status]) if status else Text(row["status"])
-        why = next((ln for ln in (row.get("error") or "").splitlines() if ln.strip()), "")
+        why = next((ln for ln in (row.get("error") or row.get("dropped") or "").splitlines()
+                    if ln.strip()), "")  # a failure, or why screening dropped it
         table.add_row("★" if row["params"] == winner else "",
                       *(str(row["params"].get(n, "")) for n in names), word,
                       f"{row['runtime']:.4f}" if row["runtime"] > 0 else "–",

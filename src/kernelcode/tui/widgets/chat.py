@@ -14,6 +14,8 @@ from textual.widgets import Input, RichLog
 from kernelcode.tui.widgets.streams import StreamView
 
 
+STEER_PLACEHOLDER = "Steer the search… (/ to type, Enter to send)"
+
 class ChatPanel(Vertical):
     """A scrolling log of the run in words, with an input line for steering at the bottom."""
 
@@ -41,7 +43,7 @@ class ChatPanel(Vertical):
         yield RichLog(id="chat-log", wrap=True, markup=False, max_lines=self.MAX_LINES,
                       min_width=20)
         yield StreamView(id="streams")
-        yield Input(id="steer", placeholder="Steer the search… (/ to type, Enter to send)")
+        yield Input(id="steer", placeholder=STEER_PLACEHOLDER)
 
     @property
     def pending(self) -> bool:

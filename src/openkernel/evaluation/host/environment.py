@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import resource
 import site
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from openkernel.evaluation.protocol import PKG_DIR, PROTECT_VAR
 from openkernel.evaluation.protocol import under as _under
+from openkernel.redaction import is_secret as _is_secret
+from openkernel.redaction import redact, secret_values  # noqa: F401 - the one redactor
 
 # --- environment ---------------------------------------------------------------------------
 _ALLOWED = {
@@ -30,31 +31,8 @@ _ALLOWED_PREFIXES = (
     "LC_", "CUDA_", "NVIDIA_", "NVCC_", "CUBLAS_", "CUDNN_", "TORCH_", "TORCHINDUCTOR_",
     "PYTORCH_", "TRITON_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "OPENKERNEL_",
 )
-# Applied on top of the allow-list, so TORCH_HUB_TOKEN or OPENKERNEL_API_KEY go too.
-_SECRET_NAME = re.compile(
-    r"KEY|TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE"
-    r"|DSN|CONNECTION_STRING|DATABASE_URL|(^|_)PAT($|_)",
-    re.IGNORECASE,
-)
-_SECRET_PREFIXES = (
-    "AWS_", "GCP_", "GOOGLE_", "GCLOUD_", "CLOUDSDK_", "AZURE_", "OPENAI_", "ANTHROPIC_",
-    "LITELLM_", "HF_", "HUGGING", "COHERE_", "MISTRAL_", "GROQ_", "TOGETHER", "DEEPSEEK_",
-    "GEMINI_", "OPENROUTER_", "FIREWORKS_", "REPLICATE_", "VERTEX", "WANDB_", "GITHUB_",
-    "GH_", "GITLAB_", "NPM_", "PYPI_", "TWINE_", "SSH_", "GPG_", "GNUPG", "VAULT_", "KUBE",
-    "DOCKER_", "SLACK_", "SENTRY_", "DATABRICKS_", "MLFLOW_", "COMET_", "NEPTUNE_",
-)
-# Credential-shaped values, whatever the variable is called.
-_SECRET_VALUE = re.compile(
-    r"^(sk-|sk_|ghp_|gho_|ghs_|github_pat_|glpat-|xox[abp]-|hf_|AKIA|ASIA|AIza)|://[^/@\s]+:[^/@\s]+@"
-)
-
-
-def _is_secret(name: str, value: str) -> bool:
-    upper = name.upper()
-    return bool(
-        _SECRET_NAME.search(upper) or upper.startswith(_SECRET_PREFIXES)
-        or _SECRET_VALUE.search(value)
-    )
+# Secrets by name or value shape (``openkernel.redaction``) are dropped on top of the
+# allow-list, so TORCH_HUB_TOKEN or OPENKERNEL_API_KEY go too.
 
 
 def worker_env(
@@ -122,19 +100,6 @@ def worker_env(
     protect = [str(cwd)] + [p for p in base_env.get(PROTECT_VAR, "").split(os.pathsep) if p]
     env[PROTECT_VAR] = os.pathsep.join(dict.fromkeys(protect))
     return env
-
-
-def secret_values(env: Mapping[str, str]) -> list[str]:
-    """Returns the values worker_env drops as secrets, longest first, for :func:`redact`."""
-    values = {v for k, v in env.items() if len(v) >= 6 and _is_secret(k, v)}
-    return sorted(values, key=len, reverse=True)
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replaces every occurrence of each secret of 6 characters or more with ``[REDACTED]``."""
-    for secret in sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True):
-        text = text.replace(secret, "[REDACTED]")
-    return text
 
 
 # --- resource limits -----------------------------------------------------------------------

@@ -18,6 +18,12 @@ jobs on each GPU, and built CUDA extensions and Triton kernels are kept per cand
 judged, never builds again. With the cuda backend, <torch/extension.h> is precompiled once
 (``pch.py``).
 
+Every wait has a bound. A worker's phases have limits (build, test; each reference baseline
+its own wall, ``baselines.py``; a sweep its ``sweep_timeout_s``), past which its process group
+is killed, and a killed worker is waited for 30 s at most. Waits on other jobs (a GPU slot, the
+GPU's turn, a spare) end when those jobs end, each bounded the same way. :meth:`Evaluator.abort`
+(a suite's problem past its wall) kills every running job at once; they end without a verdict.
+
 Several targets (``gpu_arch: [sm_90, sm_80]``, see ``targets.py``): a candidate is judged on a
 GPU of the primary architecture; once correct, it is timed again on one GPU of each other
 configured architecture present, kept in ``metadata["by_arch"]``. CUDA C++ is built for every
@@ -31,6 +37,7 @@ import os
 import re
 import shutil
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable
@@ -39,6 +46,7 @@ from pathlib import Path
 
 from openkernel.config import Config
 from openkernel.evaluation.host import ceilings, environment, ncu
+from openkernel.evaluation.host.baselines import ReferenceBaselines, compile_ratio, wanted
 from openkernel.evaluation.host.devices import DevicePool, NoDeviceLeft, is_device_fault
 from openkernel.evaluation.host.memplan import describe, plan_memory, retry_plan
 from openkernel.evaluation.host.process import (
@@ -56,6 +64,7 @@ from openkernel.records import (
     Hardware,
     MemoryPlan,
     TaskProbe,
+    baseline_kind,
     hardware_from_json,
 )
 from openkernel.schemas import STATUS_LABELS, EvalResult, Status
@@ -67,14 +76,18 @@ _HW_CACHE: dict[str, Hardware] = {}  # per engine process: the hardware does not
 _HW_LOCK = threading.Lock()
 
 
+class Aborted(RuntimeError):
+    """The evaluator was stopped (a problem past its wall): no verdict, nobody's fault."""
+
+
 class Evaluator:
     """Builds, checks and times candidates for one task, each in its own worker process.
 
     Args:
         task: The task (reference + hooks).
         config: The run's configuration (``eval_config``, ``paths.scratch_dir``).
-        store: Where the torch.compile reference timing is cached (per task and hardware);
-            None keeps it in memory.
+        store: Where the reference's baselines are kept (per task, hardware and software,
+            ``baselines.py``) and found again; None keeps them in memory.
         bench_budget_s: Seconds of timed trials per candidate (default 2 on a GPU, 1 on the CPU).
         keep_scratch: Keep each candidate's scratch directory (for debugging).
     """
@@ -90,10 +103,8 @@ class Evaluator:
         self.keep_scratch = keep_scratch or bool(os.environ.get("OPENKERNEL_KEEP_SCRATCH"))
         self.scratch_root = Path(config.paths.scratch_dir).expanduser().resolve()
         self._slot_lock = threading.Lock()
-        self._compile_lock = threading.Lock()
         self._probe: TaskProbe | None = None
         self._targets: TargetPlan | None = None
-        self._compile_ratio: float | None | bool = None  # False: tried and unavailable
         self._slots: DevicePool | None = None
         self.build_cache_root = Path(config.paths.build_cache_dir).expanduser().resolve()
         # (device, gpu index, profiler binary or None) -> started workers waiting for their jobs
@@ -103,9 +114,13 @@ class Evaluator:
         # The precompiled torch header's folder, or why there is none (see pch.py)
         self.pch: dict = {}
         self.plan = MemoryPlan()  # made from the probe (memplan.py)
-        self._baselines: dict | None = None
-        self.baseline_error = ""
+        self._reference = ReferenceBaselines(self)
+        self.probe_s: float | None = None  # seconds the probe took (hardware detection included)
         self.notes: list[str] = []  # what the evaluator changed on its own during the run
+        # Workers running a job now, so that abort() can end them; why it was called
+        self._live: set[WorkerProcess] = set()
+        self._live_lock = threading.Lock()
+        self.aborted = ""
 
     # -- public API ---------------------------------------------------------------------
     @property
@@ -150,6 +165,7 @@ class Evaluator:
         """Load the task in a worker, run the reference once and describe it (cached)."""
         if self._probe is not None:
             return self._probe
+        t0 = time.monotonic()
         hw = self.hardware
         self._warm_spares()  # they import torch while the probe runs the reference
         pch = None
@@ -158,8 +174,8 @@ class Evaluator:
             pch.start()
         run = self._run(self._task_job(hw.device, "probe"), hw.device,
                         0 if hw.device == "cuda" else None, label="probe")
-        if pch is not None:
-            pch.join()  # once per machine and torch: the first candidates' builds then use it
+        if pch is not None:  # once per machine and torch: the first candidates' builds use it
+            pch.join(self.ec.build_timeout_s + self.ec.test_timeout_s + 60)  # its worker's limits
         data = (run.payload or {}).get("probe")
         if data:
             probe = TaskProbe.from_json(data, hardware=hw)
@@ -172,17 +188,19 @@ class Evaluator:
             probe.warnings.append(f"CUDA C++ builds parse <torch/extension.h> each time: "
                                   f"no precompiled header ({self.pch['why']})")
         self._probe = probe
+        self.probe_s = round(time.monotonic() - t0, 2)
         if probe.ok:
             self.plan = plan_memory(probe.memory, hw, memory_fraction=self.ec.gpu_memory_fraction,
-                                    max_workers_per_gpu=self._per_device())
+                                    max_workers_per_gpu=self._per_device(), flops=probe.flops)
             if hw.device == "cuda":
                 pool = self._acquire_pool()
                 pool.per_device = min(pool.per_device, self.plan.workers_per_gpu)
                 pool.check_slots = self.plan.checks_per_gpu if self.ec.overlap_checks else 1
-        if probe.ok and hw.device == "cuda":
-            # Every candidate's improve_over_compile needs it: time it now, beside the first builds.
-            threading.Thread(target=self._compile_speed_ratio, args=(hw,), daemon=True,
-                             name="reference-compile").start()
+        if probe.ok and wanted(self.ec, hw):
+            # Every candidate's improve_over_compile needs them: from the store, or timed now,
+            # compiled beside the first candidates' builds.
+            threading.Thread(target=self._time_baselines, daemon=True,
+                             name="reference-baselines").start()
         return probe
 
     def evaluate(self, code: str, backend: str, label: str = "", *,
@@ -209,7 +227,7 @@ class Evaluator:
             first = result.metadata["evaluator_fault"]
             self._after_fault(first)
             plan = retry_plan(plan, self._probe.memory if self._probe else None, hw,
-                              self.ec.gpu_memory_fraction)
+                              self.ec.gpu_memory_fraction, self._probe.flops if self._probe else 0.0)
             run, slot, more = self._judge(replace(job, plan=plan.to_json()), code, label, cache,
                                           primary, on_phase, exclusive=hw.device == "cuda")
             requeued += more
@@ -229,7 +247,10 @@ class Evaluator:
         if hw.device == "cuda" and result.correctness and self.ec.profile:
             if on_phase is not None:
                 on_phase("profile")
-            profile_candidate(self, code, result)
+            try:
+                profile_candidate(self, code, result)
+            except Aborted:  # the verdict stands; only its profile was cut short
+                result.eval_log += "\nNot profiled: the evaluation was stopped."
         if result.correctness and not result.profiler_data and self._probe is not None:
             # No profiler ran: the analytic estimate, labelled one, on every path (a search,
             # `openkernel eval`, bench) alike.
@@ -246,7 +267,7 @@ class Evaluator:
         payload = run.payload or {}
         ratio = None
         if hw.device == "cuda" and payload.get("correctness") and not payload.get("integrity_violation"):
-            ratio = self._compile_speed_ratio(hw)
+            ratio = compile_ratio(self.baselines())
         return self._result(run, hw, ratio, self._probe)
 
     def _after_fault(self, fault: dict) -> None:
@@ -291,6 +312,25 @@ class Evaluator:
         """Stop the spare workers (each job's own worker ended with it)."""
         self._finalizer()
 
+    def abort(self, reason: str) -> None:
+        """Stop now: end every worker running a job (and the spares). A job cut short this way,
+        or started after it, raises :class:`Aborted` instead of returning a
+        verdict, so no candidate is blamed for it and no baseline is stored from it."""
+        with self._live_lock:
+            self.aborted = reason or "stopped"
+            live = list(self._live)
+        for worker in live:
+            worker.terminate()
+        self.close()
+
+    @property
+    def costs(self) -> dict:
+        """Seconds spent beside the candidates: the probe, the baselines (0 when found in the
+        store) and their sum, ``fixed_s``."""
+        costs = {"probe_s": self.probe_s, **self._reference.costs}
+        costs["fixed_s"] = round((self.probe_s or 0.0) + (costs.get("baselines_s") or 0.0), 2)
+        return costs
+
     def build_cache(self, code: str, backend: str) -> Path | None:
         """The build-cache folder of this exact candidate (GPU only: nothing is built on the CPU)."""
         hw = self.hardware
@@ -314,7 +354,8 @@ class Evaluator:
             read_only.append(pch_dir)
         return Job(mode=mode, device=device, reference_path=str(t.reference_path),
                    hooks_path=str(t.hooks_path) if t.hooks_path else None, read_only=read_only,
-                   cuda_targets=list(self.targets.compile), pch_dir=pch_dir, **fields)
+                   cuda_targets=list(self.targets.compile), pch_dir=pch_dir,
+                   allow_tf32=self.ec.allow_tf32, **fields)
 
     def _precompile_header(self) -> None:
         """The precompiled <torch/extension.h> for CUDA C++ builds (see ``pch.py``)."""
@@ -362,7 +403,7 @@ class Evaluator:
         another), and its own line in the log; the verdict stays the primary one's.
         """
         primary = self.targets.primary
-        by_arch = {primary: _arch_entry(result, result.metadata.get("gpu_slot"))}
+        by_arch = {primary: arch_entry(result, result.metadata.get("gpu_slot"))}
         result.metadata["by_arch"] = by_arch
         if not result.correctness:
             return
@@ -375,10 +416,10 @@ class Evaluator:
                 continue
             # No probe: the roofline flag uses the first GPU's peaks, not this one's.
             other = self._result(run, self.hardware, None, None)
-            by_arch[arch] = _arch_entry(other, slot)
+            by_arch[arch] = arch_entry(other, slot)
             if requeued:
                 result.metadata.setdefault("requeued", []).extend(requeued)
-            lines.append(_arch_line(arch, slot, other))
+            lines.append(arch_line(arch, f"GPU slot {slot}", other))
         if lines:
             result.eval_log = "\n".join([result.eval_log.rstrip(), *lines]).strip()
 
@@ -421,19 +462,30 @@ class Evaluator:
     def _run(self, job: Job, device: str, gpu_index: int | None, label: str = "",
              code: str | None = None, profiler: str | None = None, build_cache: Path | None = None,
              spare: bool = True, on_phase: Callable[[str], None] | None = None,
-             variants: list[str] | None = None, scale: float = 1.0) -> WorkerRun:
+             variants: list[str] | None = None, scale: float = 1.0,
+             walls: dict[str, float] | None = None, total_s: float | None = None) -> WorkerRun:
         """One job in a worker (a spare when one waits); timed phases take the GPU's turn.
 
         ``profiler``: the Nsight Compute binary to run the worker under (a profile job); such
         workers are spares of their own kind. ``variants``: the modules of a sweep job, one file
-        each; ``scale`` multiplies both time limits (a sweep builds and checks several).
+        each; ``scale`` multiplies both time limits (a sweep builds and checks several);
+        ``walls``: phases with limits of their own; ``total_s``: a limit on the whole job
+        (waiting for the turn not counted). Raises Aborted once :meth:`abort` was called.
         """
+        if self.aborted:
+            raise Aborted(self.aborted)
         worker = self._take(device, gpu_index, profiler) if spare else None
         prestarted = worker is not None
         if worker is None:
             worker = self._spawn(device, gpu_index, profiler)
         scratch = worker.scratch
+        with self._live_lock:
+            self._live.add(worker)
+            aborted = self.aborted
         try:
+            if aborted:  # abort() ran between the check above and now: it missed this worker
+                worker.kill()
+                raise Aborted(aborted)
             if code is not None:
                 (scratch / "candidate.py").write_text(code, encoding="utf-8")
                 job = replace(job, code_path=str(scratch / "candidate.py"))
@@ -453,61 +505,37 @@ class Evaluator:
                 turn is not None and job.overlap_checks and not job.plan.get("exclusive")) else None
             run = drive(worker, job, self.ec.build_timeout_s * scale, self.ec.test_timeout_s * scale,
                         turn=turn, release_on_result=profiler is not None, on_phase=on_phase,
-                        checks=checks)
+                        checks=checks, walls=walls, total_s=total_s)
+            if self.aborted:  # killed by abort(), not by its own doing
+                raise Aborted(self.aborted)
             run.prestarted = prestarted
             if profiler is not None:
                 run.full_log = read_full_log(worker)
             return run
         finally:
+            with self._live_lock:
+                self._live.discard(worker)
             if not self.keep_scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
 
-    def _compile_speed_ratio(self, hw: Hardware) -> float | None:
-        """torch.compile median / eager median of the reference, once per task and hardware."""
-        with self._compile_lock:
-            if self._compile_ratio is not None:
-                return self._compile_ratio or None
-            autotune = self.ec.max_autotune_baseline
-            cached = self.store.reference_timing(self.task.digest, hw.label, "compile") if self.store else None
-            stats = cached.runtime_stats if cached is not None else None
-            if stats is not None and autotune and not _has_autotune(stats):
-                stats = None  # timed before the max-autotune baseline existed: time all three again
-            if stats is None:
-                job = self._task_job(hw.device, "reference", autotune_baseline=autotune,
-                                     **self._bench_params(hw))
-                slot = self._acquire()  # a GPU of the primary target, timed in its own turn
-                try:
-                    # max-autotune benchmarks its GEMM/convolution choices while it compiles
-                    run = self._run(job, hw.device, slot, label="reference-compile",
-                                    scale=3.0 if autotune else 1.0)
-                finally:
-                    self._release(slot)
-                stats = run.payload if run.payload and "compile" in run.payload else None
-                if stats is None:
-                    what = ("timed out" if run.timed_out else (run.payload or {}).get("fatal")
-                            or f"the worker died ({run.returncode})")
-                    self.baseline_error = f"timing torch.compile of the reference failed: {what}"
-                if stats and self.store is not None:
-                    self.store.put_reference_timing(self.task.digest, hw.label, "compile",
-                                                    stats["compile"]["median"], stats)
-            try:
-                ratio = stats["compile"]["median"] / stats["eager"]["median"]
-            except (TypeError, KeyError, ZeroDivisionError):
-                ratio = None
-            self._baselines = stats
-            self._compile_ratio = ratio if ratio else False
-            return ratio
+    def _time_baselines(self) -> None:
+        """The baselines thread: an abort ends it with nothing stored."""
+        try:
+            self.baselines()
+        except Aborted:
+            pass
 
     def baselines(self) -> dict | None:
-        """The reference's eager and torch.compile timings on this hardware ({"eager": stats,
-        "compile": stats, "autotune": stats} with ``eval_config.max_autotune_baseline``), measured once per task and hardware and kept in the store; None on
-        the CPU (torch.compile makes no Triton there) or when the timing failed
-        (``baseline_error`` says why). Works after :meth:`close` too (with a worker of its own)."""
-        hw = self.hardware
-        if hw.device != "cuda":
-            return None
-        self._compile_speed_ratio(hw)
-        return self._baselines
+        """The reference's baselines on this hardware (``baselines.py``: {"eager": stats,
+        "compile": stats, "autotune": stats, "timed_out": {...}, ...} as asked for by
+        ``eval_config.baselines``), from the store or timed once, each under its wall; None
+        when none is asked for (the CPU by default) or the timing failed (``baseline_error``
+        says why). Works after :meth:`close` too (with a worker of its own)."""
+        return self._reference.get(self.hardware)
+
+    @property
+    def baseline_error(self) -> str:
+        return self._reference.error
 
     def _spawn(self, device: str, gpu_index: int | None, profiler: str | None = None) -> WorkerProcess:
         scratch = self.scratch_root / f"w-{uuid.uuid4().hex[:12]}"
@@ -571,11 +599,6 @@ class Evaluator:
                     self._fill(hw.device, gpu, binary)
 
 
-def _has_autotune(stats: dict) -> bool:
-    """Stored reference timings that include the max-autotune baseline (or why it failed)."""
-    return isinstance(stats, dict) and ("autotune" in stats or "autotune_error" in stats)
-
-
 def _present_archs(hw: Hardware) -> tuple[str, ...]:
     """Each visible GPU's arch (a record without them: every GPU taken as the first's kind)."""
     if hw.device != "cuda":
@@ -583,16 +606,17 @@ def _present_archs(hw: Hardware) -> tuple[str, ...]:
     return hw.gpu_archs or (hw.gpu_arch,) * max(1, hw.num_gpus)
 
 
-def _arch_entry(result: EvalResult, slot: int | None) -> dict:
+def arch_entry(result: EvalResult, slot: int | None) -> dict:
     """One architecture's outcome, as kept in ``metadata["by_arch"]``."""
     return {"status": result.get_status().value, "runtime": result.runtime,
             "runtime_improvement": result.runtime_improvement, "gpu_slot": slot}
 
 
-def _arch_line(arch: str, slot: int | None, result: EvalResult) -> str:
-    """A line of the log for a result on another architecture (why, when it failed)."""
+def arch_line(arch: str, where: str, result: EvalResult) -> str:
+    """A line of the log for a result on another architecture (``where``: its GPU slot or
+    node), and why, when it failed."""
     status = result.get_status()
-    head = f"On {arch} (GPU slot {slot}): {STATUS_LABELS[status].lower()}"
+    head = f"On {arch} ({where}): {STATUS_LABELS[status].lower()}"
     if result.correctness and result.runtime_improvement > 0:
         return f"{head}, {result.runtime:.4f} ms, {speedup_text(result.runtime_improvement)} the reference"
     why = [line for line in result.eval_log.splitlines() if line.strip()][:6]

@@ -8,10 +8,15 @@ memory of one forward, ``records.Footprint``). A worker's own checks are planned
   checked unchanged by fingerprints instead of a pristine copy (a copy only when the
   reference itself writes into its inputs): about P + I + 2 O + T, under 2 F;
 * comparisons in blocks of ``chunk_elements`` (no full-size float64 copy);
-* the float64 precision check holds the inputs plus a float64 run of the reference, about
-  I + 2 F: on the main input set where that fits the budget, else on the probe's smaller set
-  (KernelBench size globals shrunk, or a task's smaller held-out set), else skipped; the log
-  says which.
+* the float64 precision check holds the candidate's weights, the inputs and a float64 run of
+  the reference (its float32 weights wait in host memory meanwhile, ``integrity.
+  float64_reference``), about P + I + 2 F: on the main input set where that fits 2.5 F (the
+  budget factor, whatever MIN_BUDGET allows: where weights dominate this is 3 F already);
+  else, when the reference's FLOPs are few enough for the host's cores (``HOST_FLOPS``: a
+  level-2 GEMM with 8192 x 8192 weights is 1.4e11), on the main set with the float64 run on
+  the host CPU, so the device holds only the float32 data of the seeds' checks; else on the
+  probe's smaller set (KernelBench size globals shrunk, or a task's smaller held-out set); else
+  skipped. The log says which.
 
 Workers per GPU: every worker holds its task data while it builds and runs its first call
 (about F plus the candidate's weights), the one in its turn up to the budget, and each process
@@ -37,11 +42,16 @@ MIN_CHUNK = 1 << 20
 # block on a 0.32 GiB matmul took the worker to 3.96x its footprint).
 CHUNK_SHARE = 1 / 32
 MIN_BUDGET = 1 << 30  # tiny problems: the checks' fixed costs dominate, not the problem
+# A float64 run on the host: at most this many FLOPs (seconds on a GPU host's cores in float64)
+# and this much host memory (2 F and the parked float32 weights).
+HOST_FLOPS = 5e11
+HOST_BYTES = 16 << 30
 
 
 def plan_memory(fp: Footprint | None, hw: Hardware, *, memory_fraction: float = 0.9,
-                max_workers_per_gpu: int = 8, level: int = 0) -> MemoryPlan:
-    """The plan for one task on ``hw`` (see the module docstring)."""
+                max_workers_per_gpu: int = 8, level: int = 0, flops: float = 0.0) -> MemoryPlan:
+    """The plan for one task on ``hw`` (see the module docstring); ``flops``: one forward's
+    (``TaskProbe.flops``, 0 when unknown)."""
     if fp is None:
         return MemoryPlan(level=level, workers_per_gpu=max_workers_per_gpu,
                           memory_fraction=memory_fraction, exclusive=level > 0,
@@ -54,10 +64,18 @@ def plan_memory(fp: Footprint | None, hw: Hardware, *, memory_fraction: float = 
                       small_set=dict(fp.small_set), chunk_elements=max(chunk, 1 << 16),
                       memory_fraction=memory_fraction)
     pristine = fp.input_bytes if fp.mutates_inputs else 0
-    full = fp.input_bytes + pristine + 2 * footprint
+    full = fp.param_bytes + fp.input_bytes + pristine + 2 * footprint
     small = (fp.small_peak_bytes * 2 + fp.input_bytes // 4) if fp.small_set else 0
-    if level == 0 and full <= budget:
+    on_host = 0 < flops <= HOST_FLOPS and 2 * footprint + fp.param_bytes <= HOST_BYTES
+    # The float64 run against the footprint itself, never MIN_BUDGET: where the weights are
+    # most of the problem it holds them three times (candidate's, float64), 3x already.
+    if level == 0 and full <= (int(BUDGET_FACTOR * footprint) if hw.device == "cuda" else budget):
         plan.precision_set = "main"
+    elif on_host and hw.device == "cuda":
+        plan.precision_set, plan.precision_on_host = "main", True
+        plan.precision_why = (f"a float64 run on the device needs ~{_gib(full)}, over "
+                              f"{BUDGET_FACTOR}x the footprint: it runs on the host "
+                              f"({flops:.2g} FLOPs)")
     elif fp.small_set and small <= budget:
         plan.precision_set = "small"
         plan.precision_why = (f"a float64 run on the main set needs ~{_gib(full)}, over the plan's "
@@ -94,10 +112,10 @@ def plan_memory(fp: Footprint | None, hw: Hardware, *, memory_fraction: float = 
 
 
 def retry_plan(plan: MemoryPlan, fp: Footprint | None, hw: Hardware,
-               memory_fraction: float = 0.9) -> MemoryPlan:
+               memory_fraction: float = 0.9, flops: float = 0.0) -> MemoryPlan:
     """The smaller plan a candidate is retried with after an evaluator fault."""
     return plan_memory(fp, hw, memory_fraction=memory_fraction, max_workers_per_gpu=1,
-                       level=plan.level + 1)
+                       level=plan.level + 1, flops=flops)
 
 
 def describe(plan: MemoryPlan) -> str:
@@ -113,7 +131,8 @@ def describe(plan: MemoryPlan) -> str:
         where = "checks within each worker's memory limit (eval_config.memory_limit_gb)"
     text = (f"memory plan (level {plan.level}): footprint {_gib(plan.footprint_bytes)}, {where}, "
             f"float64 check on "
-            f"{ {'main': 'the main set', 'small': 'a smaller set', 'skip': 'no set'}[plan.precision_set] }")
+            f"{ {'main': 'the main set', 'small': 'a smaller set', 'skip': 'no set'}[plan.precision_set] }"
+            + (" (run on the host)" if plan.precision_on_host else ""))
     if plan.precision_why:
         text += f" ({plan.precision_why})"
     if plan.keep_pristine:

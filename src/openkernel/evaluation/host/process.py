@@ -77,6 +77,11 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def terminate(self) -> None:
+        """End the process group from another thread; the one driving it sees its pipe close
+        and cleans up."""
+        _kill_group(self.proc)
+
     def send(self, line: str) -> bool:
         try:
             self.proc.stdin.write(line.encode() + b"\n")
@@ -98,12 +103,15 @@ class WorkerProcess:
 
 class PhaseClock:
     """Seconds spent against each limit: build (setup, build and every kernel compilation,
-    wherever it happens) and test (the first call once compiled, tests, benchmark). Waiting
-    for the GPU's turn counts against neither."""
+    wherever it happens) and test (the first call once compiled, tests, benchmark); phases
+    with walls of their own; and, with ``total_s``, all of them together. Waiting for the
+    GPU's turn counts against none."""
 
-    def __init__(self, build_timeout_s: float, test_timeout_s: float):
-        self.limits = {"build": build_timeout_s, "test": test_timeout_s}
-        self.used = {"build": 0.0, "test": 0.0}
+    def __init__(self, build_timeout_s: float, test_timeout_s: float,
+                 walls: dict[str, float] | None = None, total_s: float | None = None):
+        self.limits = {"build": build_timeout_s, "test": test_timeout_s, **(walls or {})}
+        self.used = dict.fromkeys(self.limits, 0.0)
+        self.total_s = total_s
         self.kind: str | None = "build"
         self.since = time.monotonic()
 
@@ -116,11 +124,22 @@ class PhaseClock:
     def remaining(self) -> float:
         if self.kind is None:
             return float("inf")
-        return self.limits[self.kind] - self.used[self.kind] - (time.monotonic() - self.since)
+        return min(self.limits[self.kind] - self.used[self.kind], self._total_left()) - (
+            time.monotonic() - self.since)
+
+    def _total_left(self) -> float:
+        return float("inf") if self.total_s is None else self.total_s - sum(self.used.values())
+
+    def ran_out(self) -> str | None:
+        """The limit that ran out: the phase's kind, or "total"."""
+        if self.kind is None:
+            return None
+        return "total" if self._total_left() - (time.monotonic() - self.since) <= 0 else self.kind
 
 
 def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_s: float,
-          turn=None, release_on_result: bool = False, on_phase=None, checks=None) -> WorkerRun:
+          turn=None, release_on_result: bool = False, on_phase=None, checks=None,
+          walls: dict[str, float] | None = None, total_s: float | None = None) -> WorkerRun:
     """Send ``job`` to a started worker, enforce the phase timeouts, collect its report.
 
     ``turn`` is a context manager factory; the worker's timed phase runs inside it (the
@@ -132,15 +151,20 @@ def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_
     is in: Nsight Compute writes its report after the profiled process is gone, on the CPU,
     and the next candidate's tests need not wait for that. ``on_phase`` (if given) is called
     with each phase the worker enters, "queued" included while it waits for its turn.
+    ``walls`` gives phases a limit of their own (the reference's baselines, by phase name):
+    past it ``timed_out`` is that phase's name; past ``total_s`` (every phase's time but
+    the queue's, together) it is "total".
     """
     out = WorkerRun()
     nonce = uuid.uuid4().hex
     t0 = time.monotonic()
     worker.send(job.to_line(nonce))
-    clock = PhaseClock(build_timeout_s, test_timeout_s)
+    clock = PhaseClock(build_timeout_s, test_timeout_s, walls, total_s)
     compiling = granted = False
 
     def kind() -> str | None:
+        if walls and out.phase in walls:
+            return out.phase
         if compiling or out.phase in protocol.BUILD_PHASES:
             return "build"
         if out.phase == "queued":
@@ -155,7 +179,7 @@ def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_
         while True:
             remaining = clock.remaining()
             if remaining <= 0:
-                out.timed_out = clock.kind
+                out.timed_out = clock.ran_out()
                 break
             ready, _, _ = select.select([worker.read_fd], [], [], min(remaining, 1.0))
             if not ready:
@@ -209,7 +233,9 @@ def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_
             out.returncode = worker.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             _kill_group(worker.proc)
-            out.returncode = worker.proc.wait()
+            # Killed: it ends unless stuck in the kernel (a hung driver call); never wait forever.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                out.returncode = worker.proc.wait(timeout=30)
         sharing.close()
         held.close()
         worker.kill()

@@ -12,8 +12,14 @@ building, testing, timing. A candidate whose actor dies (its node gone, the acto
 its objects lost) is sent again to another live actor and says so in ``metadata["requeued"]``;
 each candidate carries an idempotency key (its label and code), so the first verdict for a key
 is the one kept and returned, and a node asked again returns its kept verdict instead of
-judging twice. Lost actors are not replaced: the run goes on with the GPUs left, and ends
-(NoDeviceLeft) when there are none.
+judging twice. The actors themselves are kept by a :class:`~ray_fleet.Fleet`: a lost one is
+replaced once a GPU is free again, and a GPU node that joins mid-run gets one (up to
+``ray.gpus``); the run ends (NoDeviceLeft) only when none is left nor coming.
+
+Several targets (``gpu_arch: [sm_90, sm_80]``) as the local pipeline has them: candidates are
+judged on actors of the primary architecture (the first configured one the cluster has), and
+each correct one is judged again on one actor of each other configured architecture the
+cluster has then, kept in ``metadata["by_arch"]``.
 
 Ray is an optional extra; nothing imports this module unless ``executor: ray``.
 """
@@ -22,29 +28,34 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
 
 from openkernel.config import Config
 from openkernel.errors import OpenKernelError
+from openkernel.evaluation.host.baselines import environment_key
 from openkernel.evaluation.host.devices import NoDeviceLeft
+from openkernel.evaluation.host.executor import arch_entry, arch_line
+from openkernel.evaluation.host.ray_fleet import Fleet, Member
 from openkernel.evaluation.host.ray_node import (
-    ActorInfo,
+    ALIVE,
     GpuActor,
     JudgeReply,
     JudgeRequest,
     pack_task,
 )
-from openkernel.records import Hardware, MemoryPlan, TaskProbe
+from openkernel.records import Hardware, MemoryPlan, TaskProbe, baseline_kind
 from openkernel.schemas import EvalResult
-from openkernel.targets import TargetPlan
+from openkernel.targets import TargetPlan, plan_targets, same_arch
 from openkernel.task import Task
 
 INSTALL_HINT = "pip install 'openkernel[ray]'"
 # Actors take a node's default share of candidates (at most 8 per GPU, as the local pipeline),
 # plus room for the engine's small calls (busy, close) beside them.
 _ACTOR_CONCURRENCY = 8 + 4
+_SILENT_S = 120.0  # a judge stream with no item for this long: its node is taken as lost
 
 
 def import_ray():
@@ -55,16 +66,6 @@ def import_ray():
         raise OpenKernelError(f"executor: ray needs Ray, which is not installed here: "
                               f"{INSTALL_HINT}") from None
     return ray
-
-
-class _Actor:
-    """The engine's handle on one GPU actor."""
-
-    def __init__(self, index: int, handle, info: ActorInfo):
-        self.index, self.handle, self.info = index, handle, info
-        self.inflight = 0
-        self.taken = 0  # candidates sent to it so far
-        self.notes_seen = 0
 
 
 class RayEvaluator:
@@ -88,11 +89,12 @@ class RayEvaluator:
         self.baseline_error = ""
         self._probe: TaskProbe | None = None
         self._targets: TargetPlan | None = None
-        self._actors: list[_Actor] = []
-        self._pending: list = []  # actors never placed (their handles, killed at close)
-        self._ready = threading.Condition()
+        self._routed: str | None = None  # the primary's architecture, when actors have it
+        self.fleet = Fleet(self.ray, config.ray, self.notes)
+        self._ready = threading.Lock()
         self._settled: dict[str, JudgeReply] = {}  # idempotency key -> the verdict kept
         self.duplicates = 0  # verdicts that arrived for a key already settled
+        self._arch_judged: set[str] = set()  # keys judged on the other architectures too
         self._started_ray = False
         self.where = ""  # said once the actors are up
 
@@ -110,8 +112,9 @@ class RayEvaluator:
 
     @property
     def max_workers(self) -> int:
-        """Candidates at once: every live actor's share, capped by ``eval_config.max_workers``."""
-        total = sum(a.info.max_workers for a in self._actors) or 1
+        """Candidates at once: every live primary actor's share, capped by
+        ``eval_config.max_workers``."""
+        total = sum(m.info.max_workers for m in self.fleet.live if m.serves(self._routed)) or 1
         cap = self.config.eval_config.max_workers
         return min(total, cap) if cap else total
 
@@ -127,6 +130,7 @@ class RayEvaluator:
         reply = self._submit(JudgeRequest(_key("evaluate", label, backend, code), "evaluate",
                                           code, backend, label, source_name=source_name,
                                           incumbent_speedup=self.incumbent_speedup), on_phase)
+        self._other_archs(reply, code, backend, label)
         return reply.result
 
     def evaluate_template(self, code: str, backend: str, label: str = "",
@@ -136,6 +140,8 @@ class RayEvaluator:
         reply = self._submit(JudgeRequest(_key("template", label, backend, code), "template",
                                           code, backend, label, variants=variants,
                                           incumbent_speedup=self.incumbent_speedup), on_phase)
+        if reply.winner_code:
+            self._other_archs(reply, reply.winner_code, backend, label)
         return reply.result, reply.winner_code
 
     def gpu_busy(self, since: float | None = None) -> dict[int, dict]:
@@ -143,7 +149,7 @@ class RayEvaluator:
         shift = time.time() - time.monotonic()  # the nodes answer in wall-clock seconds
         wall_since = None if since is None else since + shift
         out: dict[int, dict] = {}
-        for actor in list(self._actors):
+        for actor in list(self.fleet.live):
             try:
                 busy = self.ray.get(actor.handle.busy.remote(wall_since), timeout=30)
             except Exception:  # noqa: BLE001 - a node gone by the end: no report for it
@@ -154,51 +160,48 @@ class RayEvaluator:
         return out
 
     def baselines(self) -> dict | None:
-        """The reference's timings as the first live actor measured them on its GPU (each node
+        """The reference's timings as a live primary actor measured them on its GPU (each node
         times the reference once for its own verdicts); kept in the store under that node's
         hardware, so the bench table has them. None on CPU nodes, or when timing failed
         (``baseline_error`` says why)."""
-        if self._baselines is not None or not self._actors:
+        actor = next((m for m in self.fleet.live if m.serves(self._routed)), None)
+        if self._baselines is not None or actor is None:
             return self._baselines
         hw = self.hardware
         if hw.device != "cuda":
             return None
         ec = self.config.eval_config
-        # the node compiles the reference in both modes and times them: its own timeouts bound it
-        wait = 3 * (ec.build_timeout_s + ec.test_timeout_s) + 60
+        # the node's worker(s) make each baseline under its wall, once more per one timed out
+        walls = ec.baseline_timeout_s
+        wait = 3 * (ec.build_timeout_s + ec.test_timeout_s) + walls.eager + walls.compile + \
+            walls.autotune + 60
         try:
-            stats, why = self.ray.get(self._actors[0].handle.baselines.remote(), timeout=wait)
+            stats, why = self.ray.get(actor.handle.baselines.remote(), timeout=wait)
         except Exception as err:  # noqa: BLE001 - the node was lost meanwhile
             self.baseline_error = f"timing the reference on the Ray node failed: {err}"
             return None
         self.baseline_error = why or ""
-        if stats and "compile" in stats:
+        if stats:
             self._baselines = stats
-            if self.store is not None:
-                self.store.put_reference_timing(self.task.digest, hw.label, "compile",
-                                                stats["compile"]["median"], stats)
+            key = environment_key(hw)
+            if self.store is not None and key:
+                median = (stats.get("compile") or stats.get("eager") or {}).get("median", -1.0)
+                self.store.put_reference_timing(self.task.digest, hw.label,
+                                                baseline_kind(ec.allow_tf32), median, stats, key)
         return self._baselines
 
     def close(self) -> None:
         """Stop every actor (each stops its spare workers) and the Ray this run started."""
-        ray = self.ray
-        actors, self._actors = self._actors, []
-        if ray.is_initialized():
-            done = [a.handle.close.remote() for a in actors]
-            if done:
-                ray.wait(done, num_returns=len(done), timeout=30)
-            for handle in [a.handle for a in actors] + self._pending:
-                try:
-                    ray.kill(handle)
-                except Exception:  # noqa: BLE001 - already gone with its node
-                    pass
-        self._pending = []
-        if self._started_ray and ray.is_initialized():
-            ray.shutdown()
+        self.fleet.close()
+        if self._started_ray and self.ray.is_initialized():
+            self.ray.shutdown()
 
     # -- starting --------------------------------------------------------------------------
     def _start(self) -> TaskProbe:
         ray, rc = self.ray, self.config.ray
+        silent = _unanswered(rc.address)
+        if silent:
+            return self._failed(silent)
         try:
             if not ray.is_initialized():
                 ray.init(address=rc.address, include_dashboard=False, logging_level="WARNING",
@@ -221,60 +224,61 @@ class RayEvaluator:
             num_gpus=1, num_cpus=rc.cpus_per_gpu, max_concurrency=_ACTOR_CONCURRENCY,
             max_restarts=0, max_task_retries=0)  # the engine re-queues; Ray never re-runs
         omp = os.environ.get("OMP_NUM_THREADS")
-        handles = [remote.remote(files, self.config, omp) for _ in range(gpus)]
-        probes = {h.probe.remote(): h for h in handles}
-        ready, late = ray.wait(list(probes), num_returns=len(probes), timeout=rc.start_timeout_s)
-        errors: list[str] = []
-        for ref in ready:
-            try:
-                info = ray.get(ref)
-            except Exception as err:  # noqa: BLE001 - the actor failed to start (no openkernel?)
-                errors.append(f"{type(err).__name__}: {err}".splitlines()[0])
-                continue
-            if not info.probe.ok:
-                errors.append(info.probe.error)
-                self._pending.append(probes[ref])  # it holds a GPU: killed at close
-                continue
-            self._actors.append(_Actor(len(self._actors), probes[ref], info))
-        self._pending += [probes[ref] for ref in late]
-        if late:
-            self.notes.append(f"executor: ray: {len(late)} of {gpus} GPU actors were not "
-                              f"placed within {rc.start_timeout_s:g} s; judging on "
-                              f"{len(self._actors)}")
-        if not self._actors:
+        errors = self.fleet.start(lambda: remote.remote(files, self.config, omp), gpus)
+        live = list(self.fleet.live)
+        if self.fleet.placing:
+            self.notes.append(f"executor: ray: {self.fleet.placing} of {gpus} GPU actors were "
+                              f"not placed within {rc.start_timeout_s:g} s; judging on "
+                              f"{len(live)} (the others join once Ray places them)")
+        if not live:
             why = errors[0] if errors else (f"no actor was placed within "
                                             f"{rc.start_timeout_s:g} s")
             return self._failed(f"executor: ray: no GPU actor could judge candidates: {why}")
-        first = self._actors[0].info
-        self._targets, self.plan, self.pch = first.targets, first.plan, first.pch
-        nodes = sorted({a.info.node for a in self._actors})
-        self.where = (f"executor: ray: {len(self._actors)} GPU actor(s) on {len(nodes)} "
-                      f"node(s): {', '.join(nodes)}")
+        archs = self._plan_targets(live)
+        first = next(m for m in live if m.serves(self._routed)).info  # the primary's hardware
+        self.plan, self.pch = first.plan, first.pch
+        nodes = sorted({m.info.node for m in live})
+        self.where = (f"executor: ray: {len(live)} GPU actor(s) on {len(nodes)} "
+                      f"node(s): {', '.join(nodes)}"
+                      + (f"; architectures {', '.join(archs)}" if archs else ""))
         return first.probe
+
+    def _plan_targets(self, live: list[Member]) -> list[str]:
+        """The configured architectures split by the actors' (``targets.py``), as the local
+        pipeline splits them by its GPUs'; returns the architectures the actors have."""
+        present = [m.info.arch for m in live if m.info.arch]
+        fallback = live[0].info.targets.primary if live[0].info.targets else "cpu"
+        self._targets = plan_targets(self.config.gpu_archs, present, fallback)
+        primary = self._targets.primary
+        # candidates go to the primary's actors when there are any; else (no actor knows its
+        # architecture: CPU nodes without a label) to every actor
+        self._routed = primary if any(same_arch(primary, a) for a in present) else None
+        return sorted(set(present))
 
     def _failed(self, error: str) -> TaskProbe:
         return TaskProbe(ok=False, error=error)
 
     # -- judging ---------------------------------------------------------------------------
-    def _submit(self, request: JudgeRequest, on_phase) -> JudgeReply:
-        """Judge on a live actor; re-queue on another while actors are lost under it."""
+    def _submit(self, request: JudgeRequest, on_phase, arch: str | None = None) -> JudgeReply:
+        """Judge on a live actor (of ``arch``; default: the primary's); re-queue on another
+        while actors are lost under it."""
         requeued: list[str] = []
         while True:
             kept = self._settled.get(request.key)
             if kept is not None:  # this candidate was judged already: its one verdict
                 return kept
-            actor = self._take()
+            actor = self.fleet.take(arch or self._routed)
             try:
                 reply = self._stream(actor, request, on_phase)
             except self._lost_errors() as err:
-                self._lose(actor, f"{type(err).__name__}")
+                self.fleet.lose(actor, f"{type(err).__name__}")
                 requeued.append(f"lost with node {actor.info.node} ({type(err).__name__}); "
                                 f"re-queued on another GPU actor")
                 continue
             finally:
-                self._give(actor)
+                self.fleet.give(actor)
             if reply.no_device:
-                self._lose(actor, reply.no_device)
+                self.fleet.lose(actor, reply.no_device)
                 requeued.append(f"node {actor.info.node}: {reply.no_device}; re-queued")
                 continue
             if reply.error:
@@ -282,16 +286,23 @@ class RayEvaluator:
             self._take_notes(actor, reply)
             return self._settle(reply, requeued)
 
-    def _stream(self, actor: _Actor, request: JudgeRequest, on_phase) -> JudgeReply:
+    def _stream(self, actor: Member, request: JudgeRequest, on_phase) -> JudgeReply:
         ray = self.ray
         stream = actor.handle.judge.options(num_returns="streaming").remote(request)
-        for ref in stream:
-            item = ray.get(ref)
+        while True:
+            # The node says it is alive every few seconds: one silent for long is lost.
+            ready, _ = ray.wait([stream], timeout=_SILENT_S)
+            if not ready:
+                raise _StreamEnded(actor.info.node)
+            try:
+                ref = next(stream)
+            except StopIteration:
+                raise _StreamEnded(actor.info.node) from None
+            item = ray.get(ref, timeout=_SILENT_S)
             if isinstance(item, JudgeReply):
                 return item
-            if on_phase is not None:
+            if on_phase is not None and item != ALIVE:
                 on_phase(item)
-        raise _StreamEnded(actor.info.node)
 
     def _settle(self, reply: JudgeReply, requeued: list[str]) -> JudgeReply:
         """Keep the first verdict per key; a later one for the same key is dropped."""
@@ -304,41 +315,41 @@ class RayEvaluator:
             reply.result.metadata.setdefault("requeued", []).extend(requeued)
         return reply
 
-    def _take(self) -> _Actor:
-        """The live actor with the most room (waits while every one is full)."""
+    def _other_archs(self, reply: JudgeReply, code: str, backend: str, label: str) -> None:
+        """Judge a correct candidate again on one actor of each other configured architecture
+        the cluster has now, as the local pipeline does on its GPUs; the verdict stays the
+        primary one's, each other gets its entry in ``by_arch`` and a line in the log."""
+        result = reply.result
+        if self._routed is None or len(self.config.gpu_archs) < 2:
+            return
         with self._ready:
-            while True:
-                if not self._actors:
-                    raise NoDeviceLeft("executor: ray: every GPU actor is lost (their nodes "
-                                       "died or their GPUs failed)")
-                # the most room first; among equals, the one that has judged fewest so far
-                actor = min(self._actors, key=lambda a: (a.inflight / max(1, a.info.max_workers),
-                                                         a.taken))
-                if actor.inflight < actor.info.max_workers:
-                    actor.inflight += 1
-                    actor.taken += 1
-                    return actor
-                self._ready.wait(timeout=1.0)
-
-    def _give(self, actor: _Actor) -> None:
-        with self._ready:
-            actor.inflight -= 1
-            self._ready.notify_all()
-
-    def _lose(self, actor: _Actor, why: str) -> None:
-        with self._ready:
-            if actor not in self._actors:
+            if reply.key in self._arch_judged:  # the same candidate asked again: done once
                 return
-            self._actors.remove(actor)
-            self._ready.notify_all()
-        self.notes.append(f"executor: ray: GPU actor on node {actor.info.node} lost ({why}); "
-                          f"{len(self._actors)} left")
-        try:
-            self.ray.kill(actor.handle)  # so that it cannot go on judging what was re-queued
-        except Exception:  # noqa: BLE001 - gone already
-            pass
+            self._arch_judged.add(reply.key)
+        primary = self._targets.primary
+        first = result.metadata.get("by_arch", {}).get(primary) or arch_entry(result, None)
+        by_arch = result.metadata["by_arch"] = {primary: {**first, "ray_node": reply.node}}
+        if not result.correctness:
+            return
+        have = {m.info.arch for m in self.fleet.live if m.info.arch}
+        lines = []
+        for arch in self.config.gpu_archs:
+            if same_arch(arch, primary) or not any(same_arch(arch, a) for a in have):
+                continue
+            request = JudgeRequest(_key("evaluate", f"{label}@{arch}", backend, code),
+                                   "evaluate", code, backend, f"{label}@{arch}",
+                                   incumbent_speedup=self.incumbent_speedup)
+            try:
+                other = self._submit(request, None, arch=arch)
+            except NoDeviceLeft as err:  # that architecture is gone; the primary verdict stands
+                lines.append(f"On {arch}: not run ({err})")
+                continue
+            by_arch[arch] = {**arch_entry(other.result, None), "ray_node": other.node}
+            lines.append(arch_line(arch, f"node {other.node}", other.result))
+        if lines:
+            result.eval_log = "\n".join([result.eval_log.rstrip(), *lines]).strip()
 
-    def _take_notes(self, actor: _Actor, reply: JudgeReply) -> None:
+    def _take_notes(self, actor: Member, reply: JudgeReply) -> None:
         with self._ready:
             for note in reply.notes[actor.notes_seen:]:
                 self.notes.append(f"node {actor.info.node}: {note}")
@@ -349,6 +360,24 @@ class RayEvaluator:
         names = ("RayActorError", "ObjectLostError", "WorkerCrashedError", "NodeDiedError",
                  "ObjectFetchTimedOutError", "LocalRayletDiedError")
         return (_StreamEnded, *(getattr(ex, n) for n in names if hasattr(ex, n)))
+
+
+def _unanswered(address: str | None, timeout_s: float = 5.0) -> str:
+    """Why nothing answers at a ``host:port`` cluster address ("" when something does, and
+    for ``auto`` or none, which Ray resolves itself): Ray alone would wait for minutes."""
+    if not address or address == "auto":
+        return ""
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        return ""  # not host:port: Ray says what is wrong with it
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return ""
+    except OSError as err:
+        why = err.strerror or str(err) or type(err).__name__
+    return (f"ray.address={address!r}: nothing answers at {host}:{port} ({why}); is the "
+            f"cluster's head started there (`ray start --head --port={port}`) and its port "
+            f"open to this host?")
 
 
 class _StreamEnded(Exception):

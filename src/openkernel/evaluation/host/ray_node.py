@@ -13,6 +13,11 @@ worker process (``python -m openkernel.evaluation.worker``, no secrets in its en
 rlimits, Landlock) started by the Evaluator on this node. Phases travel back as the items of
 a streaming generator, the verdict as its last item; both are plain picklable records.
 
+An actor's architecture is its GPU's, as the worker detects it. A node whose GPUs Ray only
+counts (a CPU node started with ``--num-gpus``, as the tests' clusters are) has none; its Ray
+label ``openkernel/gpu-arch`` names one (``ray start ... --labels openkernel/gpu-arch=sm_80``),
+so a mixed cluster's routing can be tried on CPUs. A real GPU's architecture always wins.
+
 This module imports no Ray: the engine wraps :class:`GpuActor` with ``ray.remote``.
 """
 
@@ -37,6 +42,8 @@ from openkernel.records import MemoryPlan, TaskProbe
 from openkernel.schemas import EvalResult
 from openkernel.targets import TargetPlan
 from openkernel.task import load_task
+
+ARCH_LABEL = "openkernel/gpu-arch"  # a CPU node's logical GPUs: the architecture they stand for
 
 
 @dataclass(frozen=True)
@@ -85,14 +92,17 @@ class ActorInfo:
     plan: MemoryPlan
     pch: dict
     max_workers: int
-    node: str
+    node: str  # host and Ray node id, as logs say it
+    node_id: str = ""  # the Ray node id in full (the engine watches the node's liveness)
+    arch: str | None = None  # the GPU's architecture (or the node's label); None: unknown
+    pid: int = 0  # the actor's process
 
 
 class GpuActor:
     """One GPU of a node (``num_gpus=1``): judges candidates for one task, several at a time."""
 
     def __init__(self, task_files: TaskFiles, config: Config, engine_omp_threads: str | None):
-        self.node = _where()
+        self.node, self.node_id, self.labels = _where()
         # Ray sets OMP_NUM_THREADS to the actor's num_cpus; the local pipeline's workers inherit
         # the engine's (torch's default when unset), so put that back: the same job, timed
         # the same (single-threaded, the CPU reference ran 50x faster than the local one's).
@@ -117,8 +127,11 @@ class GpuActor:
     def probe(self) -> ActorInfo:
         ev = self.evaluator
         probe = ev.probe()
+        hw = ev.hardware
+        arch = hw.gpu_arch if hw.device == "cuda" else self.labels.get(ARCH_LABEL)
         return ActorInfo(probe=probe, targets=ev.targets if probe.ok else None, plan=ev.plan,
-                         pch=dict(ev.pch), max_workers=ev.max_workers, node=self.node)
+                         pch=dict(ev.pch), max_workers=ev.max_workers, node=self.node,
+                         node_id=self.node_id, arch=arch or None, pid=os.getpid())
 
     def judge(self, request: JudgeRequest):
         """Yields the worker's phases (str) as they come, then one :class:`JudgeReply`."""
@@ -128,10 +141,21 @@ class GpuActor:
             yield kept
             return
         items: queue.Queue = queue.Queue()
-        threading.Thread(target=self._work, args=(request, items), daemon=True,
-                         name=f"judge-{request.label}").start()
+        worker = threading.Thread(target=self._work, args=(request, items), daemon=True,
+                                  name=f"judge-{request.label}")
+        worker.start()
         while True:
-            item = items.get()
+            try:  # the evaluation is bounded by its walls; a thread gone without a reply is not
+                item = items.get(timeout=ALIVE_EVERY_S)
+            except queue.Empty:
+                if worker.is_alive():
+                    yield ALIVE  # the engine gives up on a node silent for much longer
+                    continue
+                try:  # it may have put its reply just before it ended
+                    item = items.get_nowait()
+                except queue.Empty:
+                    item = JudgeReply(request.key, node=self.node,
+                                      error="the judging thread ended without a verdict")
             yield item
             if isinstance(item, JudgeReply):
                 return
@@ -179,6 +203,10 @@ class GpuActor:
         items.put(reply)
 
 
+ALIVE = "alive"  # a judge stream's item saying the node is still at it (no phase change)
+ALIVE_EVERY_S = 5.0
+
+
 def pack_task(task, limit_bytes: int = 256 << 20) -> TaskFiles:
     """The task's reference (and, for a folder, every file in it) as bytes."""
     if task.folder is None:
@@ -197,11 +225,15 @@ def pack_task(task, limit_bytes: int = 256 << 20) -> TaskFiles:
     return TaskFiles(task.name, ".", files)
 
 
-def _where() -> str:
-    """This host's name and its Ray node id (the id alone when outside Ray)."""
+def _where() -> tuple[str, str, dict]:
+    """This host's name and Ray node id as logs say it, the node id, and the node's labels
+    (the host's name alone, outside Ray)."""
     try:
         import ray  # inside an actor Ray is there; this module needs it nowhere else
 
-        return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
+        context = ray.get_runtime_context()
+        node_id = context.get_node_id()
+        return (f"{socket.gethostname()}/{node_id[:12]}", node_id,
+                dict(context.get_node_labels() or {}))
     except Exception:  # noqa: BLE001
-        return socket.gethostname()
+        return socket.gethostname(), "", {}

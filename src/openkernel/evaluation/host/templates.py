@@ -1,11 +1,15 @@
 """Judging a templated candidate: every combination screened, the winner fully judged.
 
 The engine instantiated the combinations from the template's text (``openkernel.templating``);
-a ``sweep`` worker builds them side by side, checks each on one input set and times the
-correct ones together with the reference in one GPU turn (``worker/sweep.py``). The fastest
-correct combination then gets the whole evaluation of any candidate (every seed, held-out
-shapes, integrity, profile). ``EvalResult.template_results`` keeps every combination: its
-parameters, status, runtime statistics and speedup, or why it failed.
+a ``sweep`` worker builds them side by side, checks each on the screening set (the memory
+plan's smaller input set, else the main set), screens the correct ones against each other
+there, dropping the clearly slower ones early, and checks and times only the finalists at full
+size together with the reference in one GPU turn (``worker/sweep.py``, ``worker/screening.py``).
+The fastest correct finalist then gets the whole evaluation of any candidate (every seed,
+held-out shapes, integrity, profile). ``EvalResult.template_results`` keeps every combination:
+its parameters, status, runtime statistics and speedup (finalists), its screening statistics
+(``screen_stats``) and, when screening dropped it, why (``dropped``), or why it failed; and
+``screen``: the set screened on, the rounds, why screening stopped, the finalists and the rule.
 """
 
 from __future__ import annotations
@@ -17,7 +21,24 @@ from openkernel.templating import Space, Variant, label
 from openkernel.wording import speedup_text
 
 
-def _row(variant: Variant, screened: dict, ref_median: float | None) -> dict:
+DROP_RULE = ("a combination is dropped once the 99.5% interval of the median of its per-round "
+             "time ratio to the best so far lies wholly above 1.10 (after at least 10 rounds); "
+             "the 3 fastest left are the finalists")
+
+
+def _dropped(drop: dict, variants: list[Variant]) -> str:
+    """Why screening dropped a combination, in words (``worker/screening.py``'s record)."""
+    if drop.get("why") == "slower":
+        lo, hi = drop["ratio_ci"]
+        best = label(variants[drop["vs"]].params) if drop["vs"] < len(variants) else "the best"
+        return (f"dropped after {drop['rounds']} screening rounds: {lo:.2f}-{hi:.2f}x the time of "
+                f"{best} (99.5% interval of the per-round ratio, over the 1.10x bar)")
+    return (f"not among the {drop.get('keep', 3)} fastest after {drop['rounds']} screening "
+            "rounds (not clearly slower than the best), so not timed at full size")
+
+
+def _row(variant: Variant, screened: dict, ref_median: float | None,
+         variants: list[Variant] = ()) -> dict:
     stats = screened.get("stats") or {}
     if not screened.get("built"):
         status = Status.COMPILE_ERROR.value
@@ -28,6 +49,10 @@ def _row(variant: Variant, screened: dict, ref_median: float | None) -> dict:
     row = {"params": variant.params, "status": status, "runtime_stats": stats,
            "runtime": stats.get("median", -1.0), "speedup": -1.0,
            "error": (screened.get("error") or "")[-1500:]}
+    if screened.get("screen"):
+        row["screen_stats"] = screened["screen"]  # on the screening set (module docstring)
+    if screened.get("dropped"):
+        row["dropped"] = _dropped(screened["dropped"], variants)
     if status == Status.CORRECT.value and ref_median and stats.get("median"):
         row["speedup"] = ref_median / stats["median"]
         if row["speedup"] > 1.0 and not stats.get("tie"):  # inside the noise: a tie, correct
@@ -40,16 +65,27 @@ def how_judged(results: dict) -> str:
     dashboard's): screened and timed, or (CUDA C++ without a GPU) compiled only."""
     rows = results.get("combinations", [])
     judged = len(rows)
-    what = (" compiled with nvcc only: no GPU here to run them" if results.get("compiled_only")
-            else " screened on one input set and timed together")
+    screen = results.get("screen") or {}
+    if results.get("compiled_only"):
+        what = " compiled only (nvcc or NVRTC): no GPU here to run them."
+    elif screen:
+        dropped = sum(1 for r in rows if r.get("dropped"))
+        finalists = sum(1 for r in rows if r.get("runtime_stats"))
+        what = (f" checked and screened on {screen['set']}"
+                + (f" ({screen['rounds']} rounds)" if screen.get("rounds") else "")
+                + f"; {dropped} dropped, {finalists} finalist(s) checked at full size "
+                "and timed together with the reference.")
+    else:
+        what = " screened on one input set and timed together."
     return (f"{judged} combination(s) of {results.get('space_size', judged)}"
             + (f" (a sample: over max_template_combinations={results.get('bound')})"
-               if results.get("sampled") else "") + what + ".")
+               if results.get("sampled") else "") + what)
 
 
 def summary_lines(results: dict) -> list[str]:
     """A few lines on a sweep for the log (and so for later prompts)."""
     rows = results.get("combinations", [])
+    dropped = [r for r in rows if r.get("dropped")]
     lines = [f"Template: {how_judged(results)}"]
     ranked = sorted((r for r in rows if r["speedup"] > 0), key=lambda r: -r["speedup"])
     for r in ranked[:5]:
@@ -57,6 +93,8 @@ def summary_lines(results: dict) -> list[str]:
         lines.append(f"  {label(r['params'])}: {r['runtime']:.4f} ms, {speedup_text(r['speedup'])}{mark}")
     if len(ranked) > 5:
         lines.append(f"  ... {len(ranked) - 5} more correct, slowest {speedup_text(ranked[-1]['speedup'])}")
+    for r in dropped:
+        lines.append(f"  {label(r['params'])}: {r['dropped']}")
     for r in rows:
         if r["status"] in (Status.COMPILE_ERROR.value, Status.INCORRECT.value):
             first = next((ln for ln in r["error"].splitlines() if ln.strip()), r["status"])
@@ -85,26 +123,37 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
     try:
         run = evaluator._run(job, hw.device, slot, label=f"{label_} (template)",
                              variants=[v.code for v in variants], build_cache=cache,
-                             scale=max(1.0, n / 4))
+                             scale=max(1.0, n / 4), total_s=evaluator.ec.sweep_timeout_s)
     finally:
         evaluator._release(slot)
     payload = run.payload or {}
     results = {"space": space.options, "defaults": space.defaults, "space_size": space.size,
                "bound": bound, "sampled": sampled, "combinations": [], "winner": None,
-               "sweep_s": round(run.wall_s, 2), "timing_method": payload.get("timing_method", "")}
+               "sweep_s": round(run.wall_s, 2), "timing_method": payload.get("timing_method", ""),
+               "sweep_queued_s": run.phase_seconds().get("queued", 0.0)}
     if not payload.get("variants"):
+        over = (f"ran past its wall (eval_config.sweep_timeout_s = "
+                f"{evaluator.ec.sweep_timeout_s:g} s) in {run.phase}" if run.timed_out == "total"
+                else f"timed out in {run.phase}")
         why = (payload.get("fault") or {}).get("error") or payload.get("fatal") or (
-            f"timed out in {run.phase}" if run.timed_out else "the sweep worker died") + (
+            over if run.timed_out else "the sweep worker died") + (
             "\n" + run.log_tail if run.log_tail else "")
-        result = EvalResult(compiled=False, perf_score=0, template_results=results,
+        built = run.timed_out is not None and run.phase not in ("setup", "build")
+        result = EvalResult(compiled=built, perf_score=0, template_results=results,
                             eval_log=f"Template: the sweep of {n} combination(s) failed: {why}")
         if payload.get("fault"):
             result.metadata["evaluator_fault"] = payload["fault"]
+        elif run.timed_out:  # its combinations took too long: a timeout, as for any candidate
+            result.metadata["timeout"] = "test" if built else "build"
         return result, None
     ref_median = (payload.get("ref_stats") or {}).get("median")
-    rows = [_row(v, s, ref_median) for v, s in zip(variants, payload["variants"])]
+    rows = [_row(v, s, ref_median, variants) for v, s in zip(variants, payload["variants"])]
     results["combinations"] = rows
     results["reference_stats"] = payload.get("ref_stats") or {}
+    if payload.get("screen"):
+        screen = dict(payload["screen"])
+        screen["finalists"] = [variants[i].params for i in screen.get("finalists", [])]
+        results["screen"] = {**screen, "drop_rule": DROP_RULE}
     if payload.get("patched"):
         for r in rows:  # the screen cannot be trusted: the full checks of the winner decide
             r["error"] = (r["error"] + "\n" if r["error"] else "") + \
@@ -132,7 +181,7 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
 
 def _nvcc_only(evaluator, space: Space, variants: list[Variant], sampled: bool, bound: int,
                label_: str) -> tuple[EvalResult, None]:
-    """Without a GPU, CUDA C++ combinations can only be compiled (nvcc): each one is."""
+    """Without a GPU, CUDA combinations can only be compiled (nvcc or NVRTC): each one is."""
     rows, first = [], None
     for v in variants:
         r = evaluator.evaluate(v.code, "cuda", label=f"{label_} [{label(v.params)}]")

@@ -1,5 +1,8 @@
 """Building a candidate inside a worker: importing it, and compiling CUDA C++ without a GPU.
 
+An NVRTC candidate (``openkernel.nvrtc.RawKernel``) builds at import on any machine: NVRTC
+needs no GPU, so its kernels compile for real here too.
+
 On a GPU a CUDA C++ candidate builds itself at import through
 ``torch.utils.cpp_extension.load_inline`` (nvcc, ~50 s on the H200). Without a GPU, a CPU-only
 torch cannot link a CUDA extension, so :func:`check_cuda_sources` replaces ``load_inline`` for
@@ -28,6 +31,7 @@ from typing import Any
 
 from openkernel.evaluation.protocol import Job
 from openkernel.evaluation.worker.task_runtime import load_module
+from openkernel.nvrtc import ARCHS_VAR, COMPILED, KernelCompileError, KernelSourceError, RawKernel
 from openkernel.targets import gencode_flags, same_arch, torch_arch_list
 
 CANDIDATE_MODULE = "openkernel_candidate"
@@ -133,14 +137,61 @@ def _failing_target(verbose_output: str, targets: list[str]) -> str | None:
 
 
 def set_cuda_targets(job: Job) -> None:
-    """Have cpp_extension build a CUDA C++ candidate for every target (a fat binary).
+    """Have cpp_extension build a CUDA C++ candidate for every target (a fat binary), with
+    lean headers in its .cu (:func:`lean_load_inline`).
 
     Set per job, inside the worker, before the candidate's ``load_inline`` runs; the profile
-    run of a candidate sets the same list, so its build cache is reused, not rebuilt.
+    run of a candidate sets the same list, so its build cache is reused, not rebuilt. Without
+    configured targets the list is the judging GPU's own architecture, named exactly rather
+    than left to cpp_extension's device query.
     """
-    arch_list = torch_arch_list(job.cuda_targets or [])
+    targets = cuda_targets(job.cuda_targets or [job.gpu_arch or ""]) if (
+        job.cuda_targets or (job.gpu_arch or "").startswith("sm_")) else []
+    arch_list = torch_arch_list(targets)
     if arch_list:
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list
+    if targets:  # NVRTC kernels compile for the same targets (openkernel.nvrtc)
+        os.environ[ARCHS_VAR] = ",".join(targets)
+    import torch.utils.cpp_extension as cpp
+
+    if not getattr(cpp.load_inline, "_openkernel_lean", False):
+        cpp.load_inline = lean_load_inline(cpp.load_inline)
+
+
+# What in a .cu needs the torch headers load_inline puts in front of it by default.
+_NEEDS_TORCH = re.compile(r"\b(?:torch|at|c10)::|#\s*include\s*[<\"](?:torch|ATen|c10)/|"
+                          r"\b(?:TORCH|AT|C10)_[A-Z_]+\b")
+
+
+def lean_load_inline(load_inline):
+    """``load_inline`` that leaves ``<torch/types.h>`` out of a .cu that does not use torch.
+
+    By default ``load_inline`` puts ``#include <torch/types.h>`` in front of ``cuda_sources``,
+    so nvcc parses the ATen headers twice (device and host passes) for every candidate, even
+    one whose .cu includes CUDA's own headers only: on the 2-core development machine with
+    nvcc 13.0 the exact command cpp_extension runs took 92 CPU seconds with it and 3.1 without
+    (``benchmarks/cuda_build_phases.py``; the H200's ~30 s .cu step). A .cu that names nothing of torch is built with
+    ``no_implicit_headers`` and the two CUDA headers the default adds; main.cpp keeps its
+    ``<torch/extension.h>`` (precompiled, ``pch.py``). Should that build fail, the sources are
+    built again as written, so a source this misjudges costs a ~2 s failed build, never a
+    wrong verdict.
+    """
+    def lean(name: str = "", cpp_sources: Any = None, cuda_sources: Any = None,
+             *args: Any, **kwargs: Any) -> Any:
+        cuda = _as_text(cuda_sources)
+        if args or kwargs.get("no_implicit_headers") or not cuda.strip() or _NEEDS_TORCH.search(cuda):
+            return load_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
+        cpp_list = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources or [])
+        try:
+            return load_inline(name, ["#include <torch/extension.h>", *cpp_list],
+                               ["#include <cuda.h>\n#include <cuda_runtime.h>", cuda],
+                               no_implicit_headers=True, **kwargs)
+        except Exception:  # built again as written: its own error is the one reported
+            return load_inline(name, cpp_sources, cuda_sources, **kwargs)
+
+    lean._openkernel_lean = True
+    lean.__wrapped__ = load_inline
+    return lean
 
 
 def static_cuda_sources(code: str) -> str:
@@ -153,8 +204,14 @@ def static_cuda_sources(code: str) -> str:
                      and isinstance(n.value, str) and "__global__" in n.value)
 
 
-def check_cuda_sources(path: Path, scratch: Path, archs: list[str], timeout_s: float) -> tuple[bool, str]:
-    """Import a CUDA C++ candidate with ``load_inline`` replaced; returns (compiled, log)."""
+def check_cuda_sources(path: Path, scratch: Path, archs: list[str],
+                       timeout_s: float) -> tuple[bool, str, ModuleType | None]:
+    """Import a CUDA candidate with ``load_inline`` replaced; returns (compiled, log, module).
+
+    ``module`` is the imported candidate when its kernels are NVRTC kernels
+    (``openkernel.nvrtc``): they compiled for real at its import, and its launches can still be
+    checked without a GPU; None otherwise.
+    """
     import torch.utils.cpp_extension as cpp
 
     def fake_load_inline(name: str = "", cpp_sources: Any = None, cuda_sources: Any = None,
@@ -167,16 +224,25 @@ def check_cuda_sources(path: Path, scratch: Path, archs: list[str], timeout_s: f
 
     original = cpp.load_inline
     cpp.load_inline = fake_load_inline
+    os.environ[ARCHS_VAR] = ",".join(cuda_targets(archs))
+    before = len(COMPILED)
     try:
-        import_candidate(path)
+        module = import_candidate(path)
     except NotRunnable as stop:
-        return stop.ok, stop.log
+        return stop.ok, stop.log, None
+    except (KernelCompileError, KernelSourceError) as err:
+        return False, str(err), None
     finally:
         cpp.load_inline = original
+    kernels = COMPILED[before:]
+    if kernels:
+        return True, "\n".join(
+            f"NVRTC: {k.name} compiled for {', '.join(k.cubins)} in {k.compile_s:.2f} s"
+            for k in kernels), module
     source = static_cuda_sources(path.read_text(encoding="utf-8"))
     if not source:
-        return False, "no CUDA source found: load_inline was not called at import and no string holds a __global__ kernel"
-    return nvcc_compile(source, scratch / "nvcc", archs, timeout_s)
+        return False, "no CUDA source found: load_inline was not called at import and no string holds a __global__ kernel", None
+    return (*nvcc_compile(source, scratch / "nvcc", archs, timeout_s), None)
 
 
 def is_compile_error(err: BaseException) -> bool:
@@ -198,7 +264,7 @@ class CompileNotifier:
     engine applies ``build_timeout_s`` while it lasts and ``test_timeout_s`` otherwise (a
     forward that never returns is then a test timeout, not a build timeout). Wraps
     ``triton.compiler.compile`` (what a JIT function's binder calls) and cpp_extension's
-    ``load_inline`` and ``load``.
+    ``load_inline`` and ``load``, and NVRTC kernels' compilation.
     """
 
     def __init__(self, ch):
@@ -233,3 +299,4 @@ class CompileNotifier:
 
         cpp.load_inline = self._wrap(cpp.load_inline)
         cpp.load = self._wrap(cpp.load)
+        RawKernel._compile = self._wrap(RawKernel._compile)  # an NVRTC kernel made in forward

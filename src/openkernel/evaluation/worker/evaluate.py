@@ -24,12 +24,14 @@ import contextlib
 import re
 import threading
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from openkernel.evaluation.protocol import PKG_DIR, Job
 from openkernel.evaluation.worker import integrity as ig
+from openkernel.evaluation.worker import precision
 from openkernel.evaluation.worker.build import (
     CompileNotifier,
     check_cuda_sources,
@@ -127,9 +129,11 @@ class Evaluation:
             self.stream = torch.cuda.current_stream().cuda_stream  # the stream events time
         self.timer = Timer(self.device)  # captures synchronize / Event before the candidate
         self.counter = ig.LaunchCounter()
-        self.guard = ig.Guard(extra=[(cls, "run") for cls, _ in self.counter.wrapped])
+        self.guard = ig.Guard(extra=list(self.counter.wrapped))
+        self.flags = precision.current()  # the run's TF32 flags (worker/main.py set them)
         self.payload: dict = {"compiled": False, "ran": False, "correctness": False, "log": [],
-                              "integrity_checks": [], "timing_method": self.timer.method}
+                              "integrity_checks": [], "timing_method": self.timer.method,
+                              "precision_flags": asdict(self.flags)}
         self.log = self.payload["log"]
         self.ref_ptrs: set[int] = set()
         self.history: list[tuple] = []  # fingerprints of earlier first outputs (replays)
@@ -213,9 +217,12 @@ class Evaluation:
         self.ch.phase("build")
         if job.backend == "cuda" and not self.gpu:
             targets = job.cuda_targets or [job.gpu_arch or ""]
-            ok, log = check_cuda_sources(path, Path(job.scratch), targets, job.build_timeout_s)
+            ok, log, module = check_cuda_sources(path, Path(job.scratch), targets,
+                                                 job.build_timeout_s)
             self.payload.update(compiled=ok, runnable=False)
             self.log.append(log)
+            if module is not None:
+                return self.check_launches(module)
             self.log.append("CUDA C++ cannot run on this machine (no GPU): compiled with nvcc "
                             "only, not tested or timed.")
             return False
@@ -227,6 +234,33 @@ class Evaluation:
             return False
         self.payload["compiled"] = True
         return True
+
+    def check_launches(self, module) -> bool:
+        """Without a GPU, an NVRTC candidate's forward runs once with its kernels' launches
+        checked, not run (its outputs mean nothing); a rejected launch is its first call's
+        failure. Always False: nothing more can run here."""
+        from openkernel.nvrtc import COMPILED, LaunchError
+
+        try:
+            model = self.rt.make_model(module.ModelNew)
+            load_state(self.ref_model, model)
+            inputs = self.rt.inputs(0)
+            with torch.no_grad():
+                model(*inputs)
+        except LaunchError as err:
+            self.payload["runnable"] = True  # it could not have run anywhere: judged here
+            self.log.append(f"first call failed: launch description rejected: {err}")
+            return False
+        except Exception as err:  # e.g. a forward that moves data to the GPU itself
+            self.log.append("the launches could not be checked without a GPU "
+                            f"({type(err).__name__}: {str(err)[:200]})")
+        else:
+            n = sum(len(k.launches) for k in COMPILED)
+            self.log.append(f"forward made {n} kernel launch(es): each launch description "
+                            "checked against its kernel's parameters and CUDA's limits")
+        self.log.append("CUDA cannot run on this machine (no GPU): compiled with NVRTC, "
+                        "not tested or timed.")
+        return False
 
     # -- one call with the per-call checks --------------------------------------------------
     def call(self, inputs: list, record: bool = False) -> tuple[list, list[str]]:
@@ -249,6 +283,9 @@ class Evaluation:
                 raise EvaluatorFault("running the candidate", "out_of_memory",
                                      f"the GPU was short of memory the plan counted on: {err}") from err
             raise
+        why = precision.changed(self.flags)
+        if why:
+            raise ig.IntegrityViolation("precision", why)
         if _active_count() > threads:
             raise ig.IntegrityViolation("background_thread", "a thread started in forward was "
                                         "still running when it returned (work hidden from the timer)")
@@ -349,7 +386,7 @@ class Evaluation:
                 del pristine
             if k == 0:
                 ref_compute, cand_compute = ig.compute_ops(ref_ops), ig.compute_ops(ops)
-                if ref_compute and ref_compute <= cand_compute:
+                if ig.torch_covers(ref_compute, cand_compute):
                     return self.violation("torch_compute", "forward runs every compute op of the "
                                           f"reference in PyTorch ({', '.join(sorted(ref_compute))})")
                 why = ig.lowered_dtype(outs, ref_outs)
@@ -441,23 +478,23 @@ class Evaluation:
             self.log.append(f"precision check against float64: skipped ({self.plan.precision_why})")
             return None
         with self.ours("making the precision check's inputs"):
-            if where == "small" and "sizes" in self.plan.small_set:
-                inputs, label = self.rt.sized_inputs(1, self.plan.small_set["sizes"]), \
-                    "a smaller input set (" + ", ".join(
-                        f"{n}={v}" for n, v in self.plan.small_set["sizes"].items()) + ")"
-            elif where == "small" and "extra" in self.plan.small_set:
-                sets, _ = self.rt.extra_inputs(20_000, self.ref_model)
-                inputs, label = sets[self.plan.small_set["extra"]], (
-                    f"held-out input set {self.plan.small_set['extra']}")
-                del sets
+            small = self.rt.small_inputs(1, self.plan.small_set, self.ref_model) if (
+                where == "small") else None
+            if small is not None:
+                inputs, label = small
+                del small
             else:
                 inputs = main if main is not None else self.rt.inputs(1)
                 label = "the main input set"
-        with self.ours("running the reference in float64"):
-            exact = ig.float64_reference(self.ref_model, inputs)  # on upcast copies
+        host = self.plan.precision_on_host and self.gpu
+        with self.ours("running the reference in float64" + (" on the host" if host else "")):
+            exact = ig.float64_reference(self.ref_model, inputs, host=host)
+            if host and exact is not None:
+                exact = [e.to(self.device) for e in exact]
+                label += " (the float64 run on the host)"
         if exact is None:
             self.log.append("precision check against float64: skipped (the reference has no "
-                            "float64 path)")
+                            "float64 path" + (" on the host CPU)" if host else ")"))
             return None
         outs, _ = self.call(clone(inputs) if self.plan.keep_pristine else inputs)
         with self.ours("comparing with the float64 reference"):
@@ -558,6 +595,8 @@ def _evaluate(ev: Evaluation) -> dict:
     changed = ev.guard.changed()
     if changed:
         return ev.violation("patched_functions", f"the candidate replaced {', '.join(changed)}")
+    if precision.changed(ev.flags):
+        return ev.violation("precision", precision.changed(ev.flags))
     for check, message in ig.static_scan(Path(job.code_path).read_text(encoding="utf-8")):
         ev.ran_checks("static_scan")
         return ev.violation(check, message)

@@ -10,11 +10,50 @@ large products through torch (cuBLAS); datasheet figures are only leads.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import replace
 
 from openkernel.evaluation.protocol import CEILINGS_VERSION, Job
 from openkernel.records import CPU_LABEL, Hardware, hardware_to_json
 from openkernel.roofline import peaks_for
+
+
+# Settings that change what the reference's timings are (compiler choices, math modes);
+# folders and log switches do not.
+_SOFTWARE_VARS = ("TORCHINDUCTOR_", "TORCH_", "PYTORCH_", "TRITON_", "CUBLAS_", "CUDNN_",
+                  "NVIDIA_TF32", "OMP_NUM_THREADS")
+_NOT_SOFTWARE = re.compile(r"DIR|PATH|CACHE|HOME|LOG|DEBUG|VERBOSE|PROTECT")
+
+
+def software() -> dict:
+    """Versions and backend flags of this worker, as every worker has them before a task's
+    code runs (a reference that sets a flag itself is in the task's digest)."""
+    import torch
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    cuda = torch.backends.cuda.matmul
+    return {
+        "torch": torch.__version__, "triton": triton_version, "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "flags": {
+            "matmul_allow_tf32": cuda.allow_tf32,
+            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "matmul_fp16_reduced_reduction": cuda.allow_fp16_reduced_precision_reduction,
+            "matmul_bf16_reduced_reduction": cuda.allow_bf16_reduced_precision_reduction,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "cudnn_deterministic": torch.backends.cudnn.deterministic,
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        },
+        "env": {k: v for k, v in sorted(os.environ.items())
+                if k.startswith(_SOFTWARE_VARS) and not _NOT_SOFTWARE.search(k)},
+    }
 
 
 def detect() -> Hardware:
@@ -30,8 +69,10 @@ def detect() -> Hardware:
         return Hardware(label=f"{name} ({archs[0]})", device="cuda", gpu_arch=archs[0],
                         num_gpus=len(archs), gpu_archs=archs, interpreter=False,
                         peak_bandwidth_gbs=bw, peak_tflops=tflops,
-                        gpu_memory_bytes=int(torch.cuda.get_device_properties(0).total_memory))
-    return Hardware(label=CPU_LABEL, device="cpu", gpu_arch="cpu", num_gpus=0, interpreter=True)
+                        gpu_memory_bytes=int(torch.cuda.get_device_properties(0).total_memory),
+                        software=software())
+    return Hardware(label=CPU_LABEL, device="cpu", gpu_arch="cpu", num_gpus=0, interpreter=True,
+                    software=software())
 
 
 

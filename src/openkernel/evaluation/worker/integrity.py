@@ -5,8 +5,10 @@ at all, or that falls back to PyTorch in an ``except`` handler, is rejected befo
 Dynamic checks decide; they run inside the worker around the candidate's calls:
 
 * ``kernel_launches``: every forward must launch a kernel of its own (Triton launches counted
-  by wrapping ``JITFunction.run`` / the interpreter's ``run``; on a GPU the profiler's CUDA
-  kernels for CUDA C++), so a decoy-free PyTorch answer is caught;
+  by wrapping ``JITFunction.run`` / the interpreter's ``run``, NVRTC launches by wrapping
+  ``RawKernel.launch``; on a GPU the profiler's CUDA kernels for CUDA C++, NVRTC kernels
+  included: they are driver launches the profiler sees like any other), so a decoy-free
+  PyTorch answer is caught;
 * ``torch_compute``: the forward must not run every compute op of the reference in PyTorch
   (recorded with a ``TorchDispatchMode``), so a decoy kernel plus PyTorch math is caught;
 * ``patched_functions``: timers, synchronisation, RNG and comparison functions must be the
@@ -25,8 +27,8 @@ into the worker's memory; these checks stop the cheats that generated kernels ac
 from __future__ import annotations
 
 import ast
+import contextlib
 import builtins
-import copy
 import statistics
 import threading
 import time
@@ -39,6 +41,7 @@ from openkernel.evaluation.worker.correctness import (
     flatten_outputs,
     relative_error,
 )
+from openkernel.nvrtc import COMPILED, RawKernel
 
 
 class IntegrityViolation(Exception):
@@ -118,7 +121,8 @@ def static_scan(code: str) -> list[tuple[str, str]]:
 
 # --- kernel launch counting ----------------------------------------------------------------
 class LaunchCounter:
-    """Counts Triton kernel launches by wrapping the launchers' ``run`` at class level."""
+    """Counts kernel launches by wrapping the launchers at class level: Triton's ``run`` and
+    NVRTC kernels' ``launch``."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -134,6 +138,12 @@ class LaunchCounter:
             pass
         for cls in classes:
             self._wrap(cls)
+        self._wrap_raw(RawKernel)
+
+    def _seen(self) -> None:
+        self.count += 1
+        if torch.cuda.is_initialized():
+            self.streams.add(torch.cuda.current_stream().cuda_stream)
 
     def _wrap(self, cls: type) -> None:
         original = cls.run
@@ -141,13 +151,24 @@ class LaunchCounter:
 
         def run(self, *args, grid, warmup, **kwargs):
             if not warmup:
-                counter.count += 1
-                if torch.cuda.is_initialized():
-                    counter.streams.add(torch.cuda.current_stream().cuda_stream)
+                counter._seen()
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
         cls.run = run
-        self.wrapped.append((cls, run))
+        self.wrapped.append((cls, "run"))
+
+    def _wrap_raw(self, cls: type) -> None:
+        """NVRTC kernels (``openkernel.nvrtc``): every checked launch is a kernel launch."""
+        original = cls.launch
+        counter = self
+
+        def launch(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            counter._seen()
+            return result
+
+        cls.launch = launch
+        self.wrapped.append((cls, "launch"))
 
 
 # --- aten ops --------------------------------------------------------------------------------
@@ -178,6 +199,26 @@ def compute_ops(ops: list[str]) -> set[str]:
     """``aten.gelu.default`` -> ``gelu``, dropping allocation, view and copy ops."""
     bases = {op.split(".")[1] if op.startswith("aten.") else op for op in ops}
     return {b for b in bases if b not in _NON_COMPUTE}
+
+
+# Library calls that compute several of a reference's ops at once (cuBLASLt's epilogues, the
+# fused GEMM forms): a candidate calling one computes each of those ops in PyTorch.
+_COVERS = {
+    "addmm": {"mm", "add"}, "_addmm_activation": {"addmm", "mm", "add", "relu", "gelu"},
+    "baddbmm": {"bmm", "add"}, "addbmm": {"bmm", "add", "sum"}, "addmv": {"mv", "add"},
+    "linear": {"addmm", "mm", "add", "matmul"}, "matmul": {"mm", "bmm", "mv", "dot"},
+}
+
+
+def torch_covers(ref_ops: set[str], cand_ops: set[str]) -> bool:
+    """Whether the candidate's PyTorch calls compute every compute op of the reference (the
+    ``torch_compute`` check): a lone library call with a decoy kernel beside it is caught
+    even when the call is a fused form of the reference's ops (``_addmm_activation`` for an
+    addmm and a relu)."""
+    covered = set(cand_ops)
+    for op in cand_ops:
+        covered |= _COVERS.get(op, set())
+    return bool(ref_ops) and ref_ops <= covered
 
 
 # --- identity of what the evaluation relies on ---------------------------------------------
@@ -252,8 +293,16 @@ _TORCH_KERNEL_PREFIXES = ("void at::", "at::", "void (anonymous namespace)", "vo
 
 
 def custom_kernels(names: list[str]) -> list[str]:
-    """The kernels in a profile that PyTorch's own libraries did not launch."""
-    return [n for n in names if not n.startswith(_TORCH_KERNEL_PREFIXES)]
+    """The kernels in a profile that PyTorch's own libraries did not launch (an NVRTC kernel
+    of this process counts whatever its name, ``gemm_tiled`` included)."""
+    own = {k.name.partition("<")[0] for k in COMPILED}
+    return [n for n in names if not n.startswith(_TORCH_KERNEL_PREFIXES)
+            or _base_name(n) in own]
+
+
+def _base_name(kernel: str) -> str:
+    """``void gemm_tiled<float>(float const*, ...)`` -> ``gemm_tiled``."""
+    return kernel.split("(")[0].split("<")[0].split()[-1] if kernel.strip() else kernel
 
 
 def lowered_dtype(outs: list, ref_outs: list) -> str | None:
@@ -265,17 +314,45 @@ def lowered_dtype(outs: list, ref_outs: list) -> str | None:
     return None
 
 
-def float64_reference(ref_model: torch.nn.Module, inputs: list) -> list | None:
-    """The reference's outputs computed in float64 (a deep copy of the model, inputs upcast),
-    or None when the reference has no float64 path. The copies are freed on return."""
+def float64_reference(ref_model: torch.nn.Module, inputs: list, host: bool = False) -> list | None:
+    """The reference's outputs computed in float64, or None when it has no float64 path.
+
+    Its floating weights and buffers are swapped for float64 ones for the run and restored
+    bit for bit after it: the float32 originals wait in host memory meanwhile, so the device
+    never holds them, a float32 copy and the float64 weights at once (a deep copy did, 5x the
+    weights at its peak: what took the level-2 GEMMs over 3x their footprint). ``host``: the
+    run is on the CPU (the device then holds none of the reference's weights during it); the
+    outputs are on the CPU too.
+    """
+    device = torch.device("cpu") if host else None
+    with _float64_weights(ref_model, device):
+        try:
+            ins64 = [t.to(device or t.device, torch.float64 if t.is_floating_point() else t.dtype)
+                     if isinstance(t, torch.Tensor) else t for t in inputs]
+            with torch.no_grad():
+                return flatten_outputs(ref_model(*ins64))
+        except Exception:
+            return None
+
+
+@contextlib.contextmanager
+def _float64_weights(model: torch.nn.Module, device: torch.device | None):
+    """``model``'s floating parameters and buffers in float64 (on ``device``, else where each
+    is) while the block runs; the originals parked on the host and put back after it."""
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()}
+    parked = []
     try:
-        model64 = copy.deepcopy(ref_model).double()
-        ins64 = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-                 for t in inputs]
-        with torch.no_grad():
-            return flatten_outputs(model64(*ins64))
-    except Exception:
-        return None
+        for t in tensors.values():
+            home = t.device
+            original = t.data.to("cpu", copy=True) if home.type != "cpu" else t.data
+            parked.append((t, original, home))
+            t.data = torch.empty(0, device=home)  # the device copy freed before the float64 one
+            t.data = original.to(device or home, torch.float64)
+        yield
+    finally:
+        for t, original, home in parked:
+            t.data = torch.empty(0, device=home)
+            t.data = original.to(home)
 
 
 def rounding_error(exact: torch.Tensor, chunk: int) -> float:

@@ -164,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         job = Job.from_dict(data)
         _use_build_cache(job)
+        from openkernel.evaluation.worker import precision
+
+        precision.apply(job.allow_tf32)  # before any torch work: every mode runs under them
         payload = _dispatch(job, ch)
     except BaseException as err:  # report, then exit non-zero: the executor turns it into a result
         tb = traceback.format_exc(limit=8)

@@ -11,6 +11,7 @@ every evaluation's use of device memory.
 
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import asdict
 
@@ -21,11 +22,13 @@ from openkernel.evaluation.protocol import Job
 from openkernel.evaluation.worker.correctness import (
     Fingerprints,
     blocks,
+    dtype_name,
     flatten_outputs,
     tolerances_for,
 )
 from openkernel.evaluation.worker.hardware import detect
-from openkernel.evaluation.worker.integrity import OpRecorder
+from openkernel.evaluation.worker import precision
+from openkernel.evaluation.worker.integrity import OpRecorder, compute_ops
 from openkernel.evaluation.worker.task_runtime import TaskRuntime, clone, tensors_in
 from openkernel.evaluation.worker.trace import trace_forward
 from openkernel.records import Footprint, TaskProbe
@@ -203,6 +206,10 @@ def run_probe(job: Job, ch) -> dict:
         return {"probe": asdict(TaskProbe(ok=False, hardware=hw, error=(
             f"{_where(err, files)}: held-out inputs (get_extra_inputs) failed: "
             f"{type(err).__name__}: {err}")))}
+    heldout = [{"name": source if len(extra) == 1 and not rt.hook("get_extra_inputs")
+                else f"get_extra_inputs set {i}",
+                "shapes": [list(t.shape) for t in tensors_in(s)],
+                "dtypes": [dtype_name(t.dtype) for t in tensors_in(s)]} for i, s in enumerate(extra)]
     if not rt.hook("get_extra_inputs"):
         extra = []  # derived sets are remade per evaluation: none is needed for the footprint
     try:
@@ -216,7 +223,22 @@ def run_probe(job: Job, ch) -> dict:
         trace = trace_forward(model, inputs)
     except Exception:  # the graph is for the offline templates: a task without it still runs
         trace = None
+    seed = None
+    if gpu:  # Inductor's own kernels, the offline generator's seed (nothing runs)
+        from openkernel.evaluation.worker.inductor import capture
+
+        try:
+            seed = capture(model, inputs)
+        except Exception as err:  # our own capture failed: the task still runs without it
+            seed = {"error": f"{type(err).__name__}: {err}"[:600]}
+        if "error" in seed:
+            warnings.append(f"capturing Inductor's code for the reference failed: {seed['error']}")
+            seed = None
     in_bytes = _nbytes(inputs)
+    tol_hook = rt.hook("get_tolerances")
+    tolerances = {d.removeprefix("torch."): tolerances_for(getattr(torch, d.removeprefix("torch.")),
+                                                           tol_hook)
+                  for d in dict.fromkeys(output_dtypes)}
     probe = TaskProbe(
         ok=True, aten_ops=ops,
         input_shapes=[list(t.shape) for t in tensors_in(inputs)],
@@ -224,13 +246,39 @@ def run_probe(job: Job, ch) -> dict:
         output_shapes=output_shapes, output_dtypes=output_dtypes,
         flops=float(flops_mode.get_total_flops() + pointwise.flops),
         bytes_moved=float(in_bytes + out_bytes),
-        warnings=warnings, hardware=hw, memory=footprint, trace=trace,
+        warnings=warnings, hardware=hw, memory=footprint, trace=trace, tolerances=tolerances,
+        heldout=heldout, reference_ms=_time_reference(model, inputs, gpu),
+        flags=precision.current(), library_bound=precision.library_bound(compute_ops(ops)),
+        inductor=seed,
         log=(f"device {device}; held-out inputs: {source}; output dtypes "
              f"{', '.join(d.removeprefix('torch.') for d in output_dtypes)}"),
     )
     if footprint is not None:
         probe.log += "; " + describe_footprint(footprint)
     return {"probe": asdict(probe)}
+
+
+def _time_reference(model, inputs, gpu: bool, calls: int = 3, budget_s: float = 2.0) -> float:
+    """The reference's median wall time over a few calls, in ms: a guide for the prompt while
+    no candidate has timed it (the interleaved benchmark is what speedups come from)."""
+    times = []
+    try:
+        with torch.no_grad():
+            for _ in range(calls):
+                args = clone(inputs)
+                if gpu:
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                model(*args)
+                if gpu:
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - start)
+                del args
+                if sum(times) > budget_s:
+                    break
+    except Exception:  # noqa: BLE001 - a guide only: no figure rather than a failed probe
+        return 0.0
+    return sorted(times)[len(times) // 2] * 1e3 if times else 0.0
 
 
 def describe_footprint(fp: Footprint) -> str:

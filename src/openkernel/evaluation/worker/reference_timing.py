@@ -1,11 +1,14 @@
-"""Worker mode ``reference``: eager and ``torch.compile`` timings of the reference, interleaved.
+"""Worker mode ``reference``: the reference's baselines (``job.baselines``), timed interleaved.
 
-With ``job.autotune_baseline`` the reference is also compiled with
-``mode="max-autotune-no-cudagraphs"`` (Inductor's GEMM/convolution templates and autotuned
-Triton configs, without CUDA graphs, which would hide launch cost the candidates pay) and timed
-in the same interleaved rounds, so the three baselines see the same GPU state. Its compile runs
-inside the GPU's turn (it benchmarks kernels on the GPU). A failure of that mode is kept as
-``autotune_error``; the default timings still count.
+Each baseline is made in a phase of its own, so the engine holds it to its own wall
+(``eval_config.baseline_timeout_s``): ``eager`` (the first eager call), ``compile``
+(``torch.compile`` in its default mode, and its first call) and ``autotune`` (the reference
+compiled with ``mode="max-autotune-no-cudagraphs"``: Inductor's GEMM/convolution templates and
+autotuned Triton configs, without CUDA graphs, which would hide launch cost the candidates pay).
+The engine kills a worker whose phase runs past its wall and asks again without that baseline.
+Then all of them are timed in the same interleaved rounds, so they see the same GPU state. The
+autotune compile never runs beside a timed trial (it benchmarks kernels on the GPU). A baseline
+that raises is kept as ``<name>_error``; the others still count.
 """
 
 from __future__ import annotations
@@ -20,30 +23,33 @@ AUTOTUNE_MODE = "max-autotune-no-cudagraphs"
 
 
 def run_reference_timing(job: Job, ch) -> dict:
-    """Worker mode ``reference``: eager vs ``torch.compile`` of the reference, interleaved."""
+    """Worker mode ``reference``: eager and the compiled baselines asked for, interleaved."""
     device = job.device
     rt = TaskRuntime(job.reference_path, job.hooks_path, device)
     model = rt.make_model(rt.ref.Model)
     ch.phase("build")
     inputs = rt.inputs(1)
-    fns = {"eager": lambda: model(*inputs)}
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     result: dict = {}
     with torch.no_grad():
-        compiled = torch.compile(model)
-        compiled(*inputs)
-        fns["compile"] = lambda: compiled(*inputs)
+        ch.phase("eager")
+        model(*inputs)
+        sync()
+        fns = {"eager": lambda: model(*inputs)}
+        if "compile" in job.baselines:
+            ch.phase("compile")
+            _compiled(fns, result, "compile", torch.compile(model), inputs, sync)
+        if "autotune" in job.baselines:
+            # Never beside a timed trial: max-autotune times its GEMM/convolution choices on
+            # the GPU while it compiles, which would disturb another candidate's timings. It
+            # holds the GPU as checks do (beside other checks with overlap_checks, else in the
+            # turn). Dynamo guards each cache entry on its backend, so the same module compiled
+            # in another mode gets its own graph and the default one stays as it is.
+            ch.wait_turn("check")
+            ch.phase("autotune")
+            _compiled(fns, result, "autotune", torch.compile(model, mode=AUTOTUNE_MODE), inputs,
+                      sync)
         ch.wait_turn()  # compiled side by side with other work; timed alone on its GPU
-        if job.autotune_baseline:
-            # In the turn: max-autotune times its GEMM/convolution choices on the GPU while it
-            # compiles, which would disturb another candidate's timed trials.
-            try:
-                # Dynamo guards each cache entry on its backend, so the same module compiled in
-                # another mode gets its own graph and the default one stays as it is.
-                tuned = torch.compile(model, mode=AUTOTUNE_MODE)
-                tuned(*inputs)
-                fns["autotune"] = lambda: tuned(*inputs)
-            except Exception as err:  # the default baselines stand without it
-                result["autotune_error"] = f"{type(err).__name__}: {err}"[:2000]
         ch.phase("benchmark")
         timer = Timer(device)
         samples = timer.interleaved(fns, budget_s=job.bench_budget_s, min_trials=job.min_trials,
@@ -53,3 +59,14 @@ def run_reference_timing(job: Job, ch) -> dict:
     if "autotune" in fns:
         result["autotune_mode"] = AUTOTUNE_MODE
     return result
+
+
+def _compiled(fns: dict, result: dict, name: str, compiled, inputs, sync) -> None:
+    """Compile by a first call; a failure is that baseline's alone."""
+    try:
+        compiled(*inputs)
+        sync()
+    except Exception as err:  # the other baselines stand without it
+        result[f"{name}_error"] = f"{type(err).__name__}: {err}"[:2000]
+        return
+    fns[name] = lambda: compiled(*inputs)

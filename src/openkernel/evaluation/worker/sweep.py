@@ -1,11 +1,14 @@
 """Worker mode ``sweep``: every combination of a templated candidate, screened in one worker.
 
 Each combination is a plain candidate module (the engine instantiated it from the template's
-text). The worker imports them all (CUDA C++ builds run side by side, one thread each: nvcc
-does the work), makes each one's first call, then in one GPU turn checks each on one input set
-against the reference and times the correct ones together with the reference, interleaved, by
-the same method as any candidate: so their times are comparable with each other. The winner
-then gets the full evaluation (every seed, held-out shapes, integrity) in a worker of its own.
+text). The worker imports them all (CUDA builds run side by side, one thread each: nvcc or
+NVRTC does the work) and makes each one's first call on the screening set (the memory plan's
+smaller input set when there is one, else the main set). In one GPU turn it checks each there
+against the reference, screens the correct ones against each other, dropping the clearly
+slower ones early (``screening.py``), and only the finalists are checked at full size and
+timed together with the reference, interleaved, by the same method as any candidate: so their
+times are comparable with each other. The winner then gets the full evaluation (every seed,
+held-out shapes, integrity) in a worker of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import torch
 
 from openkernel.evaluation.protocol import Job
 from openkernel.evaluation.worker import integrity as ig
+from openkernel.evaluation.worker import screening
 from openkernel.evaluation.worker.build import CompileNotifier, is_compile_error, set_cuda_targets
 from openkernel.evaluation.worker.correctness import compare_outputs, flatten_outputs
 from openkernel.evaluation.worker.evaluate import Evaluation, EvaluatorFault, _tail
@@ -59,8 +63,10 @@ def run_sweep(job: Job, ch) -> dict:
         imported = list(pool.map(lambda i: build_variant(job.variant_paths[i], i), range(len(rows))))
     models = {}
     ch.phase("warmup")
-    with ev.ours("generating inputs"):
-        warm = rt.inputs(0)
+    with ev.ours("generating inputs"):  # first calls on the screening set: no full-size data yet
+        small = rt.small_inputs(0, ev.plan.small_set, ev.ref_model)
+        warm = small[0] if small else rt.inputs(0)
+        del small
     for built in imported:
         i, module = built.idx, built.binary
         if not built.compile_success:
@@ -88,32 +94,30 @@ def run_sweep(job: Job, ch) -> dict:
     ch.phase("test")
     try:
         with ev.ours("generating inputs"):
-            inputs = rt.inputs(1)
-        with ev.ours("running the reference"):
-            ref_outs, _ = ev.reference(inputs)
-        tol = rt.hook("get_tolerances")
-        for i, model in list(models.items()):
-            ev.model = model
-            try:
-                outs, _ = ev.call(inputs)
-                with ev.ours("comparing outputs"):
-                    ok, msg, stats = compare_outputs(outs, ref_outs, tol, ev.chunk)
-                del outs
-            except (EvaluatorFault, KeyboardInterrupt):
-                raise
-            except ig.IntegrityViolation as v:
-                ok, msg, stats = False, f"INTEGRITY VIOLATION [{v.check}]: {v}", {}
-            except BaseException as err:
-                ok, msg, stats = False, f"test failed:\n{_tail(err)}", {}
-            rows[i]["correct"] = ok
-            if ok:
-                rows[i]["rel_error"] = stats.get("rel_error")
-            else:
-                rows[i]["error"] = msg
-                models.pop(i)
-        del ref_outs
+            small = rt.small_inputs(1, ev.plan.small_set, ev.ref_model)
+            reduced = small is not None  # else the main set: screened and timed on the same
+            inputs, where = small if reduced else (rt.inputs(1), "the main input set")
+            del small
+        out["screen"] = {"set": where}
+        _check(ev, rt, models, rows, inputs, where if reduced else "")
         if models:
             ch.phase("benchmark")
+            with torch.no_grad():
+                found = screen({i: (lambda m=m: m(*inputs)) for i, m in models.items()},
+                               ev.timer, job)
+            out["screen"].update(rounds=found.rounds, stop_reason=found.stop_reason,
+                                 finalists=found.finalists)
+            for i, values in found.samples.items():
+                rows[i]["screen"] = summarize(values)
+            for i, drop in found.dropped.items():
+                rows[i]["dropped"] = drop
+                models.pop(i)
+            if reduced:  # the finalists at full size: checked, then timed
+                del inputs
+                with ev.ours("generating inputs"):
+                    inputs = rt.inputs(1)
+                _check(ev, rt, models, rows, inputs, "")
+        if models:
             ref_in = inputs
 
             def reference():
@@ -147,3 +151,38 @@ def build_variant(path: str, index: int) -> CompilationResult:
     except BaseException as err:  # a variant that does not build is its own row, not the sweep's
         sys.stderr.write(f"variant {index}: {type(err).__name__}: {err}\n")
         return CompilationResult(index, None, None, False, error=f"import failed:\n{_tail(err)}")
+
+
+def screen(fns: dict, timer, job: Job):
+    """The screening rounds (``screening.py``) under the sweep's budget and trial cap."""
+    return screening.screen(timer, fns, budget_s=job.bench_budget_s * max(1.0, len(fns) / 2),
+                            max_rounds=job.max_trials,
+                            min_rounds=screening.MIN_PAIRS if timer.gpu else 1)
+
+
+def _check(ev: Evaluation, rt: TaskRuntime, models: dict, rows: list, inputs: list,
+           where: str) -> None:
+    """Each model against the reference on ``inputs``; the incorrect ones leave ``models``."""
+    with ev.ours("running the reference"):
+        ref_outs, _ = ev.reference(inputs)
+    tol = rt.hook("get_tolerances")
+    for i, model in list(models.items()):
+        ev.model = model
+        try:
+            outs, _ = ev.call(inputs)
+            with ev.ours("comparing outputs"):
+                ok, msg, stats = compare_outputs(outs, ref_outs, tol, ev.chunk)
+            del outs
+        except (EvaluatorFault, KeyboardInterrupt):
+            raise
+        except ig.IntegrityViolation as v:
+            ok, msg, stats = False, f"INTEGRITY VIOLATION [{v.check}]: {v}", {}
+        except BaseException as err:
+            ok, msg, stats = False, f"test failed:\n{_tail(err)}", {}
+        rows[i]["correct"] = ok
+        if ok:
+            rows[i]["rel_error"] = stats.get("rel_error")
+        else:
+            rows[i]["error"] = (f"on the screening set, {where}: " if where else "") + msg
+            models.pop(i)
+    del ref_outs

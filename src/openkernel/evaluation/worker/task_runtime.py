@@ -117,6 +117,18 @@ class TaskRuntime:
             return [], "none (the task's get_inputs hook has no get_extra_inputs)"
         return self._derived(seed, ref_model)
 
+    def small_inputs(self, seed: int, small_set: dict,
+                     ref_model: torch.nn.Module) -> tuple[list, str] | None:
+        """The probe's smaller input set (``Footprint.small_set``) and its label, or None."""
+        if "sizes" in small_set:
+            sizes = small_set["sizes"]
+            return self.sized_inputs(seed, sizes), "a smaller input set (" + ", ".join(
+                f"{n}={v}" for n, v in sizes.items()) + ")"
+        if "extra" in small_set:
+            sets, _ = self.extra_inputs(20_000, ref_model)
+            return sets[small_set["extra"]], f"held-out input set {small_set['extra']}"
+        return None
+
     # -- inputs of other sizes (KernelBench files: the integer globals get_inputs reads) ----
     def size_names(self) -> list[str]:
         fn = getattr(self.ref, "get_inputs", None)

@@ -24,11 +24,13 @@ from openkernel.records import OpTrace, StateTensor, TracedOp, TracedTensor
 aten = torch.ops.aten
 
 # Composite ops recorded as their decomposition. Each one's decomposition emits aten ops only
-# (sum, mean and var_mean are left whole: theirs emit prims.*).
+# (sum, mean and var_mean are left whole: theirs emit prims.*). Batch norm appears as
+# cudnn_batch_norm in a GPU trace, native_batch_norm in a CPU one: both become its arithmetic.
 _DECOMPOSED = [
     "_softmax", "_log_softmax", "_safe_softmax", "logsumexp", "native_layer_norm", "native_group_norm",
     "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
-    "_native_batch_norm_legit_functional", "_fused_rms_norm", "nll_loss_forward",
+    "_native_batch_norm_legit_functional", "cudnn_batch_norm", "_batch_norm_with_update",
+    "_batch_norm_with_update_functional", "_batch_norm_no_update", "_fused_rms_norm", "nll_loss_forward",
     "nll_loss2d_forward", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "soft_margin_loss",
     "std", "std_mean", "linalg_vector_norm", "norm", "addcmul", "addcdiv", "lerp", "glu",

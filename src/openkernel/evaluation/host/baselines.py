@@ -1,0 +1,154 @@
+"""The reference's baselines: its eager, torch.compile and max-autotune timings, each under a
+wall of its own, paid once per task, hardware and software.
+
+What determines a baseline is the task's code (its digest), the hardware (its label) and the
+software of the workers (torch, Triton and CUDA versions, TF32 and cuDNN flags, Inductor and
+Triton settings: ``Hardware.software``, digested into ``environment_key``). Timings stored
+under that key are reused by every later job, suite and run (``eval_config.fresh_baselines``
+forces new ones); a stored timeout is reused only while the wall asked for is no longer than
+the one it ran into.
+
+Timing them (``measure``): one ``reference`` worker makes each baseline in a phase of its own
+(worker/reference_timing.py) and the engine holds each phase to its wall
+(``eval_config.baseline_timeout_s``). A baseline past its wall is recorded as timed out with
+the seconds it ran, and the others are asked for again without it; an eager call past its
+wall leaves nothing to compare with, so nothing is timed. The record (stored as the
+``runtime_stats`` of the "compile" row) holds each baseline's statistics, ``timed_out``
+({name: {elapsed_s, limit_s}}), ``<name>_error`` for a baseline that failed or timed out, and
+``measured_s`` (the workers' own seconds).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from openkernel.config import BASELINES, EvalConfig
+from openkernel.records import Hardware, baseline_kind, software_key
+
+
+def environment_key(hw: Hardware) -> str:
+    """Digest of the workers' software ("" when unknown: nothing is stored or reused then)."""
+    return software_key(hw.software)
+
+
+def wanted(ec: EvalConfig, hw: Hardware) -> list[str]:
+    """The baselines to make: ``eval_config.baselines``, or eager and compile on a GPU (and
+    max-autotune with ``max_autotune_baseline``), none on the CPU."""
+    if ec.baselines is not None:
+        return list(ec.baselines)
+    if hw.device != "cuda":
+        return []
+    return ["eager", "compile"] + (["autotune"] if ec.max_autotune_baseline else [])
+
+
+def walls(ec: EvalConfig, kinds: list[str]) -> dict[str, float]:
+    return {kind: getattr(ec.baseline_timeout_s, kind) for kind in kinds}
+
+
+def covers(record: dict, limits: dict[str, float]) -> bool:
+    """Whether a stored record answers for every baseline asked (a timeout under a shorter
+    wall than today's does not: it is tried again)."""
+    if not isinstance(record, dict):
+        return False
+    timed_out = record.get("timed_out") or {}
+    for kind, limit in limits.items():
+        if kind in timed_out:
+            if float(timed_out[kind].get("limit_s") or 0) < limit:
+                return False
+        elif kind not in record and f"{kind}_error" not in record:
+            return False
+    return True
+
+
+def compile_ratio(record: dict | None) -> float | None:
+    """torch.compile's median over eager's, when both were timed."""
+    try:
+        return record["compile"]["median"] / record["eager"]["median"]
+    except (TypeError, KeyError, ZeroDivisionError):
+        return None
+
+
+def notes(record: dict | None) -> str:
+    """One line on the baselines that failed or timed out ("" when all were timed)."""
+    if not record:
+        return ""
+    return "; ".join(f"{kind} {record[f'{kind}_error']}".splitlines()[0][:200]
+                     for kind in BASELINES if f"{kind}_error" in record)
+
+
+def measure(ev, hw: Hardware, kinds: list[str]) -> tuple[dict | None, str, float]:
+    """Time the baselines in ``reference`` workers, each phase under its wall.
+
+    Returns (the record, or None when the worker failed otherwise; why; the workers' own
+    seconds, waiting for the GPU not counted). Raises the evaluator's Aborted once it is stopped.
+    """
+    limits = walls(ev.ec, kinds)
+    record: dict = {"baselines": list(kinds), "timed_out": {}}
+    left, own = list(kinds), 0.0
+    while left:
+        job = ev._task_job(hw.device, "reference", baselines=left, **ev._bench_params(hw))
+        slot = ev._acquire()  # a GPU of the primary target; the timed rounds take its turn
+        try:
+            run = ev._run(job, hw.device, slot, label="reference-baselines",
+                          walls={k: limits[k] for k in left})
+        finally:
+            ev._release(slot)
+        phases = run.phase_seconds()
+        own += run.wall_s - phases.get("queued", 0.0)
+        kind = run.timed_out
+        if kind in limits:  # one baseline past its wall: the others are asked for again
+            seconds = phases.get(kind, 0.0)
+            record["timed_out"][kind] = {"elapsed_s": round(seconds, 1), "limit_s": limits[kind]}
+            record[f"{kind}_error"] = (f"timed out: stopped after {seconds:.0f} s "
+                                       f"(eval_config.baseline_timeout_s.{kind} = {limits[kind]:g})")
+            left.remove(kind)
+            if kind == "eager":
+                for other in left:
+                    record[f"{other}_error"] = "not timed: the reference's eager call ran past its wall"
+                break
+            continue
+        payload = run.payload or {}
+        if "eager" not in payload:
+            what = (f"timed out in {run.phase}" if run.timed_out else payload.get("fatal")
+                    or f"the worker died (exit {run.returncode})")
+            return None, f"timing the reference's baselines failed: {what}", own
+        record.update({k: v for k, v in payload.items() if k != "worker_timing"})
+        break
+    record["measured_s"] = round(own, 2)
+    return record, "", own
+
+
+class ReferenceBaselines:
+    """One evaluator's baselines: read from the store or measured, once (thread-safe)."""
+
+    def __init__(self, ev):
+        self.ev = ev
+        self.record: dict | None = None
+        self.error = ""  # why there is no record
+        self.costs: dict = {}  # baselines_s (0 when stored), baselines_stored
+        self._lock = threading.Lock()
+        self._done = False
+
+    def get(self, hw: Hardware) -> dict | None:
+        """The record (None when no baseline is asked for, or timing failed)."""
+        with self._lock:
+            if not self._done:
+                self.record, self.error, self.costs = self._load_or_measure(hw)
+                self._done = True
+            return self.record
+
+    def _load_or_measure(self, hw: Hardware) -> tuple[dict | None, str, dict]:
+        ev, kinds = self.ev, wanted(self.ev.ec, hw)
+        if not kinds:
+            return None, "", {}
+        key, store, digest = environment_key(hw), ev.store, ev.task.digest
+        if store is not None and key and not ev.ec.fresh_baselines:
+            row = store.reference_timing(digest, hw.label, baseline_kind(ev.ec.allow_tf32), key)
+            if row is not None and covers(row.runtime_stats, walls(ev.ec, kinds)):
+                return row.runtime_stats, "", {"baselines_s": 0.0, "baselines_stored": True}
+        record, error, own = measure(ev, hw, kinds)
+        if record is not None and store is not None and key:
+            median = (record.get("compile") or record.get("eager") or {}).get("median", -1.0)
+            store.put_reference_timing(digest, hw.label, baseline_kind(ev.ec.allow_tf32), median,
+                                       record, key)
+        return record, error, {"baselines_s": round(own, 2), "baselines_stored": False}

@@ -1,0 +1,172 @@
+"""The code torch.compile's Inductor writes for the reference, captured without running it.
+
+The forward is traced with ``make_fx`` on fake CUDA tensors whose sizes are symbols (the
+parameters and buffers as graph inputs, in ``state_dict`` order, then the forward's tensors),
+lowered by Inductor's ``compile_fx_inner`` (default mode), and the wrapper module it writes is
+read where Inductor would load it; nothing is compiled for, or run on, a device. On a GPU that
+is plain Inductor. On a machine without one, a stand-in CUDA device (an H200: sm_90, 132 SMs)
+answers Inductor's questions about the device and Triton's about its target, which is how the
+CPU tests get genuine Inductor output (labelled as made so). The offline generator turns the
+code into a standalone candidate (``generators/seeds``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+from unittest import mock
+
+import torch
+
+STAND_IN = "a stand-in CUDA device (sm_90, 132 SMs; no GPU here)"
+
+
+class _Captured(Exception):
+    def __init__(self, code: str) -> None:
+        super().__init__("captured")
+        self.code = code
+
+
+@contextlib.contextmanager
+def _stand_in_cuda():
+    """torch.cuda and Triton's driver answering as one H200, for code generation only."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    props = SimpleNamespace(
+        name="NVIDIA H200", major=9, minor=0, multi_processor_count=132, total_memory=141 << 30,
+        warp_size=32, max_threads_per_multi_processor=2048, regs_per_multiprocessor=65536,
+        max_threads_per_block=1024, shared_memory_per_block_optin=232448, L2_cache_size=60 << 20,
+        gcnArchName="", uuid="stand-in")
+
+    class Utils:
+        @staticmethod
+        def get_device_properties(device):
+            return {"max_shared_mem": 232448, "multiprocessor_count": 132, "max_num_regs": 65536,
+                    "warpSize": 32, "sm_clock_rate": 1980000, "mem_clock_rate": 2619000,
+                    "mem_bus_width": 6144}
+
+    class Driver:
+        utils = Utils()
+
+        def is_active(self):
+            return True
+
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+
+        def get_active_torch_device(self):
+            return torch.device("cuda", 0)
+
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device=None):
+            return 0
+
+        def get_device_interface(self):
+            return torch.cuda
+
+        def map_python_to_cpp_type(self, ty):
+            return ty
+
+        def get_benchmarker(self):
+            return lambda *a, **k: [0.0]
+
+    patches = [mock.patch(f"torch.cuda.{name}", value, create=True) for name, value in {
+        "is_available": lambda: True, "device_count": lambda: 1, "current_device": lambda: 0,
+        "get_device_properties": lambda *a: props, "_get_device_properties": lambda *a: props,
+        "get_device_capability": lambda *a: (9, 0), "_lazy_init": lambda: None,
+        "get_rng_state": lambda *a: torch.zeros(8, dtype=torch.uint8),
+        "set_rng_state": lambda *a: None, "_exchange_device": lambda d: 0,
+        "_maybe_exchange_device": lambda d: 0, "set_device": lambda d: None,
+        "synchronize": lambda *a: None}.items()]
+    previous = driver._active
+    with contextlib.ExitStack() as stack:
+        for p in patches:
+            stack.enter_context(p)
+        driver.set_active(Driver())
+        try:
+            yield
+        finally:
+            driver._active = previous
+
+
+def capture(model: torch.nn.Module, inputs: list, stand_in: bool | None = None) -> dict:
+    """Inductor's output code for ``model(*inputs)`` (default mode, dynamic sizes).
+
+    Returns ``{"code", "args", "outputs", "made", "state"}``: ``args`` names the wrapper's
+    ``call`` arguments in order (``"state:NAME"`` or ``"input:I"``), ``outputs`` how many
+    tensors the forward returns (``-1``: one, not in a tuple), ``made`` how the code was made,
+    ``state`` each state_dict entry's shape, dtype and whether it is a parameter; or
+    ``{"error": ...}``. ``stand_in``: use the stand-in device (default: when CUDA is absent).
+    """
+    from torch._inductor import config as inductor_config
+    from torch._inductor.codecache import PyCodeCache
+    from torch._inductor.compile_fx import compile_fx_inner
+    from torch._inductor.decomposition import select_decomp_table
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+    from torch.func import functional_call
+
+    stand_in = (not torch.cuda.is_available()) if stand_in is None else stand_in
+    state = dict(model.state_dict(keep_vars=True))
+    names = list(state)
+    tensors = [(i, t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+
+    def fake(t: torch.Tensor, dynamic: bool) -> torch.Tensor:
+        sizes = [DimDynamic.DYNAMIC if dynamic else DimDynamic.STATIC] * t.dim()
+        meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")  # no copy
+        shaped = mode.from_tensor(meta, symbolic_context=StatelessSymbolicContext(
+            dynamic_sizes=sizes))
+        with mode:
+            return torch.empty_strided(shaped.shape, shaped.stride(), dtype=t.dtype,
+                                       device="cuda")
+
+    count = [0]  # outputs of the forward (-1: one tensor, not in a tuple)
+
+    def forward(*flat):
+        params = dict(zip(names, flat[:len(names)]))
+        args = list(inputs)
+        for (i, _), t in zip(tensors, flat[len(names):]):
+            args[i] = t
+        out = functional_call(model, params, tuple(args))
+        count[0] = -1 if isinstance(out, torch.Tensor) else len(out)
+        return (out,) if count[0] == -1 else tuple(out)
+
+    def load(cls, key, path, *args, **kwargs):
+        with open(path, encoding="utf-8") as f:
+            raise _Captured(f.read())
+
+    made = ("torch.compile's Inductor (default mode, dynamic sizes) on "
+            + (STAND_IN if stand_in else "the GPU") + f", torch {torch.__version__}")
+    with contextlib.ExitStack() as stack:
+        if stand_in:
+            stack.enter_context(_stand_in_cuda())
+        stack.enter_context(mock.patch.object(PyCodeCache, "load_by_key_path", classmethod(load)))
+        stack.enter_context(inductor_config.patch(
+            {"compile_threads": 1, "force_disable_caches": True, "fx_graph_cache": False}))
+        try:
+            flat = [fake(t, False) for t in state.values()] + [fake(t, True) for _, t in tensors]
+            with mode, torch.no_grad():
+                gm = make_fx(forward, decomposition_table=select_decomp_table(),
+                             tracing_mode="symbolic")(*flat)
+                compile_fx_inner(gm, flat)
+        except Exception as err:  # Inductor wraps the capture in its own error types
+            found = err
+            while found is not None and not isinstance(found, _Captured):
+                found = found.__cause__ or found.__context__
+            if found is None:
+                return {"error": f"{type(err).__name__}: {str(err)[:600]}"}
+            params = {n for n, _ in model.named_parameters()}
+            return {"code": found.code, "made": made, "outputs": count[0],
+                    "args": [f"state:{n}" for n in names] + [f"input:{i}" for i, _ in tensors],
+                    "state": {n: {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix(
+                        "torch."), "parameter": n in params} for n, t in state.items()}}
+    return {"error": "Inductor wrote no module"}

@@ -1,0 +1,274 @@
+"""The compiler's kernel families: plans of the probe's traced aten graph, not matched from a list.
+
+One planner (plan.py) turns the whole forward into kernels; three families name the kinds its
+plans fall into, each with the tunables its kernels use:
+
+* ``fused_pointwise``: any chain of pointwise ops over broadcast tensors, one kernel;
+* ``fused_reduction``: row reductions with pointwise prologue and epilogue (softmax,
+  log_softmax, logsumexp, LayerNorm, RMSNorm, GroupNorm, BatchNorm, cross-entropy, losses,
+  sum/mean/max/min/argmax/argmin/var/std, norms), one pass or looped (online);
+* ``fused_matmul``: nn.Linear, addmm, mm, bmm, matmul and convolutions, each either a Triton
+  kernel (a tiled ``tl.dot`` with the pointwise epilogue fused; an implicit-GEMM convolution)
+  or a library call (cuBLAS, cuBLASLt with its bias + ReLU epilogue, cuDNN: library.py) with
+  the rest of the graph fused into Triton kernels around it. The tunable ``LIBRARY`` picks
+  which, so timing decides between them; a lone GEMM or convolution has no library-backed
+  plan (that would be the reference's own call, not a kernel).
+
+A graph with an op no kernel knows is refused naming those ops and their place in the trace.
+Tunables that a plan does not use are pinned (:meth:`CompiledFamily.clean`), so no two points
+of a family's space write the same code.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+from openkernel.generators.compiler.graph import build_graph
+from openkernel.generators.compiler.library import fold_epilogues, kernel_precision
+from openkernel.generators.compiler.modelnew import describe, leaf_names, render
+from openkernel.generators.compiler.plan import Plan, make_plan
+from openkernel.generators.family import Family, Match, Tunable
+from openkernel.generators.refparse import parse_reference
+from openkernel.records import KernelPrecision, OpTrace, TaskProbe
+from openkernel.task import Task
+
+WARPS = Tunable("num_warps", (2, 4, 8, 16), (4,), "warps per program")
+STAGES = Tunable("num_stages", (1, 2, 3, 4), (2,), "software pipelining of K / column loops")
+POINTWISE = (Tunable("BLOCK", (256, 512, 1024, 2048, 4096), (1024, 4096, 16384),
+                     "elements per program of a pointwise kernel"),)
+REDUCTION = (Tunable("TILE", (1024, 2048, 4096, 8192, 16384), (4096, 16384, 65536),
+                     "elements per program of a one-pass reduction (rows x padded row)"),)
+LOOPED = (Tunable("MAX_FUSED", (1024, 2048, 4096, 8192, 16384), (4096, 16384),
+                  "longest row reduced in one pass (longer rows loop)"),
+          Tunable("LOOP_BLOCK", (256, 512, 1024, 2048, 4096), (1024, 4096),
+                  "columns per step of a looped reduction"))
+LIBRARY = Tunable("LIBRARY", (0, 1), None, "1: GEMMs and convolutions are library calls "
+                  "(cuBLAS, cuDNN), the rest Triton kernels around them; 0: all Triton")
+MATMUL = (Tunable("BLOCK_M", (16, 32, 64, 128), (32, 64), "rows of C per program"),
+          Tunable("BLOCK_N", (16, 32, 64, 128, 256), (32, 64), "columns of C per program"),
+          Tunable("BLOCK_K", (16, 32, 64), (32, 64), "depth of one tl.dot step"),
+          Tunable("GROUP_M", (1, 4, 8), None, "row-tiles visited together (L2 reuse)"))
+
+# Curated start points per kernel kind, merged for a plan's kinds (missing keys: middle value).
+_STARTS = {
+    "pointwise": ({"BLOCK": 1024, "num_warps": 4}, {"BLOCK": 2048, "num_warps": 8},
+                  {"BLOCK": 512, "num_warps": 4}, {"BLOCK": 4096, "num_warps": 8}),
+    "reduction": ({"TILE": 4096, "MAX_FUSED": 8192, "LOOP_BLOCK": 1024, "num_warps": 8},
+                  {"TILE": 2048, "MAX_FUSED": 4096, "LOOP_BLOCK": 2048, "num_warps": 4},
+                  {"TILE": 8192, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096, "num_warps": 16},
+                  {"TILE": 1024, "MAX_FUSED": 2048, "LOOP_BLOCK": 512, "num_warps": 4}),
+    "matmul": ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
+                "num_stages": 4},
+               {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
+                "num_stages": 4},
+               {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8,
+                "num_stages": 3},
+               {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 4, "num_warps": 4,
+                "num_stages": 3}),
+}
+_CPU_STARTS = {
+    "pointwise": ({"BLOCK": 16384}, {"BLOCK": 4096}, {"BLOCK": 1024}),
+    "reduction": ({"TILE": 65536, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096},
+                  {"TILE": 16384, "MAX_FUSED": 4096, "LOOP_BLOCK": 1024},
+                  {"TILE": 4096, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096}),
+    "matmul": ({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8},
+               {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4}),
+}
+
+_CACHE: dict[tuple, tuple[OpTrace, object]] = {}
+
+
+def plan_for(task: Task | None, trace: OpTrace, library: bool = False) -> Plan | str:
+    """The plan of a traced task (cached per task, trace object and kind of plan); without the
+    task the forward's arguments keep neutral names. ``library``: the library-backed plan,
+    each GEMM's bias and ReLU folded into its library call, or only its bias where the ReLU
+    is all that would be left to Triton."""
+    key = (task.digest if task is not None else None, id(trace), library)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is trace:
+        return hit[1]
+    ref = parse_reference(task.reference_code) if task is not None else None
+    result: Plan | str = ""
+    for relu in (True, False) if library else (False,):
+        graph = build_graph(trace)
+        folded = fold_epilogues(graph, relu) if library else 0
+        result = make_plan(graph, leaf_names(graph, ref.forward_args if ref else []), library)
+        if not isinstance(result, str) or not folded:
+            break  # (a bias is never split off again: a lone addmm is the reference's own)
+    if len(_CACHE) > 32:
+        _CACHE.clear()
+    _CACHE[key] = (trace, result)
+    return result
+
+
+def _tunables(plan: Plan) -> tuple[Tunable, ...]:
+    kinds = _kinds(plan)
+    out: list[Tunable] = []
+    if "matmul" in kinds:
+        out += MATMUL
+    if "reduction" in kinds:
+        out += REDUCTION
+        if any(k.looped for k in plan.kernels):
+            out += LOOPED
+    if "pointwise" in kinds:
+        out += POINTWISE
+    out.append(WARPS)
+    if "matmul" in kinds or any(k.looped for k in plan.kernels):
+        out.append(STAGES)
+    return tuple(out)
+
+
+def _kinds(plan: Plan) -> set[str]:
+    """The kinds whose tunables and start points a plan uses (a Triton convolution tiles as a
+    matmul does; a library call has none)."""
+    alias = {"conv": "matmul", "scan": "reduction"}
+    return {alias.get(k.kind, k.kind) for k in plan.kernels} - {"library"}
+
+
+def _merged(table: dict, kinds: set[str]) -> tuple[dict, ...]:
+    order = [k for k in ("matmul", "reduction", "pointwise") if k in kinds]
+    count = max(len(table[k]) for k in order)
+    return tuple({key: value for k in reversed(order) for key, value in
+                  table[k][i % len(table[k])].items()} for i in range(count))
+
+
+class CompiledFamily(Family):
+    """A family of plans of the traced graph (see the module docstring)."""
+
+    kind = ""
+    # Set on the copy a match returns: LIBRARY value -> plan, and the tunables each plan uses.
+    plans: dict = {}
+    used: dict = {}
+
+    def match(self, task: Task, probe: TaskProbe, backend: str) -> Match | str | None:
+        trace = probe.trace
+        if trace is None:
+            return None
+        result = plan_for(task, trace)
+        if isinstance(result, str):
+            return result if self.kind == "pointwise" else None  # said once, not thrice
+        if result.kind != self.kind:
+            return None
+        if backend != "triton":
+            return f"the {self.name} family is Triton only"
+        plans = {0: result}
+        library = plan_for(task, trace, library=True)
+        if not isinstance(library, str) and _kernel_kinds(library) != _kernel_kinds(result):
+            plans[1] = library
+        fitted = copy.copy(self)
+        fitted.plans = plans
+        per_plan = {mode: _tunables(plan) for mode, plan in plans.items()}
+        union = list(dict.fromkeys(t for mode in plans for t in per_plan[mode]))
+        fitted.tunables = tuple(([LIBRARY] if len(plans) > 1 else []) + union)
+        fitted.used = {mode: {t.name for t in ts} | {"LIBRARY"} for mode, ts in per_plan.items()}
+        kinds = set().union(*(_kinds(plan) for plan in plans.values()))
+        fitted.starts, fitted.cpu_starts = _merged(_STARTS, kinds), _merged(_CPU_STARTS, kinds)
+        if len(plans) > 1:  # alternate: the library-backed plan first, then all Triton
+            fitted.starts, fitted.cpu_starts = (
+                tuple({**p, "LIBRARY": 1 - k % 2} for k, p in enumerate(starts))
+                for starts in (fitted.starts, fitted.cpu_starts))
+        labels = {mode: _label(plan) for mode, plan in plans.items()}
+        n = len(result.kernels)
+        why = (f"the traced graph ({len(trace.top_ops)} aten ops) is {n} kernel"
+               f"{'s' if n > 1 else ''}: {labels[0]}")
+        if len(plans) > 1:
+            why += f"; or, library-backed: {labels[1]}"
+        return Match(fitted, why, {"plans": plans, "labels": labels, "label": labels[0]})
+
+    def describe(self, match: Match, params: dict) -> str:
+        return match.spec["labels"][params.get("LIBRARY", 0)]
+
+    def precision(self, match: Match, params: dict, probe: TaskProbe) -> list[KernelPrecision]:
+        hw = probe.hardware
+        return kernel_precision(match.spec["plans"][params.get("LIBRARY", 0)],
+                                hw is not None and hw.device == "cuda", probe.flags)
+
+    def render(self, match: Match, params: dict, backend: str) -> str:
+        mode = params.get("LIBRARY", 0)
+        used = self.used.get(mode, params)
+        return render(match.spec["plans"][mode],
+                      {k: v for k, v in params.items() if k in used and k != "LIBRARY"})
+
+    # -- the space: a tunable its plan does not use is pinned ------------------------------
+    def _pin(self, t: Tunable, interpreter: bool):
+        values = t.values(interpreter)
+        starts = self.cpu_starts if interpreter and self.cpu_starts else self.starts
+        value = starts[0].get(t.name) if starts else None
+        return value if value in values else values[len(values) // 2]
+
+    def clean(self, params: dict, interpreter: bool, backend: str) -> dict:
+        out = super().clean(params, interpreter, backend)
+        used = self.used.get(out.get("LIBRARY", 0))
+        if used is not None:
+            for t in self.tunables_for(backend):
+                if t.name not in used:
+                    out[t.name] = self._pin(t, interpreter)
+        return out
+
+    def start(self, rng, interpreter: bool, index: int, backend: str) -> dict:
+        return self.clean(super().start(rng, interpreter, index, backend), interpreter, backend)
+
+    def mutate(self, params: dict, rng, interpreter: bool, backend: str) -> tuple[dict, list[str]]:
+        params = self.clean(params, interpreter, backend)
+        for _ in range(16):  # a move of a pinned tunable changes nothing: move again
+            moved, changed = super().mutate(params, rng, interpreter, backend)
+            moved = self.clean(moved, interpreter, backend)
+            if moved != params:
+                return moved, [c for c in changed if moved[c.split()[0]] != params[c.split()[0]]]
+        return params, []
+
+    def crossover(self, a: dict, b: dict, rng, interpreter: bool, backend: str) -> dict:
+        return self.clean(super().crossover(a, b, rng, interpreter, backend), interpreter, backend)
+
+    def neighbours(self, params: dict, interpreter: bool, backend: str) -> list[dict]:
+        params = self.clean(params, interpreter, backend)
+        out: list[dict] = []
+        for point in super().neighbours(params, interpreter, backend):
+            point = self.clean(point, interpreter, backend)
+            if point != params and point not in out:
+                out.append(point)
+        return out
+
+    def space(self, interpreter: bool, backend: str) -> list[dict]:
+        if not self.used:
+            return super().space(interpreter, backend)
+        out = []
+        for mode, used in self.used.items():
+            free = [t for t in self.tunables_for(backend) if t.name in used and t.name != "LIBRARY"]
+            base = self.clean({"LIBRARY": mode}, interpreter, backend)
+            for values in itertools.product(*(t.values(interpreter) for t in free)):
+                out.append({**base, **dict(zip((t.name for t in free), values))})
+        return out
+
+
+def _kernel_kinds(plan: Plan) -> list[str]:
+    return [k.kind for k in plan.kernels]
+
+
+def _label(plan: Plan) -> str:
+    return "; ".join(describe(k) for k in plan.kernels)
+
+
+class FusedPointwise(CompiledFamily):
+    name = "fused_pointwise"
+    kind = "pointwise"
+    summary = "any chain of pointwise ops over broadcast tensors, fused into one kernel"
+    tunables = POINTWISE + (WARPS,)
+
+
+class FusedReduction(CompiledFamily):
+    name = "fused_reduction"
+    kind = "reduction"
+    summary = ("row reductions with pointwise prologue and epilogue (softmax, norms, losses, "
+               "sum/mean/max/argmax): one pass, or looped with online softmax")
+    tunables = REDUCTION + LOOPED + POINTWISE + (WARPS, STAGES)
+
+
+class FusedMatmul(CompiledFamily):
+    name = "fused_matmul"
+    kind = "matmul"
+    summary = ("Linear / addmm / mm / bmm / matmul and convolutions: a tiled tl.dot kernel with "
+               "its pointwise epilogue fused, or the library call (cuBLAS, cuDNN) with the rest "
+               "fused into Triton kernels around it")
+    tunables = (LIBRARY,) + MATMUL + REDUCTION + LOOPED + POINTWISE + (WARPS, STAGES)

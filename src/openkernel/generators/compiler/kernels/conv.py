@@ -1,0 +1,190 @@
+"""A convolution as a Triton implicit GEMM (the all-Triton plan's; a library-backed plan
+calls cuDNN instead: compiler/library.py): 1-3 spatial dims, stride, padding, dilation,
+groups, bias, and transposed (the gradient form: each output reads the inputs whose window
+covers it). Per group, the output is a GEMM: rows are output
+positions (batch x spatial), columns output channels, and the reduction runs over input
+channels x kernel positions; the A tile is gathered from the input at computed indices (zeros
+outside it, the padding), the B tile read from the weight. ``tl.dot`` accumulates in float32
+(float32 inputs in full precision, or TF32 where cuDNN's own convolution would use it: on a GPU
+with ``torch.backends.cudnn.allow_tf32``), the bias is added on the tile, one store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from openkernel.generators.compiler.graph import Node, Value, int_list
+
+_DIMS = ("d", "h", "w")  # the last nd of them name the spatial dims
+
+
+@dataclass
+class ConvSpec:
+    """The static arguments of one ``aten.convolution`` node."""
+
+    nd: int
+    kernel: list[int]
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    transposed: bool
+    output_padding: list[int]
+    groups: int
+    bias: bool
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return _DIMS[-self.nd:]
+
+
+def conv_spec(node: Node) -> ConvSpec | str:
+    """The node's arguments, or why this kernel cannot compute it."""
+    x, w = node.args[0], node.args[1]
+    if not isinstance(x, Value) or not isinstance(w, Value):
+        return "a convolution of a non-tensor"
+    nd = len(w.shape) - 2
+    if nd not in (1, 2, 3) or len(x.shape) != nd + 2:
+        return f"a {nd}-d convolution (or one without a batch dim)"
+    if any(not s.static for s in w.shape):
+        return "a convolution whose weight has symbolic sizes"
+    spec = ConvSpec(nd=nd, kernel=[s.coeff for s in w.shape[2:]],
+                    stride=int_list(node.arg(3, "stride"), nd, [1] * nd),
+                    padding=int_list(node.arg(4, "padding"), nd),
+                    dilation=int_list(node.arg(5, "dilation"), nd, [1] * nd),
+                    transposed=bool(node.arg(6, "transposed", False)),
+                    output_padding=int_list(node.arg(7, "output_padding"), nd),
+                    groups=int(node.arg(8, "groups", 1) or 1),
+                    bias=isinstance(node.arg(2, "bias"), Value))
+    if x.dtype != w.dtype:
+        return "a convolution of mixed dtypes"
+    return spec
+
+
+def source(name: str, spec: ConvSpec) -> str:
+    """The kernel: one BLOCK_M x BLOCK_N tile of one group's output per program."""
+    nd, dims, ks = spec.nd, spec.names, spec.kernel
+    sp_in = ", ".join(f"{d.upper()}_in" for d in dims)
+    sp_out = ", ".join(f"{d.upper()}_out" for d in dims)
+    k_pos = 1
+    for k in ks:
+        k_pos *= k
+    lines = [
+        "@triton.jit",
+        f"def {name}(x_ptr, w_ptr, b_ptr, y_ptr, M, C_in, {sp_in}, C_out, {sp_out},",
+        f"{' ' * (len(name) + 5)}IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,",
+        f"{' ' * (len(name) + 5)}BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):",
+        f'    """{"Transposed c" if spec.transposed else "C"}onvolution ({nd}-d, '
+        f'kernel {"x".join(map(str, ks))}, groups {spec.groups}) as an implicit GEMM."""',
+        "    pid_m = tl.program_id(0).to(tl.int64)",
+        "    pid_n = tl.program_id(1).to(tl.int64)",
+        "    g = tl.program_id(2).to(tl.int64)",
+        f"    cig = C_in // {spec.groups}  # input channels per group",
+        f"    cog = C_out // {spec.groups}",
+        f"    K = cig * {k_pos}  # input channels x kernel positions",
+        "    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # output positions: batch x spatial",
+        "    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # output channels of group g",
+    ]
+    # the output position's coordinates, innermost last
+    rest = "rm"
+    for d in reversed(dims):
+        lines.append(f"    o_{d} = {rest} % {d.upper()}_out")
+        rest = f"({rest} // {d.upper()}_out)"
+    lines.append(f"    n = {rest}")
+    lines += [
+        "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        "    for k0 in range(0, K, BLOCK_K):",
+        "        rk = k0 + tl.arange(0, BLOCK_K)",
+    ]
+    rest = "rk"
+    for d, k in zip(reversed(dims), reversed(ks)):
+        lines.append(f"        k_{d} = {rest} % {k}")
+        rest = f"({rest} // {k})"
+    lines.append(f"        ci = {rest}")
+    ok = ["(rm[:, None] < M)", "(rk[None, :] < K)"]
+    for j, d in enumerate(dims):
+        s, p, dil = spec.stride[j], spec.padding[j], spec.dilation[j]
+        if not spec.transposed:
+            lines.append(f"        i_{d} = o_{d}[:, None] * {s} - {p} + k_{d}[None, :] * {dil}")
+        else:  # the input whose window covers this output: (o + p - k * dil) / s, if whole
+            lines.append(f"        t_{d} = o_{d}[:, None] + {p} - k_{d}[None, :] * {dil}")
+            lines.append(f"        i_{d} = t_{d} // {s}")
+            if s != 1:
+                ok.append(f"(t_{d} >= 0) & (t_{d} % {s} == 0)")
+        ok.append(f"(i_{d} >= 0) & (i_{d} < {d.upper()}_in)")
+    lines.append(f"        a_mask = {' & '.join(ok)}")
+    offset = "n[:, None] * C_in + g * cig + ci[None, :]"
+    for d in dims:
+        offset = f"({offset}) * {d.upper()}_in + i_{d}"
+    lines.append(f"        a = tl.load(x_ptr + {offset}, mask=a_mask, other=0.0)")
+    kpos = "k_" + dims[0] + "[:, None]"
+    for d, k in zip(dims[1:], ks[1:]):
+        kpos = f"({kpos}) * {k} + k_{d}[:, None]"
+    if not spec.transposed:  # weight (C_out, C_in / groups, *kernel)
+        w_off = f"((g * cog + rn[None, :]) * cig + ci[:, None]) * {k_pos} + {kpos}"
+    else:  # weight (C_in, C_out / groups, *kernel)
+        w_off = f"((g * cig + ci[:, None]) * cog + rn[None, :]) * {k_pos} + {kpos}"
+    lines += [
+        "        b_mask = (rk[:, None] < K) & (rn[None, :] < cog)",
+        f"        b = tl.load(w_ptr + {w_off}, mask=b_mask, other=0.0)",
+        "        if UPCAST:  # the Triton interpreter multiplies bfloat16 tiles as integers",
+        "            a, b = a.to(tl.float32), b.to(tl.float32)",
+        "        if IEEE:  # float32 in full precision (TF32 only where cuDNN's would be)",
+        "            acc = tl.dot(a, b, acc, input_precision=\"ieee\")",
+        "        else:",
+        "            acc = tl.dot(a, b, acc)",
+    ]
+    co = "g * cog + rn[None, :]"
+    if spec.bias:
+        lines.append(f"    acc += tl.load(b_ptr + {co}, mask=rn[None, :] < cog, other=0.0)"
+                     ".to(tl.float32)")
+    y_off = f"n[:, None] * C_out + {co}"
+    for d in dims:
+        y_off = f"({y_off}) * {d.upper()}_out + o_{d}[:, None]"
+    lines += [
+        "    y_mask = (rm[:, None] < M) & (rn[None, :] < cog)",
+        f"    tl.store(y_ptr + {y_off}, acc.to(y_ptr.dtype.element_ty), mask=y_mask)",
+    ]
+    return "\n".join(lines)
+
+
+def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | None,
+           y: str) -> list[str]:
+    """Forward lines: the operands (contiguous), the output's sizes from the input's (torch's
+    formulas, so held-out sizes follow), its buffer, the launch."""
+    nd = spec.nd
+    x, w, b = f"{name}_x", f"{name}_w", (f"{name}_b" if b_expr else None)
+    lines = [f"{x}, {w} = {x_expr}.contiguous(), {w_expr}.contiguous()"]
+    if b_expr:
+        lines.append(f"{b} = {b_expr}.contiguous()")
+    sizes_in = [f"{x}.shape[{2 + j}]" for j in range(nd)]
+    outs = []
+    for j in range(nd):
+        k, s, p, dil = spec.kernel[j], spec.stride[j], spec.padding[j], spec.dilation[j]
+        if spec.transposed:
+            outs.append(f"({sizes_in[j]} - 1) * {s} - {2 * p} + {dil * (k - 1)} "
+                        f"+ {spec.output_padding[j]} + 1")
+        else:
+            outs.append(f"({sizes_in[j]} + {2 * p} - {dil * (k - 1)} - 1) // {s} + 1")
+    c_out = f"{w}.shape[1] * {spec.groups}" if spec.transposed else f"{w}.shape[0]"
+    lines.append(f"{name}_out = ({', '.join(outs)},)")
+    lines.append(f"{y} = torch.empty(({x}.shape[0], {c_out}, *{name}_out), device=device, "
+                 f"dtype={x}.dtype)")
+    m = " * ".join([f"{x}.shape[0]"] + [f"{name}_out[{j}]" for j in range(nd)])
+    lines.append(f"M = {m}")
+    args = [x, w, b or y, y, "M", f"{x}.shape[1]", *sizes_in, f"{y}.shape[1]",
+            *[f"{name}_out[{j}]" for j in range(nd)],
+            f"IEEE={x}.dtype == torch.float32 and not ({x}.is_cuda and torch.backends.cudnn.allow_tf32)",
+            f"UPCAST=INTERPRETED and {x}.dtype == torch.bfloat16", "BLOCK_M=BLOCK_M",
+            "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", "GROUP_M=GROUP_M", "num_warps=NUM_WARPS",
+            "num_stages=NUM_STAGES"]
+    lines.append(f"grid = (triton.cdiv(M, BLOCK_M), triton.cdiv({y}.shape[1] // {spec.groups}, "
+                 f"BLOCK_N), {spec.groups})")
+    lines.append(f"if M > 0 and {y}.shape[1] > 0:")
+    lines.append(f"    {name}[grid](" + ", ".join(args) + ")")
+    return lines
+
+
+def describe(spec: ConvSpec) -> str:
+    kind = "transposed convolution" if spec.transposed else "convolution"
+    return f"{spec.nd}-d {kind} as a Triton implicit GEMM"
+

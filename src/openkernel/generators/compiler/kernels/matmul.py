@@ -1,0 +1,135 @@
+"""Tiled matmul (nn.Linear, addmm, mm, bmm, matmul) with its pointwise epilogue fused.
+
+The classic Triton tiling: each program owns a BLOCK_M x BLOCK_N tile of C (of one batch for
+bmm), walks K in BLOCK_K steps accumulating in float32 with ``tl.dot`` (float32 inputs in full
+precision, or TF32 where cuBLAS would use it: on a GPU with
+``torch.backends.cuda.matmul.allow_tf32``, the opt-in ``eval_config.allow_tf32``), and
+computes the epilogue (bias, activations, residuals, scales: any pointwise chain over
+broadcast tensors) on the tile before its only store. GROUP_M orders
+the tiles so that neighbouring programs share rows of A (L2 reuse). Operands are passed with
+their strides, so a transposed weight (``x @ W.t()``) is read in place.
+"""
+
+from __future__ import annotations
+
+from openkernel.generators.compiler.emit import Code, Emitter, Frame, Unfusable
+from openkernel.generators.compiler.graph import VIEW_OPS, Node, Value
+from openkernel.generators.compiler.sizes import ONE
+from openkernel.generators.compiler.writer import KernelWriter
+
+_MAIN_LOOP = '''pid = tl.program_id(0)
+num_m = tl.cdiv(M, BLOCK_M)
+num_n = tl.cdiv(N, BLOCK_N)
+# Grouped ordering: GROUP_M row-tiles are visited together, so A's rows stay in L2.
+group = GROUP_M * num_n
+first_m = (pid // group) * GROUP_M
+size_m = min(num_m - first_m, GROUP_M)
+pid_m = first_m + (pid % group) % size_m
+pid_n = (pid % group) // size_m
+rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)[:, None]
+rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)[None, :]
+rk = tl.arange(0, BLOCK_K)
+a_ptrs = a_ptr{a_batch} + rm * stride_am + rk[None, :] * stride_ak
+b_ptrs = b_ptr{b_batch} + rk[:, None] * stride_bk + rn * stride_bn
+acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+for k in range(0, K, BLOCK_K):
+    # Masks on the K tail as well as the M/N edges: zeros add nothing to the dot.
+    a = tl.load(a_ptrs, mask=(rm < M) & (rk[None, :] + k < K), other=0.0)
+    b = tl.load(b_ptrs, mask=(rk[:, None] + k < K) & (rn < N), other=0.0)
+    if UPCAST:  # the Triton interpreter multiplies bfloat16 tiles as integers
+        a, b = a.to(tl.float32), b.to(tl.float32)
+    if IEEE:  # float32 in full precision (TF32 only where cuBLAS's would be)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a, b, acc)
+    a_ptrs += BLOCK_K * stride_ak
+    b_ptrs += BLOCK_K * stride_bk
+mask_m = rm < M
+mask_n = rn < N
+mask = mask_m & mask_n'''
+
+
+class MatmulAnchor:
+    """The accumulator is the matmul's value at its own tile indices, and nowhere else."""
+
+    def __init__(self, mm: Node, idx: tuple[str, ...]) -> None:
+        self.mm, self.idx = mm, idx
+
+    def __call__(self, em: Emitter, node: Node, v: Value, f: Frame) -> Code:
+        if node is not self.mm:
+            if em.reaches(node.args[0], self.mm):  # it reduces this matmul's result: store that
+                raise Unfusable(self.mm, "a reduction of the matmul's result")
+            raise Unfusable(node, "a second matmul or a reduction in a matmul's epilogue")
+        out = self.mm.outputs[0].shape
+        free = {"rm": out[-2], "rn": out[-1]} | ({"batch": out[0]} if len(out) == 3 else {})
+        if not em.same_place(em.dims(f), self.idx, free):
+            raise Unfusable(node, "the matmul's result used at other indices")
+        return Code("acc", "f32")
+
+
+def write_matmul(w: KernelWriter, em: Emitter, mm: Node, outputs: list[Value]) -> None:
+    """Body of the kernel: main loop, then each output's epilogue at the tile."""
+    batched = mm.op == "bmm"
+    for line in _MAIN_LOOP.format(a_batch=" + batch * stride_ab" if batched else "",
+                                  b_batch=" + batch * stride_bb" if batched else "").split("\n"):
+        w.line(line)
+    if batched:
+        w.block.lines.insert(0, "batch = tl.program_id(1).to(tl.int64)")
+    for name in ("rm", "mask_m"):
+        w.axes[name] = frozenset("m")
+    for name in ("rn", "mask_n"):
+        w.axes[name] = frozenset("n")
+    w.axes["mask"] = w.axes["acc"] = frozenset("mn")
+    w.axis_vars.update(m="rm", n="rn")
+    w.masks.update({frozenset("m"): "mask_m", frozenset("n"): "mask_n", frozenset("mn"): "mask"})
+    w.tiles.update({frozenset("m"): "[BLOCK_M, 1]", frozenset("n"): "[1, BLOCK_N]",
+                    frozenset("mn"): "[BLOCK_M, BLOCK_N]"})
+    out = mm.outputs[0]
+    names = ("batch", "rm", "rn") if batched else ("rm", "rn")
+    idx = tuple("0" if s == ONE else i for s, i in zip(out.shape, names))
+    em.anchor = MatmulAnchor(mm, idx)
+    tile = Frame(out.shape, idx)
+    for v in outputs:
+        frame = Frame(v.shape, flat=em.flat(tile))
+        em.store(v, frame, em.value(v, frame))
+
+
+def torch_view(v: Value, names: dict[str, str], stored: set[str], bases: list) -> str:
+    """Python (for the forward) making a matmul operand as a torch view of a stored tensor
+    (appended to ``bases``)."""
+    if v.leaf or v.id in stored:
+        bases.append(v)
+        return names[v.id]
+    node = v.node
+    if node.op not in VIEW_OPS:
+        raise Unfusable(node, "a matmul operand computed in place")
+    src = torch_view(node.args[0], names, stored, bases)
+    op, args = node.op, node.args
+    shape = ", ".join(s.code() for s in v.shape)
+    if op in ("alias", "detach", "clone", "contiguous", "lift_fresh", "lift_fresh_copy", "real"):
+        return src
+    if op in ("view", "_unsafe_view", "reshape", "flatten", "view_as", "squeeze", "unsqueeze",
+              "as_strided"):
+        return f"{src}.reshape({shape}{',' if len(v.shape) == 1 else ''})"
+    if op in ("expand", "expand_as"):
+        return f"{src}.expand({shape}{',' if len(v.shape) == 1 else ''})"
+    if op == "permute":
+        return f"{src}.permute({', '.join(str(d) for d in args[1])})"
+    if op == "t":
+        return f"{src}.t()"
+    if op == "flip":  # a copy in torch, not a view: still the operand's values
+        return f"{src}.flip({list(args[1])})"
+    if op == "transpose":
+        return f"{src}.transpose({args[1]}, {args[2]})"
+    dim = node.kwargs.get("dim", args[1] if len(args) > 1 else 0)
+    if op in ("select", "unbind"):
+        index = v.index if op == "unbind" else node.kwargs.get("index", args[2])
+        return f"{src}.select({dim}, {_py(index)})"
+    if op == "slice" and (node.kwargs.get("step", args[4] if len(args) > 4 else 1) or 1) == 1:
+        start = node.kwargs.get("start", args[2] if len(args) > 2 else 0) or 0
+        return f"{src}.narrow({dim}, {_py(start)}, {v.shape[dim % len(v.shape)].code()})"
+    raise Unfusable(node, f"no torch view for {node.aten}")
+
+
+def _py(value) -> str:
+    return value.code() if hasattr(value, "code") else str(value)

@@ -1,0 +1,122 @@
+"""The candidate module of a seed (rewrite.py) for one launch config per kernel."""
+
+from __future__ import annotations
+
+import re
+
+from openkernel.generators.compiler.modelnew import DECLARE
+from openkernel.generators.seeds.rewrite import Seed, _prefix
+from openkernel.records import OpTrace
+
+# libdevice functions as the CPU interpreter can run them (it has no libdevice): x, y floats.
+_TWINS = {
+    "exp": "tl.exp(x)", "exp2": "tl.exp2(x)", "expm1": "tl.exp(x) - 1.0", "log": "tl.log(x)",
+    "log2": "tl.log2(x)", "log10": "tl.log(x) * 0.4342944819032518", "log1p": "tl.log(1.0 + x)",
+    "sqrt": "tl.sqrt(x)", "rsqrt": "tl.rsqrt(x)", "erf": "tl.erf(x)", "erfc": "1.0 - tl.erf(x)",
+    "sin": "tl.sin(x)", "cos": "tl.cos(x)", "tan": "tl.sin(x) / tl.cos(x)",
+    "tanh": "2.0 * tl.sigmoid(2.0 * x) - 1.0", "fast_tanhf": "2.0 * tl.sigmoid(2.0 * x) - 1.0",
+    "sinh": "0.5 * (tl.exp(x) - tl.exp(-x))", "cosh": "0.5 * (tl.exp(x) + tl.exp(-x))",
+    "floor": "tl.floor(x)", "ceil": "tl.ceil(x)", "abs": "tl.abs(x)", "fabs": "tl.abs(x)",
+    "trunc": "tl.where(x < 0, tl.ceil(x), tl.floor(x))", "isnan": "x != x",
+    "isinf": "tl.abs(x) == float('inf')", "signbit": "x < 0",
+    "nearbyint": "tl.floor(x + 0.5)", "pow": "tl.exp2(y * tl.log2(x))",
+    "fmod": "x - tl.where(x / y < 0, tl.ceil(x / y), tl.floor(x / y)) * y",
+}
+
+
+# Inductor's reductions by a combine function (NaN-propagating), as plain ones under the
+# interpreter.
+_REDUCE_TWINS = {
+    "max2": "\n    @triton.jit\n    def _h_max2(a, dim):\n        return tl.max(a, dim)\n",
+    "min2": "\n    @triton.jit\n    def _h_min2(a, dim):\n        return tl.min(a, dim)\n",
+}
+
+
+def render(seed: Seed, params: dict, trace: OpTrace | None) -> str:
+    """The module for ``params`` (``K<n>``: the index of kernel n's launch config)."""
+    lines = ['"""' + f"{len(seed.kernels)} Triton kernel{'s' if len(seed.kernels) > 1 else ''}"
+             f" written by {seed.made}, rewritten as a standalone module (openkernel's offline "
+             "generator): the kernels as Inductor wrote them, launched on explicit grids with "
+             "the launch config of each chosen among Inductor's own"
+             + (f"; library calls where Inductor made them ({', '.join(dict.fromkeys(seed.extern))})"
+                if seed.extern else "") + '.\n"""',
+             "", "import os", "", "import torch", "import torch.nn as nn", "import triton",
+             "import triton.language as tl", "from triton.language import math as tl_math"]
+    names = sorted({n for k in seed.kernels for n in re.findall(r"\blibdevice\.(\w+)", k.source)}
+                   | {n for h in seed.helpers.values() for n in re.findall(r"\blibdevice\.(\w+)", h)})
+    if names:
+        lines.append("from triton.language.extra import libdevice")
+    lines += ["", 'INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # Triton on the CPU',
+              "aten = torch.ops.aten", ""]
+    for kernel in seed.kernels:
+        k = _prefix(kernel)
+        config = kernel.configs[params.get(k, 0) % len(kernel.configs)]
+        lines.append(f"# {kernel.name}: launch config {params.get(k, 0) % len(kernel.configs)} "
+                     f"of Inductor's {len(kernel.configs)}")
+        for key, value in config.items():
+            name = {"num_warps": "WARPS", "num_stages": "STAGES"}.get(key, key)
+            lines.append(f"{k}_{name} = {value}")
+    parts = ["\n".join(lines)]
+    if names:
+        parts.append(_interpreted_libdevice(names))
+    parts += list(seed.helpers.values())
+    twins = [_REDUCE_TWINS[h] for h in seed.helpers if h in _REDUCE_TWINS]
+    if twins:
+        parts.append("if INTERPRETED:  # the interpreter runs a reduction's combine function "
+                     "outside a kernel,\n    # where it cannot call another: plain twins there\n"
+                     + "\n".join(twins))
+    parts += [k.source for k in seed.kernels]
+    state = [a.split(":", 1)[1] for a in seed.args if a.startswith("state:")]
+    if state:
+        parts.append(DECLARE.strip("\n"))
+    parts.append(_model(seed, state, trace))
+    return "\n\n\n".join(p.strip("\n") for p in parts) + "\n"
+
+
+def _interpreted_libdevice(names: list[str]) -> str:
+    out = ["if INTERPRETED:  # the interpreter has no libdevice: these twins run there"]
+    members = []
+    for name in names:
+        expr = _TWINS.get(name)
+        if expr is None:
+            out.append(f"    raise ImportError('no interpreter twin for libdevice.{name}')")
+            continue
+        out += ["", "    @triton.jit", f"    def _ld_{name}(x, y=0.0):", f"        return {expr}"]
+        members.append(f"{name}=_ld_{name}")
+    if members:
+        out += ["", "    class libdevice:  # noqa: N801 - stands in for the module",
+                *[f"        {m.replace('=', ' = ')}" for m in members]]
+    return "\n".join(out)
+
+
+def _model(seed: Seed, state: list[str], trace: OpTrace | None) -> str:
+    entries = {s.name: {"shape": s.shape, "dtype": s.dtype.replace("torch.", ""),
+                        "parameter": s.kind == "parameter"}
+               for s in (trace.state if trace is not None else [])} | seed.state
+    init = ["    def __init__(self, *init_args):", "        super().__init__()"]
+    for name in state:
+        entry = entries.get(name)
+        if entry is None:
+            raise ValueError(f"neither the capture nor the trace has state {name}")
+        dims = ", ".join(str(int(d)) for d in entry["shape"])
+        init.append(f'        _declare(self, "{name}", ({dims}{"," if len(entry["shape"]) == 1 else ""}), '
+                    f"torch.{entry['dtype']}, {entry['parameter']})")
+    body = ["    def forward(self, *inputs):",
+            "        device = next(t.device for t in inputs if isinstance(t, torch.Tensor))",
+            "        args = ["]
+    for a in seed.args:
+        kind, what = a.split(":", 1)
+        if kind == "state":
+            getter = "get_parameter" if entries[what]["parameter"] else "get_buffer"
+            body.append(f'            self.{getter}("{what}"),')
+        else:  # Inductor compiled for contiguous inputs (its size/stride asserts are dropped)
+            body.append(f"            inputs[{what}].contiguous(),")
+    body += ["        ]", f"        {', '.join(seed.arg_names)}{',' if len(seed.arg_names) == 1 else ''}"
+             " = args"]
+    for line in seed.body:
+        if line.startswith("return "):
+            line = "result = " + line[len("return "):]
+        body.append("        " + line)
+    body.append("        return result[0]" if seed.outputs == -1 else "        return tuple(result)")
+    doc = '    """Inductor\'s wrapper (call) as a forward: its buffers, library calls and launches."""'
+    return "\n".join(["class ModelNew(nn.Module):", doc, "", *init, "", *body])
