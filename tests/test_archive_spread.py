@@ -73,9 +73,12 @@ def test_matched_templates_spread_over_cells(example, examples_dir):
               "matmul_bias_relu": [torch.randn(64, 128), torch.randn(128, 96),
                                    torch.randn(96)]}[example]
     model = ns["Model"](*ns["get_init_inputs"]())
-    name, cells = _family_cells(task, _probe(model, inputs, traced=False))
+    # gelu: the hand-written elementwise family; the others the compiler's, from the trace
+    name, cells = _family_cells(task, _probe(model, inputs, traced=example != "gelu"))
     assert len(cells) >= 3, (name, cells)
-    assert all(c[0] == "template" and c[2] >= 0 and c[3] > 0 for c in cells), cells
+    assert all(c[0] in ("template", "library") and c[2] >= 0 and c[3] > 0 for c in cells), cells
+    if example == "matmul_bias_relu":  # the GEMM in Triton, or cuBLAS with Triton around it
+        assert {c[0] for c in cells} == {"template", "library"}, cells
 
 
 TRACED = {
@@ -133,6 +136,13 @@ def test_hand_written_and_library_code_have_their_own_kinds():
     assert kernel_features(cuda) == {"kind": "hand", "launches": 1, "tile": 8, "warps": 8}
     seed = "from torch._inductor.runtime import triton_heuristics\ntriton_poi_0.run(x, y)"
     assert kernel_features(seed)["kind"] == "inductor"
+    # what the offline generator writes: a seed rewritten without Inductor, a library-backed plan
+    rewritten = "aten = torch.ops.aten\nbuf0 = aten.mm(x, w)\ntriton_poi_0[grid](buf0, XBLOCK=64)"
+    assert kernel_features(rewritten, {"template": "inductor_seed", "K0": 1})["kind"] == "inductor"
+    backed = "BLOCK = 1024\nbuf0 = torch.ops.aten.addmm(b, x, w)\n_k1[grid](buf0, BLOCK=BLOCK)"
+    f = kernel_features(backed, {"template": "fused_matmul", "LIBRARY": 1, "BLOCK_M": 64,
+                                 "BLOCK_N": 64, "BLOCK": 1024})
+    assert f["kind"] == "library" and f["launches"] == 2 and f["tile"] == 10  # BLOCK_M/N pinned
     assert kernel_features("") == {"kind": "", "launches": -1, "tile": -1, "warps": -1}
 
 

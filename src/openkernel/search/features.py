@@ -15,8 +15,8 @@ of each *kind* rather than many copies of one:
 * ``warps``: warps per program (num_warps, or CUDA threads per block / 32): the parallelism
   inside a program, which trades registers per thread against latency hiding.
 
-All come from the code itself (or the offline template's params), so LLM and offline
-candidates share one archive; -1 (or "" for the kind) where the code does not say.
+All come from the code itself (or the offline family's params its code uses), so LLM and
+offline candidates share one archive; -1 (or "" for the kind) where the code does not say.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ _INDUCTOR_LAUNCH = re.compile(r"\b(triton_\w+)\.run\(")
 _LIBRARY = re.compile(
     r"\b(?:torch\.(?:mm|matmul|bmm|addmm|baddbmm|einsum|conv\w*|convolution)"
     r"|(?:F|functional)\.(?:conv\w*|linear|scaled_dot_product_attention)"
+    r"|(?:torch\.ops\.)?aten\.(?:mm|bmm|addmm|baddbmm|_addmm_activation|\w*conv\w*)"
     r"|extern_kernels\.\w+|at::(?:mm|matmul|bmm|addmm|conv\w*)|cublas\w+|cudnn\w+)\s*\(")
 _MATMUL_OP = re.compile(r"[\w\)\]]\s+@\s+[\w\(]")  # `a @ b` (a decorator starts a line)
 _INDUCTOR = re.compile(r"\btriton_heuristics\b|\btorch\._inductor\b")
@@ -62,7 +63,7 @@ def _code_only(code: str) -> str:
 
 
 def _kind(code: str, params: dict, origin: str) -> str:
-    if origin == "inductor" or _INDUCTOR.search(code):
+    if origin == "inductor" or params.get("template") == "inductor_seed" or _INDUCTOR.search(code):
         return "inductor"
     if _LIBRARY.search(code) or _MATMUL_OP.search(code):
         return "library"
@@ -83,7 +84,9 @@ def _launches(code: str) -> int:
 def _work(values: dict) -> int | None:
     """Elements one program handles, from tile-like tunables or constants."""
     ints = {k: v for k, v in values.items() if isinstance(v, int) and v > 0}
-    blocks = [v for k, v in ints.items() if k.startswith("BLOCK") and not k.endswith("_K")]
+    # A GEMM's output tile where there is one (a compiled family pins its other BLOCKs).
+    blocks = [ints[k] for k in ("BLOCK_M", "BLOCK_N") if k in ints] or [
+        v for k, v in ints.items() if k.startswith("BLOCK") and not k.endswith("_K")]
     if blocks:
         return math.prod(blocks) * ints.get("UNROLL", 1)
     for key in ("TILE", "MAX_FUSED"):
@@ -110,7 +113,9 @@ def kernel_features(code: str, params: dict | None = None, origin: str = "") -> 
     """Feature coordinates of a candidate: ``kind``, ``launches``, ``tile``, ``warps``."""
     params = params or {}
     code = _code_only(code or "")
-    values = {k: v for k, v in params.items() if k != "template"}
+    # The params its code uses: a compiled family pins the tunables its plan leaves out.
+    values = {k: v for k, v in params.items() if k != "template"
+              and (not code.strip() or re.search(rf"\b{re.escape(k)}\b", code))}
     work = _work(values)
     if work is None:
         found: dict[str, int] = {}
