@@ -66,10 +66,17 @@ def test_a_database_from_before_the_run_liveness_columns_still_reads(sample, tmp
     is; the engine's Store adds the columns when it opens it."""
     import shutil
 
-    from openkernel.store import Store
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from openkernel.store import Store, migrate
 
     old = tmp_path / "old.sqlite3"
     shutil.copy(sample["path"], old)
+    engine = create_engine(f"sqlite:///{old}")
+    with engine.begin() as conn:  # the tables migrations began with (no later columns)
+        command.downgrade(migrate._config(conn), "0001")
+    engine.dispose()
     with sqlite3.connect(old) as conn:
         conn.execute("DROP INDEX ix_kernels_job_candidates")
         for column in ("engine_host", "engine_pid", "heartbeat_at"):
