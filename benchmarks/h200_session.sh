@@ -2,7 +2,7 @@
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
-#         kb-bench, kb-walls, inductor-capture, templated, ray-vs-local.
+#         kb-bench, kb-walls, inductor-capture, templated, ray-vs-local, memory-heatmap.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -106,6 +106,13 @@ PY
     # under $OUT/inductor; copy tests/data/inductor/*.json from there to replace the stand-in captures
     timeout "${T:-500}" python3 benchmarks/capture_inductor.py tests/data/inductor/*.py \
       $(ls "${KB:-.kbsel}"/level*/*.py 2>/dev/null | head -"${N:-60}") --out "$OUT/inductor" 2>&1 | tail -70 ;;
+  memory-heatmap)  # issue 25: a GELU job profiled with eval_config.profile_memory (Nsight Compute's
+    # memory workload tables); $OUT/kernels.sqlite3 comes back, then on a machine with Chromium:
+    # python benchmarks/memory_heatmap.py screenshot --db OUT/kernels.sqlite3 (docs/memory-heatmap.png)
+    CUDA_VISIBLE_DEVICES=0 timeout "${T:-400}" python3 benchmarks/memory_heatmap.py run --out "$OUT" 2>&1 | tail -20
+    if [ -x /usr/bin/chromium ] && python3 -c "import playwright" 2>/dev/null; then
+      python3 benchmarks/memory_heatmap.py screenshot --db "$OUT/kernels.sqlite3" --png "$OUT/memory-heatmap.png"
+    fi ;;
   templated)  # issue 13: a templated Triton matmul (48 combinations) and CUDA C++ GELU (16), judged
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-420}" python3 benchmarks/templated_sweep.py \
       ${ONLY:+--only $ONLY} --out "$OUT/templated.json" 2>&1 | tail -20 ;;

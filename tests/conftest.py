@@ -56,3 +56,33 @@ def postgres():
     pytest.importorskip("psycopg", reason="needs psycopg 3 (pip install 'openkernel[postgres]')")
     with PostgresServer(bindir) as server:
         yield server
+
+
+POINTWISE_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """relu(x) * 2: two pointwise ops, the offline generator's fused_pointwise template,
+    whose space on the CPU is 3 combinations (one candidate's sweep judges all of them)."""
+
+    def forward(self, x):
+        return torch.relu(x) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(37, 100)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.fixture
+def pointwise_task(tmp_path) -> Path:
+    """A task whose offline space is spent by its first candidate (Triton only): the next
+    branch has nothing new, so the job ends early."""
+    path = tmp_path / "relu_x2.py"
+    path.write_text(POINTWISE_TASK)
+    return path

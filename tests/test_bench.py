@@ -88,6 +88,12 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     assert data["fast_p"]["1"] == sum(s > 1 for s in speedups) / 3
     assert data["n_correct"] == 2 and data["geomean_compile"] is None  # no torch.compile on the CPU
     assert "fast_0 0.67" in first.stdout
+    # the reference is timed beside each candidate on the CPU too: its eager time is shown; and
+    # each problem's progress line gives the time its table row gives
+    assert rows["level1/19_ReLU"]["eager_ms"] > 0 and rows["level1/89_sort"]["eager_ms"] is None
+    for name, row in rows.items():
+        line = next(ln for ln in first.stdout.splitlines() if ln.strip().startswith(name + " "))
+        assert f"{row['time_s']:6.1f} s" in line, (line, row["time_s"])
     # every table says what fp32 GEMMs ran in; no problem here is a lone library call
     assert "fp32 GEMMs in full fp32" in first.stdout and data["precision"].startswith("fp32 GEMMs in full")
     assert data["library_bound"] == [] and all(p["library_bound"] == "" for p in data["problems"])

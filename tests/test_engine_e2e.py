@@ -13,6 +13,7 @@ from sqlalchemy import select
 import openkernel
 from openkernel import events as ev
 from openkernel.store import Kernel, Run, Store
+from openkernel.wording import speedup_text
 
 
 def _overrides(tmp_path, *extra):
@@ -129,7 +130,7 @@ def test_cli_runs_says_the_best_the_run_said(gelu_run):
     best_label = next(e.label for e in events if isinstance(e, ev.CandidateEvaluated)
                       and e.program.id == finished.best_program_id)
     assert (task, state, candidates) == ("gelu", "completed", "4")
-    assert best == f"{finished.best_speedup:.2f}x ({best_label})" and "1.00x" not in best
+    assert best == f"{speedup_text(finished.best_speedup)} ({best_label})" and "1.00x" not in best
     assert hardware.startswith("CPU")
     row = next(j for j in Store(tmp / "k.sqlite3").list_jobs() if j["job_name"] == "e2e")
     assert row["best_id"] == finished.best_program_id and row["candidates"] == 4
@@ -181,6 +182,7 @@ def _cli(*args, cwd=None, timeout=300):
 def test_cli_bad_input_is_one_message(tmp_path, examples_dir):
     r = _cli("run", str(tmp_path / "nope"))
     assert r.returncode == 2 and "no such task" in r.stderr and "Traceback" not in r.stderr
+    assert r.stdout == "" and r.stderr.startswith("error: ")  # no blank line before it
     r = _cli("run", str(examples_dir / "gelu"), "--set", "max_iterz=1")
     assert r.returncode == 2 and "unknown key 'max_iterz'" in r.stderr and "Traceback" not in r.stderr
     r = _cli("eval", str(examples_dir / "gelu"), str(tmp_path / "missing.py"))
@@ -241,7 +243,7 @@ def test_cli_run_words(tmp_path, examples_dir):
     assert "offline (offline)" not in r.stdout
     args[args.index("max_iters=1")] = "max_iters=2"
     r = _cli(*args)  # resumed: the job's count, and this run's
-    assert "completed: 2 candidates (1 judged in this run)," in r.stdout, r.stdout
+    assert "completed: 2 candidates (1 in this run)," in r.stdout, r.stdout  # "judged": the tally's word
 
 
 def test_cli_task_that_fails_to_load_says_so_once(tmp_path):
@@ -285,6 +287,9 @@ def test_cli_eval_json(tmp_path, gelu_run, examples_dir):
     data = json.loads(r.stdout)
     assert data["status"] in ("faster", "correct") and data["correctness"] is True
     assert data["runtime_stats"]["n_trials"] >= 1
+    # the roofline estimate the search adds, labelled an estimate, on this path too
+    assert data["profiler_data"]["estimate"] is True
+    assert data["profiler_data"]["arithmetic_intensity"] == pytest.approx(1 / 8)
 
 
 @pytest.mark.slow
@@ -293,7 +298,7 @@ def test_kill_9_keeps_candidates_and_resumes(tmp_path, examples_dir):
     args = ["run", str(examples_dir / "gelu"), "--set", "job_name=killed", "--set", "max_iters=3",
             "--set", "branches_per_iteration=2", "--set", f"paths.kernels_db_path={db}",
             "--set", f"paths.scratch_dir={tmp_path / 'scratch'}", "--set", "eval_config.max_workers=1",
-            # one combination per candidate: six of the CPU's twelve, so none runs out
+            # one combination per candidate: six of the CPU's 90, so none runs out
             "--set", "prompt.max_template_combinations=1"]
     proc = subprocess.Popen([sys.executable, "-m", "openkernel.cli", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -320,7 +325,7 @@ def test_kill_9_keeps_candidates_and_resumes(tmp_path, examples_dir):
     assert len(stored) >= count
     r = _cli(*args)
     assert r.returncode == 0, r.stderr
-    assert f"completed: 6 candidates ({6 - (len(stored) - 1)} judged in this run)" in r.stdout
+    assert f"completed: 6 candidates ({6 - (len(stored) - 1)} in this run)" in r.stdout
     rows = Store(db).job_kernels("gelu", "killed")
     assert stored <= {r.id for r in rows}
     labels = sorted(r.label for r in rows if not r.is_program0)
@@ -393,36 +398,48 @@ def test_flops_are_counted_or_said_unknown(tmp_path, examples_dir):
     assert "FLOPs not counted" in facts and "intensity 0.00" not in facts
 
 
-def test_an_exhausted_sweep_ends_the_job_with_the_critics_word_and_its_traces(tmp_path,
-                                                                             examples_dir):
-    """The offline generator's space runs out (gelu's elementwise template: 12 combinations
-    on the CPU) before max_iters: the job ends there, completed, the critic still has the
-    last word, and the trace dataset holds each candidate as its winner's concrete code."""
-    import torch
-
-    from openkernel.generators.offline import FAMILIES
+def test_an_exhausted_sweep_ends_the_job_with_the_critics_word_and_its_traces(
+        tmp_path, pointwise_task):
+    """The offline generator's space runs out (fused_pointwise: 3 combinations on the CPU,
+    judged by iteration 0's two candidates) before max_iters: the branches it had nothing for
+    are withdrawn (no row, no "not judged"), the job ends there, completed, says why and at
+    what count of the planned, the critic still has the last word, and the trace dataset holds
+    each candidate as its winner's concrete code."""
     from openkernel.store.traces import read_dataset
     from openkernel.templating import is_template
 
-    # every candidate judges at least one new point, so the space runs out within its size
-    space = len(FAMILIES[0].space(not torch.cuda.is_available(), "triton"))
-    events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
-        tmp_path, "job_name=sweep", f"max_iters={space + 1}", "branches_per_iteration=1",
+    events = list(openkernel.optimize(pointwise_task, overrides=_overrides(
+        tmp_path, "job_name=sweep", "max_iters=3", "branches_per_iteration=2",
         "traces.enabled=true", f"traces.dir={tmp_path / 'traces'}")))
     finished = events[-1]
-    assert finished.reason == "completed" and finished.candidates < space, finished
+    assert finished.reason == "completed" and finished.candidates == 2, finished
+    assert finished.planned == 6 and "every combination" in finished.ended_early
+    assert finished.tally.words() == "2 candidates"
+    withdrawn = [e for e in events if isinstance(e, ev.CandidateWithdrawn)]
+    assert sorted(e.label for e in withdrawn) == ["i1-b0", "i1-b1"]
+    started = {e.label for e in events if isinstance(e, ev.CandidateStarted)}
+    judged = {e.label for e in events if isinstance(e, ev.CandidateEvaluated)}
+    assert started - judged == {"i1-b0", "i1-b1"} and judged == {"i0-b0", "i0-b1"}
+    assert not any(isinstance(e, ev.CandidatePhaseChanged) and e.phase == "abandoned"
+                   for e in events)
     ends = [i for i, e in enumerate(events)
-            if isinstance(e, ev.LogEmitted) and "The search ends after iteration" in e.message]
+            if isinstance(e, ev.LogEmitted) and "The search ends after iteration 1" in e.message]
     assert len(ends) == 1 and "every combination" in events[ends[0]].message
     assert any(isinstance(e, ev.CriticDiagnosed) for e in events[ends[0]:])
     traced = read_dataset(tmp_path / "traces").to_pylist()
-    rows = [r for r in Store(tmp_path / "k.sqlite3").job_kernels("gelu", "sweep")
+    rows = [r for r in Store(tmp_path / "k.sqlite3").job_kernels("relu_x2", "sweep")
             if not r.is_program0]
     assert sorted(t["kernel_id"] for t in traced) == sorted(r.id for r in rows)
+    assert len(rows) == 2
     assert all(t["session_status"] == "completed" for t in traced)
-    # each candidate a sweep of untried points (a lone point judged as it is): 12 in all, once
     points = [tuple(sorted(c["params"].items())) for r in rows
               for c in (r.template_results or {}).get("combinations") or [
                   {"params": {k: v for k, v in r.meta["params"].items() if k != "template"}}]]
-    assert len(points) == len(set(points)) == space
+    assert len(points) == len(set(points)) == 3
     assert not any(is_template(t["kernel_code"]) for t in traced if t["kernel_code"])
+    # `openkernel run` ends its bar at what was done and says why (the run is stored: resume)
+    r = _cli("run", str(pointwise_task), *sum((["--set", o] for o in _overrides(
+        tmp_path, "job_name=sweep", "max_iters=3", "branches_per_iteration=2")), []))
+    assert r.returncode == 0, r.stderr
+    assert "ended at 2 of 6 planned: every combination" in r.stdout
+    assert not r.stdout.startswith("\n")

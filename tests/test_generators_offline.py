@@ -262,7 +262,8 @@ def test_params_flow_mutation_and_recombination(examples_dir):
             judged=frozenset(param_key("elementwise", p.params) for p in starts)))
         tunables = {k: v for k, v in child.params.items() if k != "template"}
         assert child.params != starts[0].params
-        assert set(tunables) == {"BLOCK", "UNROLL", "num_warps"}
+        assert set(tunables) == {"BLOCK", "UNROLL", "PERSISTENT", "EVICT", "num_warps",
+                                 "num_stages"}
         assert child.description.startswith("gelu elementwise, BLOCK=")
         assert "from parent" in child.description
         assert "Parent: i0-b0 (par), status faster" in child.prompt
@@ -285,7 +286,7 @@ def test_sweeps_cover_the_space_without_repeats_then_say_so(examples_dir):
     space = {tuple(sorted(p.items())) for p in
              __import__("openkernel.generators.offline", fromlist=["FAMILIES"]).FAMILIES[0]
              .space(True, "triton")}
-    assert len(space) == 12  # CPU choices of the elementwise template: 4 x 3 x 1
+    assert len(space) == 90  # CPU choices of the elementwise template: 5 x 3 x 3 x 2 x 1 x 1
     judged = {param_key(template, v.params)[1] for v in start.variants}
     assert 2 <= len(start.variants) <= 3 and "a sweep of" in start.description
     assert start.code == start.variants[0].code  # the proposal's code is the sweep's point
@@ -293,7 +294,7 @@ def test_sweeps_cover_the_space_without_repeats_then_say_so(examples_dir):
                      metadata={"params": start.params, "branch": 0})
     parent.add_eval_results(EvalResult(compiled=True, correctness=True, runtime=1.0,
                                        runtime_improvement=1.2, perf_score=4))
-    for i in range(20):
+    for i in range(100):
         fresh = make_generator(Config())  # what the job judged comes from the request alone
         child = fresh.propose(ProposalRequest(
             task=task, probe=probe, backend="triton", iteration=1, branch=i, parent=parent,

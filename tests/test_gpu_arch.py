@@ -38,10 +38,14 @@ def test_gpu_arch_takes_one_target_or_several():
     assert config.gpu_archs == ["sm_90", "sm_80", "sm_90a"]  # normalised, repeats dropped
     assert build_config({}).gpu_archs == [] and build_config({"gpu_arch": []}).gpu_arch is None
     assert build_config({}, ["gpu_arch=[sm_90, sm_80]"]).gpu_archs == ["sm_90", "sm_80"]
+    # the seed's comma form, in YAML and on the command line
+    assert build_config({"gpu_arch": "sm_90,sm_80"}).gpu_archs == ["sm_90", "sm_80"]
+    assert build_config({}, ["gpu_arch=sm_90, SM_80"]).gpu_archs == ["sm_90", "sm_80"]
 
 
 @pytest.mark.parametrize("value, bad", [("sm90", "'sm90'"), (["sm_90", "hopper"], "'hopper'"),
-                                        (["sm_90", 80], "80"), (7, "7")])
+                                        (["sm_90", 80], "80"), (7, "7"),
+                                        ("sm_90,hopper", "'hopper'")])
 def test_a_bad_architecture_is_named_in_one_message(value, bad):
     with pytest.raises(ConfigError) as err:
         build_config({"gpu_arch": value})

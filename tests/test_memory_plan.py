@@ -163,6 +163,8 @@ def test_cpu_plan_has_no_device_budget():
     plan = plan_memory(Footprint(input_bytes=1 << 20, output_bytes=1 << 20, peak_bytes=2 << 20), CPU,
                        max_workers_per_gpu=2)
     assert plan.budget_bytes == 0 and plan.precision_set == "main"
+    line = describe(plan)  # the log's line: no GPU, so no per-GPU sharing to speak of
+    assert "GPU" not in line and "overlapping" not in line and "memory limit" in line
 
 
 # -- comparisons in blocks --------------------------------------------------------------------

@@ -121,3 +121,92 @@ def test_ceilings_cache_round_trip(tmp_path):
     ceilings.save(entry, path)
     ceilings.save({**entry, "device": "old", "version": -1}, path)
     assert ceilings.load_all(path) == {"NVIDIA H200": entry}  # stale versions are ignored
+
+
+# -- the memory workload tables (eval_config.profile_memory) -------------------------------------
+# A FORMAT SAMPLE, not a measurement: the layout `ncu --csv --page raw` prints (its documented
+# raw page: a header row of the launch's columns then one column per metric, a row of units,
+# then a row per kernel launch), with made-up numbers for two launches of a GELU kernel. The
+# real thing comes from the H200 (benchmarks/h200_session.sh memory-heatmap).
+RAW_HEADER = ['"ID"', '"Process ID"', '"Process Name"', '"Host Name"', '"Kernel Name"',
+              '"Context"', '"Stream"', '"Block Size"', '"Grid Size"', '"Device"', '"CC"']
+RAW_METRICS = [  # metric, unit, launch 0, launch 1
+    ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "", "262,144", "131,072"),
+    ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "sector", "1,048,576", "524,288"),
+    ("l1tex__t_sector_pipe_lsu_mem_global_op_ld_hit_rate.pct", "%", "0", "30"),
+    ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum", "sector", "1,048,576", "524,288"),
+    ("smsp__sass_inst_executed_op_global_st.sum", "inst", "262,144", "131,072"),
+    ("lts__t_sectors_srcunit_tex_op_read.sum", "sector", "1,048,576", "524,288"),
+    ("lts__t_sector_op_read_hit_rate.pct", "%", "12.5", "12.5"),
+    ("dram__bytes_read.sum", "Mbyte", "33.55", "16.78"),
+    ("dram__bytes_write.sum", "Mbyte", "33.55", "16.78"),
+    ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "20", "20"),  # not a table's
+]
+
+
+def _raw_sample() -> str:
+    def line(cells):
+        return ",".join(c if c.startswith('"') else f'"{c}"' for c in cells)
+
+    launch = ["1", "python3", "h", "_act_kernel", "1", "7", "(128, 1, 1)", "(4096, 1, 1)", "0",
+              "9.0"]
+    return "\n".join([
+        "==PROF== Connected to process 1",
+        line(RAW_HEADER + [m for m, *_ in RAW_METRICS]),
+        line([""] * len(RAW_HEADER) + [u for _, u, *_ in RAW_METRICS]),
+        line(["0", *launch] + [a for *_, a, _ in RAW_METRICS]),
+        line(["1", *launch] + [b for *_, b in RAW_METRICS]),
+        "==PROF== Disconnected from process 1",
+    ])
+
+
+def test_memory_tables_from_the_raw_page():
+    from openkernel.evaluation.host.ncu_memory import (
+        SECTION, MemoryProfile, memory_tables, parse_raw_csv,
+    )
+    from openkernel.evaluation.host.ncu import wrapper
+
+    launches = parse_raw_csv(_raw_sample())
+    assert len(launches) == 2 and "sm__throughput.avg.pct_of_peak_sustained_elapsed" not in launches[0]
+    tables = memory_tables(launches)
+    cells = {(c["unit"], c["kind"]): c for c in tables["cells"]}
+    assert tables["kernels"] == 2 and set(cells) == {
+        ("L1/TEX", "global load"), ("L1/TEX", "global store"), ("L2", "read"), ("DRAM", "read"),
+        ("DRAM", "write")}
+    load = cells[("L1/TEX", "global load")]
+    assert load["requests"] == 393216 and load["sectors"] == 1572864
+    assert load["bytes"] == 1572864 * 32  # sectors of 32 bytes
+    assert load["hit_rate_pct"] == pytest.approx(10.0)  # weighted by each launch's sectors
+    assert cells[("L1/TEX", "global store")]["instructions"] == 393216
+    assert cells[("DRAM", "read")]["bytes"] == pytest.approx(50.33e6)  # Mbyte scaled to bytes
+    assert cells[("L2", "read")]["hit_rate_pct"] == pytest.approx(12.5)
+    assert memory_tables(parse_raw_csv("==ERROR== no kernels were profiled")) == {}
+    cmd = wrapper(MemoryProfile("/usr/bin/ncu"))(["python3", "-m", "w"])
+    assert cmd[:3] == ["/usr/bin/ncu", "--clock-control", "none"] and cmd[-3:] == ["python3", "-m", "w"]
+    assert cmd[cmd.index("--section") + 1] == SECTION and cmd[cmd.index("--page") + 1] == "raw"
+    assert wrapper("/usr/bin/ncu")(["python3"])[:3] == ncu_command("/usr/bin/ncu", ["python3"])[:3]
+
+
+@pytest.mark.gpu
+def test_memory_tables_of_a_real_kernel(tmp_path, examples_dir):
+    """On a GPU with ncu: a correct GELU candidate's memory tables, stored in its profile."""
+    from openkernel.config import build_config
+    from openkernel.evaluation.host.executor import Evaluator
+    from openkernel.evaluation.host.ncu import find_ncu
+    from openkernel.task import load_task
+
+    if find_ncu() is None:
+        pytest.skip("needs Nsight Compute (ncu)")
+    config = build_config({"paths": {"scratch_dir": str(tmp_path)},
+                           "eval_config": {"profile_memory": True}})
+    ev = Evaluator(load_task(examples_dir / "gelu"), config, None)
+    try:
+        assert ev.probe().ok
+        code = (examples_dir.parent / "tests" / "candidates" / "good_gelu.py").read_text()
+        result = ev.evaluate(code, "triton", "mem")
+    finally:
+        ev.close()
+    tables = result.profiler_data["memory_tables"]
+    cells = {(c["unit"], c["kind"]): c for c in tables.get("cells", [])}
+    assert cells, tables
+    assert cells[("DRAM", "read")]["bytes"] > 0 and cells[("L1/TEX", "global load")]["sectors"] > 0

@@ -45,10 +45,10 @@ def test_program_round_trip():
 
 def test_features_from_code_and_params():
     f = kernel_features("k[grid](x, y, n, BLOCK_SIZE=1024, num_warps=4)")
-    assert f == {"tile": 4, "warps": 2}
-    assert kernel_features("", {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8})["tile"] == 7
-    assert kernel_features("kernel<<<blocks, 256>>>(x)")["warps"] == 3
-    assert kernel_features("no hints") == {"tile": -1, "warps": -1}
+    assert f == {"kind": "hand", "launches": 1, "tile": 10, "warps": 4}
+    assert kernel_features("", {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8})["tile"] == 14
+    assert kernel_features("kernel<<<blocks, 256>>>(x)")["warps"] == 8
+    assert kernel_features("no hints") == {"kind": "hand", "launches": -1, "tile": -1, "warps": -1}
 
 
 def test_archive_keeps_best_per_cell_and_samples():
@@ -65,7 +65,7 @@ def test_archive_keeps_best_per_cell_and_samples():
     assert {p.id for p in arch.elites.values()} == {"a", "c"}
     assert arch.best.id == "c" and arch.best_speedup == 1.5
     assert arch.sample_parent(rng).id == "c"  # pure exploitation with a full tournament
-    insp = arch.sample_inspirations(arch.elites[(4, 2)], 2, rng)
+    insp = arch.sample_inspirations(arch.elites[("", -1, 10, 4)], 2, rng)  # the cell of "a"
     assert [p.id for p in insp] == ["c"]
 
 
@@ -91,3 +91,39 @@ def test_control_pause_resume_stop():
     c.pause()
     c.stop()
     assert c.wait_while_paused(0.05) is False
+
+
+def test_the_seeds_schema_whole(tmp_path):
+    """Program.update_Kernel and Program.populate_kernel_from_exec_result write a real kernels
+    row; a build (a sweep's variant import) returns the seed's CompilationResult."""
+    from openkernel.evaluation.worker.sweep import build_variant
+    from openkernel.schemas import CompilationResult
+    from openkernel.store import Kernel, Store
+
+    store = Store(tmp_path / "k.sqlite3")
+    run = store.start_run(task_name="t", job_name="j", backend="triton")
+    p = _prog("p1", 1.4, code="k[grid](x, BLOCK=1024)", params={"template": "x", "BLOCK": 1024})
+    p.metadata.update(label="i0-b2", branch=2, origin="offline", description="a kernel")
+    with store.session() as s, s.begin():
+        row = Kernel(run_id=run.id, task_name="t", job_name="j")
+        p.update_Kernel(row)
+        s.add(row)
+    row = store.get_kernel("p1")
+    assert (row.label, row.branch, row.status, row.runtime_improvement) == ("i0-b2", 2, "faster", 1.4)
+    assert row.meta["params"]["BLOCK"] == 1024 and row.code == p.code and row.score == p.score
+    slower = EvalResult(compiled=True, correctness=True, runtime=2.0, runtime_improvement=0.7,
+                        perf_score=3, eval_log="again", metadata={"timing_method": "wall"})
+    with store.session() as s, s.begin():
+        row = s.get(Kernel, "p1")
+        Program.populate_kernel_from_exec_result(row, slower)
+    row = store.get_kernel("p1")
+    assert (row.status, row.runtime, row.eval_log) == ("correct", 2.0, "again")
+    assert row.meta["timing_method"] == "wall" and row.meta["params"]["BLOCK"] == 1024  # kept
+    store.close()
+    good, bad = tmp_path / "good.py", tmp_path / "bad.py"
+    good.write_text("class ModelNew:\n    pass\n")
+    bad.write_text("raise ImportError('no such extension')\n")
+    built, failed = build_variant(str(good), 0), build_variant(str(bad), 1)
+    assert isinstance(built, CompilationResult) and built.compile_success and built.idx == 0
+    assert built.binary.ModelNew.__name__ == "ModelNew"
+    assert not failed.compile_success and failed.binary is None and "no such extension" in failed.error

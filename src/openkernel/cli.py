@@ -1,5 +1,5 @@
-"""`openkernel`: run a search, evaluate one kernel, list runs, show a stored kernel, export,
-move or upgrade a database."""
+"""`openkernel`: run a search, evaluate one kernel, list runs, show a stored kernel or a job's
+archive, export, move or upgrade a database."""
 
 from __future__ import annotations
 
@@ -42,11 +42,19 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--search", default="", help="only jobs whose task or job name holds this")
 
     show = sub.add_parser("show", help="print one stored kernel: every field")
-    show.add_argument("kernel_id")
+    show.add_argument("kernel_id", help="its id, or the start of it (unique in the database)")
     show.add_argument("--db", default=None)
     show.add_argument("--json", action="store_true", help="every field as one JSON object")
     show.add_argument("--field", default=None, metavar="NAME",
                       help="print one field alone (e.g. code, prompt, answer, metadata)")
+
+    archive = sub.add_parser("archive", help="a job's MAP-Elites archive: the cells its "
+                             "candidates filled and each cell's best (elite)")
+    archive.add_argument("job", nargs="?", default=None, help="the job (default: the most "
+                         "recently active one)")
+    archive.add_argument("--task", default=None, help="the task, where two tasks have the job")
+    archive.add_argument("--db", default=None, help="database: file or postgresql:// URL "
+                         "(default runs/kernels.sqlite3)")
 
     export = sub.add_parser("export", help="write traces or fine-tuning pairs from a database")
     what = export.add_subparsers(dest="what", required=True)
@@ -120,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
         return {"run": cmd_run, "eval": cmd_eval, "runs": cmd_runs, "show": cmd_show,
-                "export": cmd_export, "bench": cmd_bench, "db": cmd_db, "mcp": cmd_mcp}[args.command](args)
+                "archive": cmd_archive, "export": cmd_export,
+                "bench": cmd_bench, "db": cmd_db, "mcp": cmd_mcp}[args.command](args)
     except OpenKernelError as err:
         err_console.print("[bold red]error:[/] ", end="", highlight=False)
         # "[postgres]" is not markup; a provider may have echoed a key into the message
@@ -149,15 +158,20 @@ def cmd_run(args) -> int:
 
     import openkernel
     from openkernel import events as ev
+    from openkernel.records import device_words
+    from openkernel.wording import speedup_text
 
     finished = started = None
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[best]}"), TimeElapsedColumn(), console=console,
-                  transient=False) as progress:
-        bar = None
+    # Shown from the run's start only: a run refused its input prints its one error line alone.
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[best]}"), TimeElapsedColumn(), console=console,
+                        transient=False)
+    bar = None
+    try:
         for event in openkernel.optimize(args.target, overrides=args.overrides):
             if isinstance(event, ev.RunStarted):
                 started = event
+                progress.start()
                 total = event.max_iters * event.branches_per_iteration
                 bar = progress.add_task(f"{event.task_name}/{event.job_name}", total=total,
                                         best="best: -",
@@ -165,14 +179,15 @@ def cmd_run(args) -> int:
                 generator = ("offline templates" if event.generator == "offline"
                              else f"model{'s' if len(event.models) > 1 else ''}: "
                                   f"{', '.join(event.models)}")
-                progress.console.print(f"{event.hardware} | {event.backend} | {generator} | "
-                                       f"db: {event.db_path}", highlight=False)
+                progress.console.print(f"{device_words(event.hardware, event.backend)} | "
+                                       f"{event.backend} | {generator} | db: {event.db_path}",
+                                       highlight=False)
             elif isinstance(event, ev.CandidateEvaluated) and bar is not None:
-                sp = f"{event.speedup:.2f}x" if event.speedup > 0 else "-"
-                best = f"best: {event.best_speedup:.2f}x" if event.best_speedup > 0 else "best: -"
-                progress.update(bar, advance=1, best=best)
-                progress.console.print(f"  {event.label:8} {event.status.value:17} {sp:>8}  "
-                                       f"{event.program.metadata.get('description', '')}", highlight=False)
+                progress.update(bar, advance=1, best=f"best: {speedup_text(event.best_speedup)}")
+                progress.console.print(f"  {event.label:8} {event.status.value:17} "
+                                       f"{speedup_text(event.speedup):>8}  "
+                                       f"{event.program.metadata.get('description', '')}",
+                                       highlight=False)
             elif isinstance(event, ev.LogEmitted):
                 style = {"error": "red", "warning": "yellow"}.get(event.level, "dim")
                 progress.console.print(redact(event.message), style=style, highlight=False,
@@ -183,6 +198,12 @@ def cmd_run(args) -> int:
                 progress.console.print(f"[yellow]{event.reason}[/]", highlight=False)
             elif isinstance(event, ev.RunFinished):
                 finished = event
+                if bar is not None:  # the bar ends at what was done (the line below says why)
+                    done = progress.tasks[0].completed
+                    progress.update(bar, total=done, completed=done)
+    finally:
+        if bar is not None:  # stopping one never started would print an empty line
+            progress.stop()
     if finished is None:
         return 1
     if finished.reason == "failed":
@@ -193,12 +214,17 @@ def cmd_run(args) -> int:
         _print_spend(finished, why=False)
         # the models failed (a revoked key, a dead server): something to fix, as bad input is
         return 2 if finished.stopped_by == "models" else 1
-    best = f"{finished.best_speedup:.2f}x" if finished.best_speedup > 0 else "none correct"
-    new = (f" ({finished.new_candidates} judged in this run)"
+    best = speedup_text(finished.best_speedup, missing="none correct")
+    counted = (finished.tally.words() if finished.tally
+               else _plural(finished.candidates, "candidate"))
+    new = (f" ({finished.new_candidates} in this run)"
            if finished.new_candidates != finished.candidates else "")
-    console.print(f"\n[bold]{finished.reason}[/]: {_plural(finished.candidates, 'candidate')}{new}, "
+    console.print(f"[bold]{finished.reason}[/]: {counted}{new}, "
                   f"best speedup {best} (kernel {finished.best_program_id or '-'}), database "
                   f"{finished.db_path}", highlight=False)
+    if finished.ended_early and finished.candidates < finished.planned:
+        console.print(f"ended at {finished.candidates} of {finished.planned} planned: "
+                      f"{finished.ended_early}", highlight=False)
     _print_spend(finished)
     return 0
 
@@ -254,8 +280,14 @@ def cmd_eval(args) -> int:
     status = result.get_status()
     console.print(f"[bold]{status.value}[/]: {status.label}", highlight=False)
     if result.runtime > 0:
-        console.print(f"runtime {result.runtime:.4f} ms, speedup {result.runtime_improvement:.2f}x"
+        from openkernel.evaluation.host.ncu import format_profile
+        from openkernel.wording import speedup_text
+
+        console.print(f"runtime {result.runtime:.4f} ms, speedup "
+                      f"{speedup_text(result.runtime_improvement)}"
                       f" ({result.runtime_stats.get('n_trials', '?')} trials)", highlight=False)
+        if result.profiler_data:  # Nsight Compute's, or the analytic estimate, said as one
+            console.print(format_profile(result.profiler_data), highlight=False, markup=False)
     if result.eval_log:
         console.print(result.eval_log, highlight=False, markup=False)
     return 0
@@ -273,14 +305,33 @@ def _is_template(code: str, path: Path) -> bool:
 
 
 def _reader(db: str | None):
-    """A read-only engine on the --db database: readers never create or migrate a table."""
+    """The database opened read-only: readers never write (nor migrate), so a results file in
+    a read-only place, or one another user's engine writes, reads as well."""
     from openkernel.store import open_readonly
 
     return open_readonly(_db_path(db))
 
 
+# Columns of `openkernel runs`, and which go first when a terminal is too narrow for all:
+# the hardware, then the dates (the names, the state and the best always stay).
+_RUNS_COLUMNS = ("task", "job", "state", "candidates", "best", "hardware", "last activity")
+_RUNS_DROPPED_FIRST = ("hardware", "last activity", "candidates")
+
+
+def _fit_columns(columns: tuple[str, ...], rows: list[tuple[str, ...]], width: int) -> list[str]:
+    """The columns that fit ``width`` (each cell padded and bordered), dropping in order."""
+    need = {c: max([len(c)] + [len(r[i]) for r in rows]) + 3 for i, c in enumerate(columns)}
+    keep = list(columns)
+    for name in _RUNS_DROPPED_FIRST:
+        if sum(need[c] for c in keep) + 1 <= width:
+            break
+        keep.remove(name)
+    return keep
+
+
 def cmd_runs(args) -> int:
     from openkernel.store import summary
+    from openkernel.wording import Tally, speedup_text
 
     engine = _reader(args.db)
     try:
@@ -288,28 +339,35 @@ def cmd_runs(args) -> int:
             rows = summary.list_jobs(conn, args.search or "", limit=None)[0]
     finally:
         engine.dispose()
-    columns = ("task", "job", "state", "candidates", "best", "hardware", "last activity")
+    columns = _RUNS_COLUMNS
 
     def cells(row: dict) -> tuple[str, ...]:
-        best = (f"{row['best_speedup']:.2f}x ({row['best_label']})" if row["best_speedup"] > 0
-                else "-")
-        return (row["task_name"], row["job_name"], row["state"], str(row["candidates"]), best,
-                row["hardware"] or "-", row["last"])
+        best = (f"{speedup_text(row['best_speedup'])} ({row['best_label']})"
+                if row["best_speedup"] > 0 else "-")
+        return (row["task_name"], row["job_name"], row["state"],
+                Tally.of(row["status"]).words(noun=False), best, row["hardware"] or "-",
+                row["last"])
 
     if not console.is_terminal:  # piped: whole names, one tab-separated line per job
         print("\t".join(columns))
         for row in rows:
             print("\t".join(cells(row)))
         return 0
-    table = Table(*columns)
+    all_cells = [(*cells(r)[:-1], r["last"][:16]) for r in rows]  # to the minute on screen
+    keep = _fit_columns(columns, all_cells, console.width)
+    table = Table(*keep)
     for name, share in (("task", 4), ("job", 2)):  # the names you resume by: never cut
-        column = table.columns[columns.index(name)]
+        column = table.columns[keep.index(name)]
         column.overflow = "fold"
         longest = max((len(r[f"{name}_name"]) for r in rows), default=0)
         column.min_width = min(longest, console.width // share)
-    for row in rows:
-        table.add_row(*cells(row))
+    for row in all_cells:
+        table.add_row(*(row[columns.index(c)] for c in keep))
     console.print(table)
+    hidden = [c for c in columns if c not in keep]
+    if hidden:
+        console.print(f"[dim]{', '.join(hidden)} left out to fit {console.width} columns "
+                      "(piped, `openkernel runs` prints every column)[/]", highlight=False)
     if not rows:
         console.print("no runs in this database yet", highlight=False)
     return 0
@@ -321,47 +379,75 @@ _TEXT_FIELDS = ("description", "user_instructions", "prompt", "answer", "code", 
 
 
 def cmd_show(args) -> int:
-    from sqlalchemy import inspect, select
+    from openkernel.cli_reads import kernel_by_prefix
+    from openkernel.db_location import shown
+    from openkernel.store import open_readonly
 
-    from openkernel.store import summary
-    from openkernel.store.engines import shown
-    from openkernel.store.tables import Kernel
-
-    engine = _reader(args.db)
+    path = _db_path(args.db)
+    engine = open_readonly(path)
     try:
-        with engine.connect() as conn:  # the columns it has (an older database lacks some)
-            row = conn.execute(select(*summary.table_columns(conn, Kernel.__table__))
-                               .where(Kernel.id == args.kernel_id)).mappings().first()
+        values = kernel_by_prefix(engine, args.kernel_id, shown(path))
     finally:
         engine.dispose()
-    if row is None:
-        raise OpenKernelError(f"no kernel with id {args.kernel_id!r} in {shown(_db_path(args.db))}")
-    attrs = inspect(Kernel).column_attrs  # "meta": the metadata column
-    names = [a.key for a in attrs]
-    values = {a.key: row[a.columns[0].name] for a in attrs}
     if args.field:
-        key = "meta" if args.field == "metadata" else args.field
-        if key not in values:
-            known = sorted("metadata" if n == "meta" else n for n in names)
-            raise OpenKernelError(f"no field {args.field!r}; fields: {', '.join(known)}")
-        value = values[key]
+        if args.field not in values:
+            raise OpenKernelError(f"no field {args.field!r}; fields: {', '.join(sorted(values))}")
+        value = values[args.field]
         print(value if isinstance(value, str) else json.dumps(value, indent=2, default=str))
         return 0
     if args.json:
-        print(json.dumps({("metadata" if k == "meta" else k): v for k, v in values.items()},
-                         indent=2, default=str))
+        print(json.dumps(values, indent=2, default=str))
         return 0
-    for name in names:
+    for name, value in values.items():
         if name in _TEXT_FIELDS:
             continue
-        value = values[name]
         shown = json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
-        console.print(f"[bold]{'metadata' if name == 'meta' else name}:[/] ", end="",
-                      highlight=False)
+        console.print(f"[bold]{name}:[/] ", end="", highlight=False)
         console.print(str(shown), highlight=False, markup=False)  # values are not markup
     for name in _TEXT_FIELDS:
         console.print(f"\n[bold]{name}:[/]", highlight=False)
-        console.print(values[name] or "(empty)", highlight=False, markup=False)
+        console.print(values.get(name) or "(empty)", highlight=False, markup=False)
+    return 0
+
+
+def cmd_archive(args) -> int:
+    from openkernel.cli_reads import find_job, job_kernels
+    from openkernel.wording import speedup_text
+    from openkernel.search.occupancy import grid, occupancy
+
+    engine = _reader(args.db)
+    try:
+        job = find_job(engine, args.job, args.task)
+        kernels = job_kernels(engine, job["task_name"], job["job_name"])
+    finally:
+        engine.dispose()
+    cells = occupancy(kernels)
+    console.print(f"[bold]{job['task_name']}/{job['job_name']}[/] ({job['state']}): "
+                  f"{_plural(sum(c.tried for c in cells), 'candidate')} in "
+                  f"{_plural(len(cells), 'cell')}, "
+                  f"{sum(c.elite_id is not None for c in cells)} with a correct elite",
+                  highlight=False)
+    if not cells:
+        console.print("no candidate placed yet", highlight=False)
+        return 0
+    kinds, tiles, at = grid(cells)
+    # Transposed from the dashboard's heatmap: few kinds across, many tiles down, so it fits.
+    table = Table("tile · warps", *kinds, title="archive: the elite of each cell (green: "
+                  "faster than the reference; blue: correct)")
+    for tile in tiles:
+        out = [tile]
+        for kind in kinds:
+            cell = at.get((kind, tile))
+            if cell is None:
+                out.append("")
+            elif cell.elite_id is None:
+                out.append(f"[dim]none correct of {cell.tried}[/]")
+            else:
+                colour = "green" if cell.elite_speedup > 1 else "blue"
+                out.append(f"[{colour}]{cell.elite_label} {speedup_text(cell.elite_speedup)}[/]"
+                           f" [dim]best of {cell.tried}[/]")
+        table.add_row(*out)
+    console.print(table)
     return 0
 
 
@@ -508,15 +594,19 @@ def cmd_bench(args) -> int:
                                  problem_timeout=args.problem_timeout):
                 progress.advance(bar)
                 why = out.error or "; ".join(out.log[:1])
+                # the time the table gives it (its runs', from the database): the two agree
+                table = suite_summary(store.engine, suite)
+                row = next((p for p in table.problems if p.name == out.problem.name), None)
+                seconds = row.time_s if row is not None else out.seconds
                 line = (f"  {out.problem.name:40} {out.status:10} {out.candidates:3d} judged "
-                        f"{out.seconds:6.1f} s" + (f"  {why.splitlines()[0][:100]}" if why and out.status != "completed" else ""))
+                        f"{seconds:6.1f} s" + (f"  {why.splitlines()[0][:100]}" if why and out.status != "completed" else ""))
                 if out.evaluator_faults:
                     line += f"  [red]{out.evaluator_faults} evaluator fault(s)[/]"
                 if out.baseline_error:
                     line += f"  [yellow]{out.baseline_error[:80]}[/]"
                 progress.console.print(line, highlight=False)
                 if args.json_path:  # after each problem: a killed suite still leaves its table
-                    _write_json(Path(args.json_path), suite_summary(store.engine, suite).to_json())
+                    _write_json(Path(args.json_path), table.to_json())
         except KeyboardInterrupt:
             control.stop()
             interrupted = True
@@ -544,7 +634,9 @@ def cmd_mcp(args) -> int:
 
 
 def _ratio(value: float | None) -> str:
-    return f"{value:.2f}x" if value else "-"
+    from openkernel.wording import speedup_text
+
+    return speedup_text(value)
 
 
 def _seconds(value: float | None) -> str:
@@ -562,7 +654,7 @@ def _print_suite(summary) -> None:
                       f"{p.eager_ms:.4g}" if p.eager_ms else "-",
                       f"{p.compile_ms:.4g}" if p.compile_ms else "-",
                       f"{p.autotune_ms:.4g}" if p.autotune_ms else "-", str(p.candidates),
-                      str(p.evaluator_faults), f"{p.time_s:.0f}",
+                      str(p.evaluator_faults), f"{p.time_s:.1f}",
                       _seconds(p.fixed_s) + (" stored" if p.baselines_stored else ""),
                       _seconds(p.candidate_s),
                       "; ".join(x for x in note + [p.baseline_note] if x) if not p.correct else

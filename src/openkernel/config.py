@@ -135,6 +135,9 @@ class EvalConfig(_Strict):
                           "each correct candidate; its summary reaches later prompts.")
     profile_original_model: bool = Field(False, description="Profile the reference too (once per "
                                          "task), as a baseline shown next to each profile.")
+    profile_memory: bool = Field(False, description="On a GPU with ncu, profile each correct "
+                                 "candidate once more for Nsight Compute's memory workload "
+                                 "tables (the dashboard's memory heatmap); off: it costs a run.")
     precompile_torch_header: bool = Field(True, description="With the cuda backend on a GPU "
                                           "host with GCC: compile <torch/extension.h> once per "
                                           "torch install and flag set (~40 s), so each CUDA C++ "
@@ -259,7 +262,8 @@ class Config(_Strict):
                                  "Default: run-<timestamp>.")
     backend: Literal["triton", "cuda"] = Field("triton", description="Kernel language.")
     gpu_arch: str | list[str] | None = Field(
-        None, description="Target architecture (e.g. sm_90) or several ([sm_90, sm_80]): "
+        None, description="Target architecture (e.g. sm_90) or several ([sm_90, sm_80], or "
+        "sm_90,sm_80): "
         "candidates are judged on a GPU of the first one present and, when correct, timed on "
         "one GPU of each other one present; CUDA C++ is compiled for all of them. Results are "
         "filed under the first one present. Default: detected.")
@@ -298,9 +302,12 @@ class Config(_Strict):
     @field_validator("gpu_arch", mode="before")
     @classmethod
     def _arch_labels(cls, value: Any) -> Any:
-        """sm_NN or a list of them, normalised to lower case; [] means detected."""
+        """sm_NN, a list of them, or the seed's comma form (``sm_90,sm_80``), normalised to
+        lower case; [] means detected."""
         if value is None or value == []:
             return None
+        if isinstance(value, str) and "," in value:
+            value = [v for v in value.split(",") if v.strip()]
         if isinstance(value, str):
             return _arch_label(value)
         if isinstance(value, (list, tuple)):

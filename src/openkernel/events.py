@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from openkernel.costs import LLMCall, Spend
 from openkernel.records import Diagnosis
 from openkernel.schemas import Program, Status
+from openkernel.wording import Tally
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class RunStarted(Event):
     max_usd: float | None = None  # the job's budget (budget.max_usd, budget.max_tokens)
     max_tokens: int | None = None
     peak_gflops: float | None = None  # the compute ceiling for this task's dtype
+    resumed_tally: Tally | None = None  # the resumed candidates, judged and not
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,15 @@ class CandidatePhaseChanged(Event):
 
     label: str
     phase: str
+
+
+@dataclass(frozen=True)
+class CandidateWithdrawn(Event):
+    """The generator had nothing new for this branch (every combination of its template was
+    judged): no candidate, no row; views drop the branch they opened for it."""
+
+    label: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -137,7 +148,8 @@ class BestImproved(Event):
 class IterationFinished(Event):
     iteration: int
     best_speedup: float
-    evaluated: int  # the job's candidates judged so far (a resumed job: its earlier runs' too)
+    evaluated: int  # the job's candidates stored so far (a resumed job: its earlier runs' too)
+    tally: Tally = field(default_factory=Tally)  # the same, judged and not (every view's words)
 
 
 @dataclass(frozen=True)
@@ -152,7 +164,10 @@ class CriticDiagnosed(Event):
 
 @dataclass(frozen=True)
 class RunPaused(Event):
-    pass
+    """Pause asked for: no new candidate starts. Sent at once with the candidates still in
+    flight (they finish and are stored), and again with ``in_flight=0`` once none is."""
+
+    in_flight: int = 0
 
 
 @dataclass(frozen=True)
@@ -189,6 +204,9 @@ class RunFinished(Event):
     extra: dict = field(default_factory=dict)
     spend: Spend | None = None  # the job's model calls, per model (None: no model used)
     new_candidates: int = 0  # of which this run judged
+    tally: Tally | None = None  # the job's candidates, judged and not (None: no run started)
+    planned: int = 0  # iterations x branches the job was given
+    ended_early: str = ""  # why it ended before its last iteration (nothing new to propose)
     # What ended it by itself: "budget" (stopped), "models" (failed: every model failed too
     # many calls in a row, something to fix like a bad key or a dead server), or "".
     stopped_by: str = ""

@@ -14,6 +14,16 @@ from typing import Any
 CPU_LABEL = "CPU (Triton interpreter)"
 
 
+def device_words(hardware: str, backend: str = "triton") -> str:
+    """The machine as the front ends name it for a job's backend: the CPU runs Triton under
+    its interpreter, but a CUDA C++ job there is only compiled (its candidates are not run)."""
+    if not hardware.lower().startswith("cpu"):
+        return hardware
+    if backend == "cuda":
+        return "CPU, no GPU: CUDA C++ compiled only"
+    return "CPU, Triton interpreter" if "interpreter" in hardware.lower() else hardware
+
+
 def baseline_kind(allow_tf32: bool) -> str:
     """The store's kind of the reference's compiler baselines: timed under the run's TF32 flag
     (``eval_config.allow_tf32``), they are kept apart from those timed without it."""

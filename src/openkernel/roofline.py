@@ -8,7 +8,7 @@ use. Pure functions: no torch, no CUDA.
 
 from __future__ import annotations
 
-from openkernel.records import Hardware
+from openkernel.records import Hardware, TaskProbe
 
 # name fragment -> (HBM GB/s, {dtype: TFLOP/s}); dense tensor-core peaks for 16-bit types.
 _PEAKS: dict[str, tuple[float, dict[str, float]]] = {
@@ -51,3 +51,38 @@ def roofline_ms(flops: float, bytes_moved: float, hw: Hardware, dtype: str) -> f
     """Lower bound on a kernel's runtime in ms from peak bandwidth and compute, or None."""
     floors = floor_seconds(flops, bytes_moved, hw, dtype) if hw.device == "cuda" else None
     return max(floors) * 1e3 if floors else None
+
+
+def roofline_estimate(runtime_ms: float, probe: TaskProbe, hw: Hardware) -> dict:
+    """Achieved rates and the roofline bound for a kernel of the task, from its runtime."""
+    if runtime_ms <= 0 or not (probe.flops or probe.bytes_moved):
+        return {}
+    est = {
+        "estimate": True,
+        "source": "analytic (FLOPs counted from the reference's ops, minimum bytes)",
+        "bytes": probe.bytes_moved,
+    }
+    intensity = arithmetic_intensity(probe.flops, probe.bytes_moved)
+    if probe.flops > 0:  # 0 means not counted: no FLOP figure rather than a wrong zero
+        est["flops"] = probe.flops
+    if intensity is not None:
+        est["arithmetic_intensity"] = intensity
+    if hw.interpreter:  # interpreter timings say nothing about achieved GPU rates
+        return est
+    seconds = runtime_ms / 1e3
+    if probe.flops > 0:
+        est["gflops"] = probe.flops / seconds / 1e9
+    est["achieved_gbs"] = probe.bytes_moved / seconds / 1e9
+    dtype = probe.output_dtypes[0] if probe.output_dtypes else "float32"
+    peak_tflops = peak_tflops_for(hw, dtype)
+    if hw.peak_bandwidth_gbs:
+        est["peak_bandwidth_gbs"] = hw.peak_bandwidth_gbs
+        est["dram_throughput_pct"] = 100.0 * est["achieved_gbs"] / hw.peak_bandwidth_gbs
+    if peak_tflops:
+        est["peak_gflops"] = peak_tflops * 1e3
+    floors = floor_seconds(probe.flops, probe.bytes_moved, hw, dtype)
+    if floors:
+        t_mem, t_math = floors
+        est["bottleneck"] = "memory_bound" if t_mem >= t_math else "compute_bound"
+        est["headroom"] = seconds / max(floors) if max(floors) > 0 else None
+    return est

@@ -161,6 +161,17 @@ class EvalResult(BaseModel):
         return data
 
 
+def exec_result_columns(result: EvalResult) -> dict[str, Any]:
+    """The ``kernels`` columns an evaluation fills (``openkernel.store.tables.Kernel``)."""
+    return dict(
+        status=result.get_status().value, compiled=result.compiled,
+        correctness=result.correctness, runtime=result.runtime,
+        runtime_stats=result.runtime_stats, runtime_improvement=result.runtime_improvement,
+        improve_over_compile=result.improve_over_compile, perf_score=result.perf_score,
+        profiler_data=result.profiler_data, template_results=result.template_results,
+        eval_log=result.eval_log)
+
+
 @dataclass
 class CompilationResult:
     """Results from compiling a kernel."""
@@ -249,6 +260,45 @@ class Program:
                 result if isinstance(result, EvalResult) else EvalResult(**result)
             )
         return prog
+
+    def kernel_columns(self) -> dict[str, Any]:
+        """The ``kernels`` columns this program fills, its evaluation's included (the job's
+        own columns, run and task, are the caller's)."""
+        result = self.kernel_exec_result or EvalResult()
+        meta = self.metadata
+        return dict(
+            id=self.id, iteration=self.iteration_found, branch=meta.get("branch", 0),
+            label=meta.get("label") or self.label, parent_id=self.parent_id,
+            inspiration_ids=meta.get("inspiration_ids", []), is_program0=self.is_program0,
+            origin=meta.get("origin", "offline"), model=meta.get("model", ""),
+            author=meta.get("author", ""),
+            backend=meta.get("backend", "triton"), language=self.language,
+            description=meta.get("description", ""), prompt=meta.get("prompt", ""),
+            answer=self.raw_llm_code or "", code=self.code,
+            user_instructions=meta.get("user_instructions", ""), score=self.score,
+            features=meta.get("features", {}),
+            meta={**result.metadata, "params": meta.get("params", {}),
+                  # what its model calls used, and the critic's diagnoses its prompt carried
+                  **{k: meta[k] for k in ("llm", "critic") if meta.get(k)}},
+            generation_log=meta.get("generation_log", ""),
+            tokens_used=int(meta.get("tokens_used", 0)),
+            generation_s=float(meta.get("generation_s", 0.0)),
+            evaluation_s=float(meta.get("evaluation_s", 0.0)),
+            **exec_result_columns(result))
+
+    @staticmethod
+    def populate_kernel_from_exec_result(kernel: Any, exec_result: EvalResult) -> None:
+        """Write an evaluation onto a ``kernels`` row (``openkernel.store.tables.Kernel``):
+        status, verdict, timings, profile, log; its metadata joins the row's."""
+        for name, value in exec_result_columns(exec_result).items():
+            setattr(kernel, name, value)
+        kernel.meta = {**(getattr(kernel, "meta", None) or {}), **exec_result.metadata}
+
+    def update_Kernel(self, kernel: Any) -> None:
+        """Populate a Kernel database object from this Program (every column but the job's:
+        run, task, job, hardware, reference)."""
+        for name, value in self.kernel_columns().items():
+            setattr(kernel, name, value)
 
     def get_artifact(self) -> str:
         """The evaluation log, from here or from the EvalResult."""

@@ -13,6 +13,7 @@ import sample_db
 
 from kernelcode.dashboard import job_url, queries, serve_in_background
 from openkernel.store import Store, open_readonly
+from openkernel.wording import Tally, speedup_text
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
@@ -101,9 +102,15 @@ def test_runs_page_lists_the_jobs_with_their_best_and_state(served, page):
     rows = {cells[1]: dict(zip(head, cells)) for cells in body}
     llm = rows[sample_db.JOB]
     best = _kernel(served, served["best"])
-    assert llm["best speedup"] == f"{served['best_speedup']:.2f}x ({best['label']})" != "1.00x"
+    assert llm["best speedup"] == f"{speedup_text(served['best_speedup'])} ({best['label']})" != "1.00x"
     assert llm["hardware"] == "CPU (Triton interpreter)" and llm["state"] == "completed"
-    assert llm["candidates"] == str(sample_db.ITERS * sample_db.BRANCHES)  # not the reference
+    # not the reference; and those with no verdict (not run here, no kernel) said so, as
+    # `openkernel runs` and the chat say them (openkernel.wording.Tally)
+    listed = next(r for r in queries.list_jobs(open_readonly(served["db"]))[0]
+                  if r["job_name"] == sample_db.JOB)
+    assert llm["candidates"] == Tally.of(listed["status"]).words(noun=False)
+    assert llm["candidates"].startswith(f"{sample_db.ITERS * sample_db.BRANCHES} (")
+    assert llm["candidates"].endswith(" not judged)")
     assert "generation failed" in llm["status mix"] and "not run" in llm["status mix"]
     assert rows[sample_db.KILLED_JOB]["state"] == "interrupted"
     assert rows[sample_db.OFFLINE_JOB]["runs"] == "2"
@@ -218,14 +225,20 @@ def test_every_panel_draws(served, page):
                           ("Roofline", "#roofline-body .note"),
                           ("Resources", "#resources-body .note"),
                           ("Optimization landscape", "#landscape-body .js-plotly-plot"),
+                          ("Archive", "#archive-body .js-plotly-plot"),
                           ("Memory heatmap", "#memory-help"),
                           ("Code diff", "#diff-table"), ("Run health", "#health-table")]:
         page.click(f".tab >> text={tab}")
         page.wait_for_selector(selector)
     page.click(".tab >> text=Roofline")
     assert "CPU" in page.inner_text("#roofline-body")
-    page.click(".tab >> text=Memory heatmap")
-    assert "openkernel show" in page.inner_text("#memory-help")
+    page.click(".tab >> text=Archive")  # cells coloured by their elite's speedup
+    occupied, elites = page.evaluate(
+        "() => { const d = document.querySelector('#archive-body .js-plotly-plot').data;"
+        " return [d[0].z.flat().filter(v => v === 1).length, d[1].z.flat().filter(v => v !== null)]; }")
+    assert occupied >= 3 and elites and max(elites) == pytest.approx(served["best_speedup"])
+    page.click(".tab >> text=Memory heatmap")  # a CPU job: why there is none
+    assert "ran on the CPU" in page.inner_text("#memory-help")
     page.click(".tab >> text=Code diff")
     assert _kernel(served, served["best"])["label"] in page.inner_text("#panel-diff")
     page.click(".tab >> text=Run health")
@@ -277,7 +290,8 @@ def test_live_job_page_grows_by_itself(sample, tmp_path, page):
         sample_db.EXAMPLE, control=control, overrides=[
             f"paths.kernels_db_path={path}", f"paths.scratch_dir={tmp_path / 's'}",
             f"job_name={sample_db.OFFLINE_JOB}", "max_iters=3", "branches_per_iteration=2",
-            "search.seed=1"])))
+            # one combination per candidate (no sweep): the page's refresh is what is tested
+            "search.seed=1", "prompt.max_template_combinations=1"])))
     engine.start()
     page.wait_for_function("() => document.querySelector('#job-live').innerText.startsWith('running')")
     control.resume()

@@ -159,3 +159,36 @@ def test_table_rows_flags_and_blanks():
                        _row(1, "compile_error")])
     assert rows[0]["integrity"] == "violation: inputs_modified, flagged"
     assert rows[1]["speedup"] is None and rows[1]["runtime"] is None
+
+
+def test_archive_figure_colours_each_cell_by_its_elite():
+    from kernelcode.dashboard.heatmaps import archive_figure
+    from openkernel.search.occupancy import occupancy
+
+    feats = [{"kind": "template", "launches": 1, "tile": t, "warps": 4} for t in (10, 12, 12)]
+    rows = [_row(1, "correct", speed=0.5, features=feats[0]),
+            _row(2, "correct", speed=0.8, features=feats[1]),
+            _row(3, "correct", speed=0.9, features=feats[2]),
+            _row(4, "incorrect", features={"kind": "hand", "launches": 2, "tile": 10, "warps": 8})]
+    fig = archive_figure(occupancy(rows))
+    grey, elites = fig.data
+    assert list(elites.y) == ["fused template · 1 kernel", "hand-written · 2 kernels"]
+    assert list(elites.x) == ["tile 2^10 · 4w", "tile 2^10 · 8w", "tile 2^12 · 4w"]
+    assert list(elites.z[0]) == [0.5, None, 0.9] and list(elites.z[1]) == [None, None, None]
+    assert "none correct" in elites.text[1][1] and list(grey.z[1]) == [0, 1, 0]
+    assert "best of 2" in elites.text[0][2]
+    assert archive_figure([]) is None
+
+
+def test_memory_figure_draws_units_by_transfer_kind():
+    from kernelcode.dashboard.heatmaps import memory_figure
+    from openkernel.evaluation.host.ncu_memory import memory_tables, parse_raw_csv
+    from test_profiling import _raw_sample  # the format sample (not a measurement)
+
+    fig = memory_figure(memory_tables(parse_raw_csv(_raw_sample())), "Memory workload: i0-b1")
+    heat = fig.data[0]
+    assert list(heat.y) == ["L1/TEX", "L2", "DRAM"]
+    assert list(heat.x) == ["global load", "global store", "read", "write"]
+    assert heat.z[0][0] > 7 and heat.z[2][2] > 7 and heat.z[2][0] is None  # log10 bytes
+    assert heat.z[0][2] is None and "hit 10%" in heat.text[0][0] and "393k req" in heat.text[0][0]
+    assert memory_figure({}, "none") is None

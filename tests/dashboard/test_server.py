@@ -50,7 +50,7 @@ def test_job_rows_are_light_and_hold_what_the_engine_wrote(sample):
     n = sample_db.ITERS * sample_db.BRANCHES + 1
     assert len(rows) == n and "prompt" not in rows[0] and "code" not in rows[0]
     best = next(r for r in rows if r["id"] == sample["best"])
-    assert set(best["features"]) == {"tile", "warps"}  # the archive's feature dimensions
+    assert set(best["features"]) == {"kind", "launches", "tile", "warps"}  # the archive's cells
     assert best["profiler_data"]["estimate"] and best["profiler_data"]["arithmetic_intensity"] > 0
     assert queries.job_signature(engine, sample_db.TASK, sample_db.JOB)[0] == n
     violation = [queries.kernel_detail(engine, i) for i in sample["ids"]["incorrect"]]
@@ -66,10 +66,17 @@ def test_a_database_from_before_the_run_liveness_columns_still_reads(sample, tmp
     is; the engine's Store adds the columns when it opens it."""
     import shutil
 
-    from openkernel.store import Store
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from openkernel.store import Store, migrate
 
     old = tmp_path / "old.sqlite3"
     shutil.copy(sample["path"], old)
+    engine = create_engine(f"sqlite:///{old}")
+    with engine.begin() as conn:  # the tables migrations began with (no later columns)
+        command.downgrade(migrate._config(conn), "0001")
+    engine.dispose()
     with sqlite3.connect(old) as conn:
         conn.execute("DROP INDEX ix_kernels_job_candidates")
         for column in ("engine_host", "engine_pid", "heartbeat_at"):

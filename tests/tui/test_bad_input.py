@@ -18,6 +18,9 @@ async def test_missing_task_path_is_a_clear_message(tmp_path):
         assert "Cannot start:" in text and "no_such_task" in text
         assert "Traceback" not in text
         assert app.query_one(RunHeader).state_word == "ERROR"
+        header = str(app.query_one(RunHeader).render())  # nothing is still being waited for
+        assert "detecting hardware" not in header and "waiting for the engine" not in header
+        assert "no hardware detected" in header and "the run did not start" in header
         await pilot.press("p")  # keys stay calm on a run that never started
         await chat_says(pilot, "No run in progress")
 

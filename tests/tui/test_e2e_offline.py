@@ -124,3 +124,53 @@ async def test_not_run_candidates_are_not_errors(tmp_path, monkeypatch):
         chat = " ".join(chat_text(app).split())  # the panel wraps its lines
         assert "No candidate judged yet: 2 compiled but not run here" in chat
         assert "1 iteration × 2 branches" in chat
+        # one count, one word for it, everywhere (openkernel.wording.Tally), and the machine
+        # named for what a CUDA job does on it
+        assert "iteration 0 done: 2 candidates, none judged so far" in chat
+        assert "Run finished: best —, 2 candidates, none judged; database" in chat
+        header = str(app.query_one(RunHeader).render())
+        assert "CPU, no GPU: CUDA C++ compiled only" in header and "Triton interpreter" not in header
+        assert "2 candidates, none judged" in header
+        for row in app.state.evaluated:  # the sweep's log says what happened: compiled only
+            log = row.program.kernel_exec_result.eval_log
+            assert "screened" not in log and "compiled only (nvcc or NVRTC)" in log, log
+
+
+@pytest.mark.slow
+async def test_withdrawn_branches_pause_and_a_refused_backend(tmp_path, monkeypatch,
+                                                              pointwise_task):
+    """A real run whose offline space is spent in iteration 0 (3 combinations, Triton only):
+    `b` is refused at the key; `p` while both candidates are in flight says "paused" only once
+    they are stored; the branches of iteration 1 the generator had nothing for leave no row;
+    the chat and the header count alike."""
+    monkeypatch.chdir(tmp_path)
+    app = create_app(str(pointwise_task), [
+        "max_iters=3", "branches_per_iteration=2", "job_name=words",
+        f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}", f"paths.scratch_dir={tmp_path / 's'}"])
+    busy = ("sweeping", "building", "testing", "timing")
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.started is not None, timeout=150)
+        await pilot.press("b")
+        await wait_until(pilot, lambda: "Backend stays" in chat_text(app), timeout=5)
+        # the chat wraps the generator's reason (the family named): words, not lines
+        assert app.pending_backend == "" and "Triton only" in " ".join(chat_text(app).split())
+        await wait_until(pilot, lambda: len(app.state.candidates) == 2 and all(
+            c.phase in busy for c in app.state.candidates.values()), timeout=150)
+        await pilot.press("p")
+        await wait_until(pilot, lambda: "nothing in flight" in chat_text(app), timeout=200)
+        chat = " ".join(chat_text(app).split())
+        asked = chat.index("2 candidates in flight finish and will be stored first")
+        paused = chat.index("Engine paused between candidates: nothing in flight")
+        judged = [chat.index(f"{label} ") for label in ("✓ i0-b0", "✓ i0-b1")]
+        assert asked < min(judged) and max(judged) < paused, chat
+        await pilot.press("p")  # resume: iteration 1 has nothing new, the run ends
+        await wait_until(pilot, lambda: app.state.finished is not None or app.state.error,
+                         timeout=150)
+        await wait_until(pilot, lambda: not app.showing_pending, timeout=5)
+        await pilot.pause()
+        assert set(app.query_one(ExperimentLog).labels) == {"i0-b0", "i0-b1"}
+        assert set(app.state.candidates) == {"i0-b0", "i0-b1"}  # no phantom i1-b* rows
+        chat = " ".join(chat_text(app).split())
+        assert "iteration 0 done: 2 candidates so far" in chat
+        assert "2 candidates; database" in chat and "The search ends after iteration 1" in chat
+        assert "2 candidates" in str(app.query_one(RunHeader).render())

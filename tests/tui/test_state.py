@@ -30,8 +30,8 @@ def test_state_folds_the_demo_run():
 def test_chat_lines_say_outcomes_and_speedup_moves():
     lines = [str(t) for e in demo_events() for t in narrate(e)]
     assert "✓ i0-b1 faster  1.31x" in lines
-    assert any(line.startswith("↑ first best 0.92x") for line in lines)
-    assert any(line.startswith("↑ 0.92x → 1.31x") for line in lines)
+    assert any(line.startswith("↑ first best 0.920x") for line in lines)
+    assert any(line.startswith("↑ 0.920x → 1.31x") for line in lines)
     assert any(line.startswith("↑ 1.31x → 1.62x") for line in lines)
     assert "✗ i0-b2 build error" in lines
     assert any(line.startswith("Critic: ") for line in lines)
@@ -43,7 +43,8 @@ def test_failed_run_says_why_and_keeps_what_was_stored():
     state.apply(finished)
     text = "\n".join(map(str, narrate(finished)))
     assert state.phase == "failed" and state.error == "worker died"
-    assert "Run failed: worker died" in text and "4 candidates stored" in text
+    # the event's new_candidates is 0: the four were stored by earlier runs of the job
+    assert "Run failed: worker died" in text and "kept: 4 candidates (0 in this run); database" in text
 
 
 def test_a_run_stopped_by_its_models_is_an_error_to_fix_said_in_the_chat():
@@ -55,7 +56,7 @@ def test_a_run_stopped_by_its_models_is_an_error_to_fix_said_in_the_chat():
     state.apply(finished)
     assert state.phase == "error" and state.error == why  # kernel-code exits 2, as for bad input
     text = "\n".join(map(str, narrate(finished)))
-    assert f"Run failed: {why}" in text and "3 candidates stored" in text
+    assert f"Run failed: {why}" in text and "kept: 3 candidates (0 in this run)" in text
 
 
 def test_pump_turns_errors_into_events():

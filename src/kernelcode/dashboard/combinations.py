@@ -13,6 +13,8 @@ import plotly.graph_objects as go
 from dash import dcc, html
 from plotly.subplots import make_subplots
 
+from openkernel.evaluation.host.templates import how_judged
+
 
 def _names(results: dict) -> list[str]:
     rows = results.get("combinations") or []
@@ -83,15 +85,17 @@ def combinations_section(k: dict) -> html.Details | None:
     results = k.get("template_results") or {}
     if not results.get("combinations"):
         return None
-    names = _names(results)
+    # A column per parameter the combinations differ in; the others are said once, above it.
+    combos = results["combinations"]
+    names = [n for n in _names(results) if len({str(c["params"].get(n)) for c in combos}) > 1]
+    same = [f"{n}={combos[0]['params'].get(n)}" for n in _names(results) if n not in names]
     columns = ([{"field": "winner", "headerName": "", "width": 50}]
                + [{"field": n, "headerName": n} for n in names]
                + [{"field": "status"}, {"field": "median_ms", "headerName": "median ms", "sort": "asc"},
                   {"field": "speedup"}, {"field": "why", "flex": 2}])
-    space = results.get("space_size", len(results["combinations"]))
-    note = (f"{len(results['combinations'])} of {space} combinations"
-            + (" (a sample past max_template_combinations)" if results.get("sampled") else "")
-            + ", screened on one input set and timed together; the winner (★) had the full checks.")
+    note = how_judged(results) + (" The winner (★) had the full checks."
+                                  if results.get("winner") else "") + (
+        f" The same in every combination: {', '.join(same)}." if same else "")
     return html.Details([
         html.Summary("Template combinations"),
         html.P(note, className="muted small"),

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from kernelcode.dashboard.graph import best_kernel_id
+from openkernel.wording import speedup_text
 
 BUILT = ("incorrect", "test_timeout", "correct", "faster")  # compiled and then judged
 CORRECT = ("correct", "faster")
@@ -100,7 +101,7 @@ def job_health(rows: list[dict], branches_per_iteration: int | None = None) -> l
         best = next((r.get("runtime_improvement") or -1.0) for r in cands if r["id"] == best_id)
         state = "warn" if status["faster"] == 0 else "ok"
         ev = f"{status['faster']} of {correct} correct candidates are faster; best speedup " + (
-            f"{best:.2f}x" if best > 0 else "not measured")
+            speedup_text(best, missing="not measured"))
     checks.append(HealthCheck(
         "Correct but no speedup", state, ev,
         "Reference is already well optimized, or the benchmark shape is too small to show a "

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dash import html
 
 from openkernel.costs import format_tokens, format_usd
+from openkernel.wording import speedup_text
 
 
 def per_model(rows: list[dict], calls: list[dict] | None) -> list[dict]:
@@ -72,7 +73,7 @@ def models_table(rows: list[dict], calls: list[dict] | None) -> html.Div | None:
             html.Td(e["model"]), html.Td(calls_text), html.Td(format_tokens(e["prompt_tokens"])),
             html.Td(format_tokens(e["completion_tokens"])), html.Td(_cost(e)),
             html.Td(str(e["candidates"])), html.Td(str(e["correct"])), html.Td(str(e["faster"])),
-            html.Td(f"{e['best_speedup']:.2f}x" if e["best_speedup"] > 0 else "-"),
+            html.Td(speedup_text(e["best_speedup"])),
             html.Td(per_correct)]))
     total = sum(e["cost_usd"] for e in table)
     unknown = sum(e["unpriced"] for e in table)

@@ -152,8 +152,12 @@ class KeyActions:
         if not self.state.active:
             self.say(NOT_RUNNING.format(what="the backend switch"), WARN)
             return
-        target = "cuda" if (self.pending_backend or self.state.backend) == "triton" else "triton"
-        self.control.set_backend(target)
+        current = self.pending_backend or self.state.backend
+        target = "cuda" if current == "triton" else "triton"
+        refused = self.control.set_backend(target)  # decided now, by the generator
+        if refused:
+            self.say(f"⇄ Backend stays {pretty_backend(current)}: {refused}", WARN)
+            return
         self.pending_backend = target
         self.say(f"⇄ Backend switch to {pretty_backend(target)} requested: it takes effect from "
                  "the next iteration.", ACCENT)

@@ -179,7 +179,10 @@ class KernelCodeApp(EditActions, KeyActions, App[int]):
             rows = self.state.apply(event)
             for row in rows:
                 touched[row.label] = row
-            if isinstance(event, ev.IterationStarted):
+            if isinstance(event, ev.CandidateWithdrawn):  # never a candidate: no row
+                touched.pop(event.label, None)
+                self.query_one(ExperimentLog).remove(event.label)
+            elif isinstance(event, ev.IterationStarted):
                 self.pending_backend = ""  # the engine took (or refused) the switch by now
             elif isinstance(event, ev.RunPaused):
                 self.set_reactive(KernelCodeApp.paused, True)
@@ -236,6 +239,8 @@ class KernelCodeApp(EditActions, KeyActions, App[int]):
         header.iteration, header.max_iters = s.iteration, s.max_iters
         header.phase = "stopping" if self.stopping and s.active else s.phase
         header.paused, header.best = self.paused, s.best_speedup
+        header.in_flight = s.in_flight if self.paused else 0
+        header.tally = s.tally.words() if s.started is not None else ""
         header.spend = spend_text(s)
         self.query_one(TrajectoryPanel).show(s)
         self.query_one(ProfilingPanel).show(s)

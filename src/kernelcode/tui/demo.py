@@ -12,6 +12,7 @@ from openkernel.evaluation.host import ncu
 from openkernel.records import Hardware, TaskProbe
 from openkernel.schemas import EvalResult, Program, Status
 from openkernel.search.critic import roofline_estimate
+from openkernel.wording import Tally
 
 H200 = "NVIDIA H200 (sm_90)"
 CPU = "CPU (Triton interpreter)"
@@ -138,7 +139,7 @@ def demo_events(hardware: str = H200, iterations: int = 3) -> list[object]:
                 out.append(ev.BestImproved(program, best, speedup))
                 best, best_program = speedup, program
         parent = best_program.id if best_program else None
-        out.append(ev.IterationFinished(it, best, 3 * (it + 1)))
+        out.append(ev.IterationFinished(it, best, 3 * (it + 1), Tally(3 * (it + 1))))
         out.append(ev.CriticDiagnosed(it, f"Best so far {best_program.metadata['label']}: "
                                       f"{best:.2f}x. Memory bound: try wider loads."))
     return out

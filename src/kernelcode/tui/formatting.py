@@ -9,6 +9,8 @@ from __future__ import annotations
 from rich.text import Text
 
 from openkernel.schemas import NOT_JUDGED, Program, Status
+from openkernel.records import device_words
+from openkernel.wording import speedup_text
 
 # Hex values rather than theme variables: the seed fixes the meaning of each colour, and the
 # same hue must show in every theme (and in the exported SVG).
@@ -58,10 +60,9 @@ PHASE_WORDS = {"generating": "generating", "queued": "queued", "sweeping": "swee
 
 
 def speedup_str(value: float | None) -> str:
-    """``1.80x``, or an em dash when the speedup was not measured (-1 in the schema)."""
-    if value is None or value <= 0:
-        return "—"
-    return f"{value:.2f}x"
+    """``1.80x`` (three significant figures: ``0.00312x``), or an em dash when the speedup
+    was not measured (-1 in the schema)."""
+    return speedup_text(value, missing="—")
 
 
 def status_text(status: Status | None, phase: str = "") -> Text:
@@ -88,8 +89,7 @@ def pretty_backend(backend: str) -> str:
     return {"triton": "Triton", "cuda": "CUDA"}.get(backend, backend)
 
 
-def pretty_hardware(hardware: str) -> str:
-    """The header's hardware label: the engine's CPU label reads "CPU, Triton interpreter"."""
-    if "interpreter" in hardware.lower() and hardware.lower().startswith("cpu"):
-        return "CPU, Triton interpreter"
-    return hardware
+def pretty_hardware(hardware: str, backend: str = "triton") -> str:
+    """The header's hardware label: the engine's CPU label reads "CPU, Triton interpreter"
+    (a CUDA job there: "CPU, no GPU: CUDA C++ compiled only", ``openkernel.records``)."""
+    return device_words(hardware, backend)

@@ -68,7 +68,7 @@ def one_line(answer: str, limit: int = ONE_LINE) -> str:
 def _started(e: ev.RunStarted) -> list[Text]:
     models = ", ".join(e.models) or e.generator
     lines = [Text.assemble(("▶ ", ACCENT), f"Optimizing {e.task_name} ({e.job_name}) with ",
-                           (models, "bold"), f" on {pretty_hardware(e.hardware)}, ",
+                           (models, "bold"), f" on {pretty_hardware(e.hardware, e.backend)}, ",
                            f"{pretty_backend(e.backend)} backend: "
                            f"{_plural(e.max_iters, 'iteration')} × "
                            f"{_plural(e.branches_per_iteration, 'branch')}.")]
@@ -116,7 +116,7 @@ def _best(e: ev.BestImproved) -> list[Text]:
 
 
 def _iteration_done(e: ev.IterationFinished) -> list[Text]:
-    return [Text(f"  iteration {e.iteration} done: {e.evaluated} judged so far, "
+    return [Text(f"  iteration {e.iteration} done: {e.tally.words()} so far, "
                  f"best {speedup_str(e.best_speedup)}", DIM)]
 
 
@@ -130,8 +130,11 @@ def _budget(e: ev.BudgetReached) -> list[Text]:
     return [Text(f"$ {e.reason[:1].upper()}{e.reason[1:]}.", WARN)]
 
 
-def _paused(_: ev.RunPaused) -> list[Text]:
-    return [Text("‖ Engine paused between candidates; nothing in flight was lost.", WARN)]
+def _paused(e: ev.RunPaused) -> list[Text]:
+    if e.in_flight:  # said when asked; "paused" only once they are stored
+        return [Text(f"‖ {_plural(e.in_flight, 'candidate')} in flight finish"
+                     f"{'es' if e.in_flight == 1 else ''} and will be stored first.", WARN)]
+    return [Text("‖ Engine paused between candidates: nothing in flight (p resumes).", WARN)]
 
 
 def _resumed(_: ev.RunResumed) -> list[Text]:
@@ -154,9 +157,10 @@ def _log(e: ev.LogEmitted) -> list[Text]:
 
 
 def _finished(e: ev.RunFinished) -> list[Text]:
-    stored = f"{_plural(e.candidates, 'candidate')} stored in {shown(e.db_path)}"
+    counted = e.tally.words() if e.tally else _plural(e.candidates, "candidate")
     if e.new_candidates != e.candidates:
-        stored += f" ({e.new_candidates} judged in this run)"
+        counted += f" ({e.new_candidates} in this run)"
+    stored = f"{counted}; database {shown(e.db_path)}"
     if e.reason == "failed":
         if e.candidates == 0:  # it never got to a candidate: the cause is what to fix
             return [Text(f"✗ Run failed: {e.error or 'no reason given'}", ERROR),

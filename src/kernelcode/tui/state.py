@@ -12,6 +12,7 @@ from kernelcode.tui.formatting import is_error
 from openkernel import events as ev
 from openkernel.costs import Spend
 from openkernel.schemas import NOT_JUDGED, Program, Status
+from openkernel.wording import Tally
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ class RunState:
     spend: Spend | None = None  # the job's model calls so far (None: no model called yet)
     budget_reached: str = ""  # why a budget stopped the job, once it did
     streams_version: int = 0  # bumped by every streamed piece, so the chat redraws only then
+    resumed: Tally = field(default_factory=Tally)  # the job's candidates stored before this run
+    in_flight: int = 0  # paused, with this many candidates still finishing
 
     def apply(self, event: object) -> list[Candidate]:
         """Fold one event in; returns the Experiment Log rows it touched."""
@@ -100,6 +103,16 @@ class RunState:
     def _on_RunStarted(self, e: ev.RunStarted) -> None:
         self.started, self.phase = e, "running"
         self.problem, self.backend, self.max_iters = e.task_name, e.backend, e.max_iters
+        self.resumed = e.resumed_tally or Tally(e.resumed_candidates)
+
+    def _on_CandidateWithdrawn(self, e: ev.CandidateWithdrawn) -> None:
+        self.candidates.pop(e.label, None)  # the generator had nothing new: no candidate
+
+    def _on_RunPaused(self, e: ev.RunPaused) -> None:
+        self.in_flight = e.in_flight
+
+    def _on_RunResumed(self, _: ev.RunResumed) -> None:
+        self.in_flight = 0
 
     def _on_RunResolved(self, e: RunResolved) -> None:
         self.problem, self.reference_code = e.task_name, e.reference_code
@@ -200,6 +213,13 @@ class RunState:
             branch = int(program.metadata.get("branch", 0)) if program else 0
             row = self.candidates[label] = Candidate(label, it, branch)
         return row
+
+    @property
+    def tally(self) -> Tally:
+        """The job's candidates, judged and not: those stored before this run and this run's
+        (as the engine counts them, ``openkernel.wording.Tally``)."""
+        return Tally(self.resumed.candidates + len(self.evaluated),
+                     self.resumed.not_judged + self.marks["not_judged"])
 
     @property
     def latest(self) -> Candidate | None:

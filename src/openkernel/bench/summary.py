@@ -220,7 +220,8 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
                                if r.finished_at and r.started_at), 1)
     kernels = conn.execute(select(Kernel.id, Kernel.status, Kernel.correctness, Kernel.is_program0,
                                   Kernel.runtime_improvement, Kernel.improve_over_compile,
-                                  Kernel.meta.label("meta"), Kernel.template_results)
+                                  Kernel.runtime_stats, Kernel.meta.label("meta"),
+                                  Kernel.template_results)
                            .where(Kernel.task_name == entry.task_name,
                                   Kernel.job_name == entry.job_name)).all()
     candidates = [k for k in kernels if not k.is_program0]
@@ -254,6 +255,9 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
         row.autotune_ms = (stats.get("autotune") or {}).get("median")
         if row.speedup and row.autotune_ms and row.eager_ms:
             row.over_autotune = row.speedup * row.autotune_ms / row.eager_ms
+    if row.eager_ms is None and correct:  # no cached baseline (the CPU): the reference timed
+        stats = best.runtime_stats if isinstance(best.runtime_stats, dict) else {}  # beside it
+        row.eager_ms = (stats.get("reference") or {}).get("median")
     return row
 
 

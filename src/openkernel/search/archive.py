@@ -17,16 +17,16 @@ class Archive:
     def __init__(self, exploration_ratio: float = 0.3, tournament: int = 3):
         self.exploration_ratio = exploration_ratio
         self.tournament = tournament
-        self.elites: dict[tuple[int, int], Program] = {}
+        self.elites: dict[tuple, Program] = {}
         self.roots: list[Program] = []  # program 0 and starting kernels
         self.best: Program | None = None
         self.size = 0
 
     @staticmethod
-    def features_of(program: Program) -> dict[str, int]:
-        if "features" not in program.metadata:
+    def features_of(program: Program) -> dict:
+        if "kind" not in (program.metadata.get("features") or {}):  # none, or older dimensions
             program.metadata["features"] = kernel_features(
-                program.code, program.metadata.get("params")
+                program.code, program.metadata.get("params"), program.metadata.get("origin", "")
             )
         return program.metadata["features"]
 
@@ -35,6 +35,8 @@ class Archive:
         self.size += 1
         if program.is_program0 or program.metadata.get("origin") in ("reference", "file", "best"):
             self.roots.append(program)
+        if not program.is_program0 and program.code.strip():
+            self.features_of(program)  # every candidate is placed (occupancy counts the tried)
         if not program.can_be_best:  # correct and not the reference: elites are the same
             return False
         cell = cell_of(self.features_of(program))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 from openkernel.errors import OpenKernelError
 from openkernel.search.external import Submission
@@ -28,6 +29,8 @@ class RunControl:
         self._stopped = threading.Event()
         self._backend: str | None = None
         self._instructions: list[str] = []
+        # Set by the search once the task is probed: why a backend cannot be used, or None.
+        self.backend_check: Callable[[str], str | None] | None = None
         self._submissions: list[Submission] = []
         self._closed = ""  # why submissions are refused now (the run ended)
 
@@ -42,11 +45,18 @@ class RunControl:
         self._stopped.set()
         self._running.set()  # wake a paused loop so it can see the stop
 
-    def set_backend(self, backend: str) -> None:
+    def set_backend(self, backend: str) -> str | None:
+        """Ask for ``backend`` from the next iteration; returns why it is refused (the
+        generator cannot write it for this task, decided now, at the key) or None."""
         if backend not in ("triton", "cuda"):
             raise ValueError(f"unknown backend {backend!r}: expected triton or cuda")
+        check = self.backend_check
+        reason = check(backend) if check is not None else None
+        if reason:
+            return reason
         with self._lock:
             self._backend = backend
+        return None
 
     def add_instruction(self, text: str) -> None:
         text = text.strip()

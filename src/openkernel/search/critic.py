@@ -14,46 +14,12 @@ import re
 from collections import Counter
 
 from openkernel.records import Diagnosis, Hardware, TaskProbe
-from openkernel.roofline import arithmetic_intensity, floor_seconds, peak_tflops_for
+from openkernel.roofline import roofline_estimate  # noqa: F401 - where the critic's callers look
 from openkernel.schemas import NOT_JUDGED, Program, Status
+from openkernel.wording import speedup_text
 
 _FIRST_ERROR = re.compile(r"error|exception|mismatch|violation|timed out|exceeded|killed|signal",
                           re.IGNORECASE)
-
-
-def roofline_estimate(runtime_ms: float, probe: TaskProbe, hw: Hardware) -> dict:
-    """Achieved rates and the roofline bound for a kernel of the task, from its runtime."""
-    if runtime_ms <= 0 or not (probe.flops or probe.bytes_moved):
-        return {}
-    est = {
-        "estimate": True,
-        "source": "analytic (FLOPs counted from the reference's ops, minimum bytes)",
-        "bytes": probe.bytes_moved,
-    }
-    intensity = arithmetic_intensity(probe.flops, probe.bytes_moved)
-    if probe.flops > 0:  # 0 means not counted: no FLOP figure rather than a wrong zero
-        est["flops"] = probe.flops
-    if intensity is not None:
-        est["arithmetic_intensity"] = intensity
-    if hw.interpreter:  # interpreter timings say nothing about achieved GPU rates
-        return est
-    seconds = runtime_ms / 1e3
-    if probe.flops > 0:
-        est["gflops"] = probe.flops / seconds / 1e9
-    est["achieved_gbs"] = probe.bytes_moved / seconds / 1e9
-    dtype = probe.output_dtypes[0] if probe.output_dtypes else "float32"
-    peak_tflops = peak_tflops_for(hw, dtype)
-    if hw.peak_bandwidth_gbs:
-        est["peak_bandwidth_gbs"] = hw.peak_bandwidth_gbs
-        est["dram_throughput_pct"] = 100.0 * est["achieved_gbs"] / hw.peak_bandwidth_gbs
-    if peak_tflops:
-        est["peak_gflops"] = peak_tflops * 1e3
-    floors = floor_seconds(probe.flops, probe.bytes_moved, hw, dtype)
-    if floors:
-        t_mem, t_math = floors
-        est["bottleneck"] = "memory_bound" if t_mem >= t_math else "compute_bound"
-        est["headroom"] = seconds / max(floors) if max(floors) > 0 else None
-    return est
 
 
 # Why candidates were not judged (schemas.NOT_JUDGED), in the critic's words.
@@ -165,7 +131,7 @@ def _speed_text(program: Program, label: str, role: str, probe: TaskProbe,
     result = program.kernel_exec_result
     speed = result.runtime_improvement
     who = "Best so far " if role == "best" else "Parent "
-    head = f"{who}{label}: {speed:.2f}x over the reference." if speed > 0 else f"{who}{label}."
+    head = f"{who}{label}: {speedup_text(speed)} over the reference." if speed > 0 else f"{who}{label}."
     prof = result.profiler_data or {}
     if hw.interpreter:
         return (head + " Timings here are Triton-interpreter timings on the CPU: they rank "

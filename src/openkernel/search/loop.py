@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
@@ -41,6 +41,7 @@ from openkernel.events import (
     CandidateGenerated,
     CandidatePhaseChanged,
     CandidateStarted,
+    CandidateWithdrawn,
     CriticDiagnosed,
     Event,
     InstructionAdded,
@@ -57,11 +58,10 @@ from openkernel.generators import make_generator
 from openkernel.generators.base import Generator, Proposal, ProposalRequest, param_key, precision_of
 from openkernel.generators.offline import skill_matches
 from openkernel.records import Diagnosis
-from openkernel.roofline import peak_tflops_for
+from openkernel.roofline import peak_tflops_for, roofline_estimate
 from openkernel.schemas import EvalResult, Program, Status, new_program_id
 from openkernel.search.archive import Archive
 from openkernel.search.control import RunControl
-from openkernel.search.critic import roofline_estimate
 from openkernel.search.external import LABEL_PREFIX, Submission, origin_of
 from openkernel.search.history import FAILURES_SHOWN, branch_failures, reference_timing
 from openkernel.search.llm_critic import LLMCritic, RulesCritic
@@ -71,6 +71,7 @@ from openkernel.store import Store
 from openkernel.targets import TargetPlan
 from openkernel.task import Task
 from openkernel.templating import is_template
+from openkernel.wording import Tally
 
 _DONE = object()
 # The worker's phases (evaluation.protocol.PHASES, and "profile") as a candidate's phase.
@@ -151,6 +152,8 @@ class Search:
         self._notes_seen = 0
         self._judged_params: set[tuple] = set()  # (template, params) judged in this job
         self._exhausted = ""  # why the generator has nothing new left to propose
+        self._in_flight = 0  # candidates started and not parked by a pause (nor done)
+        self._flight_lock = threading.Lock()
         # Candidates from outside the generator (search.external): the job's count so far, the
         # ones waiting for their verdict by label, every judged program by id (their parents).
         self._external = 0
@@ -206,6 +209,7 @@ class Search:
                            error=message)
 
     def _run(self) -> Iterator[Event]:
+        began = datetime.now(timezone.utc)  # the run's time includes its probe (bench's table)
         # The model first: a missing key is said at once, not after the task's probe. (A
         # generator without a preflight has nothing to reach.)
         # A resumed job whose budget is spent sends no call at all, not even this one.
@@ -231,6 +235,8 @@ class Search:
         if self.evaluator.where:  # the Ray executor: how many GPU actors, on which nodes
             yield LogEmitted("info", self.evaluator.where)
         self.probe, self.hardware = probe, hw
+        # `b` is decided at the key: the generator says now whether it can write that backend.
+        self.control.backend_check = lambda b: self.generator.supports(self.task, probe, b)
         targets = self.evaluator.targets
         self.gpu_arch = targets.primary  # results are filed (and start_from_best looks) here
         if targets.missing and self.evaluator.hardware.device == "cuda":
@@ -252,7 +258,7 @@ class Search:
                     "peak_gflops": _peak_gflops(hw, probe),
                     "footprint": asdict(probe.memory) if probe.memory else None,
                     "library_bound": probe.library_bound},
-            task_path=str(self.task.folder or self.task.reference_path),
+            task_path=str(self.task.folder or self.task.reference_path), started_at=began,
         )
         self.run_id = run.id
         self._heartbeat = self.store.heartbeat(run.id)
@@ -266,6 +272,7 @@ class Search:
             peak_bandwidth_gbs=hw.peak_bandwidth_gbs, peak_tflops=dict(hw.peak_tflops or {}),
             max_usd=self.config.budget.max_usd, max_tokens=self.config.budget.max_tokens,
             peak_gflops=_peak_gflops(hw, probe),
+            resumed_tally=Tally.of(Counter(r.status for r in stored if not r.is_program0)),
         )
         if stored:
             n = self.stored_candidates
@@ -293,7 +300,7 @@ class Search:
             yield RunFinished("failed", self._best_id(), self.archive.best_speedup,
                               self.stored_candidates + self.candidates,
                               self.store.location, error=repr(err),
-                              new_candidates=self.candidates)
+                              new_candidates=self.candidates, tally=Tally.of(self.outcomes))
             raise
         budget = self.spending.final_reason()  # with the true total, calls in flight included
         error = self._outage or budget
@@ -308,7 +315,9 @@ class Search:
                           self.stored_candidates + self.candidates,
                           self.store.location, error=error or None, extra=extra,
                           spend=spend if spend.calls or self.generator.name == "llm" else None,
-                          new_candidates=self.candidates,
+                          new_candidates=self.candidates, tally=Tally.of(self.outcomes),
+                          planned=self.config.max_iters * self.config.branches_per_iteration,
+                          ended_early=self._exhausted,
                           stopped_by="models" if self._outage else "budget" if budget else "")
 
     # traces (opt-in) ----------------------------------------------------------------------
@@ -447,7 +456,8 @@ class Search:
             yield IterationStarted(iteration)
             yield from self._run_branches(iteration, plan, diagnoses)
             yield IterationFinished(iteration, self.archive.best_speedup,
-                                    self.stored_candidates + self.candidates)
+                                    self.stored_candidates + self.candidates,
+                                    Tally.of(self.outcomes))
             last = iteration
             if self._outage:
                 break
@@ -551,6 +561,7 @@ class Search:
             ))
         out: queue.Queue = queue.Queue()
         paused_seen = False
+        settled = False  # paused, and said so once nothing was left in flight
         with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="candidate") as pool:
             for request in jobs:
                 pool.submit(self._candidate, request, slots, out)
@@ -561,8 +572,15 @@ class Search:
                     item = out.get(timeout=0.2)
                 except queue.Empty:
                     if self.control.paused != paused_seen:
-                        paused_seen = self.control.paused
-                        yield RunPaused() if paused_seen else RunResumed()
+                        paused_seen, settled = self.control.paused, False
+                        if paused_seen:
+                            yield RunPaused(self._in_flight)
+                            settled = self._in_flight == 0
+                        else:
+                            yield RunResumed()
+                    elif paused_seen and not settled and self._in_flight == 0:
+                        settled = True  # the last candidate in flight is stored: paused now
+                        yield RunPaused(0)
                     continue
                 if item is _DONE:
                     pending -= 1
@@ -578,6 +596,7 @@ class Search:
         label = label or f"i{request.iteration}-b{request.branch}"
         why = "the run stopped before it was judged"  # told to a submitter if it is not judged
         asks_model = submission is None or bool(submission.instruction)
+        counted = False
         try:
             if not self.control.wait_while_paused():
                 return  # stopped: this candidate never starts
@@ -587,6 +606,7 @@ class Search:
             if asks_model and not self.spending.begin(out.put):
                 why = self.spending.reason or "its model call could pass the budget"
                 return  # its call could pass the budget: it never starts
+            counted = self._flying(+1)
             model_hint = self.generator.models[0] if self.generator.models else self.generator.name
             if submission is not None and not submission.instruction:
                 model_hint = submission.author
@@ -611,7 +631,7 @@ class Search:
             self._check_models(out.put)
             if proposal.failed == "exhausted":  # nothing new to judge: no row, the job ends
                 self._exhausted = proposal.log
-                out.put(CandidatePhaseChanged(label, "abandoned"))
+                out.put(CandidateWithdrawn(label, proposal.log))
                 return
             out.put(CandidateGenerated(label, proposal.model, proposal.description, proposal.reasoning))
             if proposal.code.strip():
@@ -660,10 +680,17 @@ class Search:
             out.put(LogEmitted("error", f"{label}: internal error: {err!r}"))
             out.put(CandidatePhaseChanged(label, "abandoned"))
         finally:
+            if counted:
+                self._flying(-1)
             if submission is not None:
                 self._waiting.pop(label, None)
                 submission.refuse(why)
             out.put(_DONE)
+
+    def _flying(self, step: int) -> bool:
+        with self._flight_lock:
+            self._in_flight += step
+        return True
 
     def _take(self, item) -> Iterator[Event]:
         """One item from the candidates' threads: a judged program is recorded, an event passed
@@ -739,8 +766,12 @@ class Search:
                 out.put(CandidatePhaseChanged(label, mapped))
 
         with slots:
-            if not self.control.wait_while_paused():
-                return None
+            if self.control.paused:  # parked by a pause: not in flight while it waits
+                self._flying(-1)
+                going = self.control.wait_while_paused()
+                self._flying(+1)
+                if not going:
+                    return None
             t1 = time.perf_counter()
             key = _digest(proposal.code, backend)
             with self._judged_lock:

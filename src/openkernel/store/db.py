@@ -14,6 +14,7 @@ Opening a ``Store`` migrates the database to the newest tables (``store.migrate`
 from __future__ import annotations
 
 import os
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
@@ -54,6 +55,12 @@ class Store:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as err:
                 raise OpenKernelError(f"{self.path.parent}: cannot create the database folder ({err.strerror})") from None
+            why = _cannot_write(self.path)
+            if why:
+                raise OpenKernelError(
+                    f"{self.path}: cannot write the results database: {why}. Set "
+                    "paths.kernels_db_path to a writable place; readers (`openkernel runs`, "
+                    "`show`, the dashboards) open it read-only where it is.")
         self.engine = engines.writer(path_or_url)
         self.postgres = self.engine.dialect.name == "postgresql"
         try:
@@ -264,6 +271,23 @@ class Store:
             q = (select(Run.status).where(Run.task_name == task_name, Run.job_name == job_name)
                  .order_by(Run.id.desc()).limit(1))
             return s.scalars(q).first() == "completed"
+
+
+def _cannot_write(path: Path) -> str | None:
+    """Why the engine could not write a SQLite database here, tried for real (a read-only
+    mount, a folder or file of another user, an immutable file; as root too), or None."""
+    try:
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as err:  # SQLite keeps its -wal and -shm files beside the database
+        return f"its folder {path.parent} is not writable ({err.strerror})"
+    if path.exists():
+        try:
+            with open(path, "r+b"):
+                pass
+        except OSError as err:
+            return f"the file is not writable ({err.strerror})"
+    return None
 
 
 def _as_dict(run: Run) -> dict:

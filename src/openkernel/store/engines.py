@@ -14,6 +14,7 @@ import json
 import math
 import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
@@ -107,9 +108,38 @@ def writer(path_or_url: str | Path) -> Engine:
     return engine
 
 
+# SQLITE_CANTOPEN and SQLITE_READONLY (the primary codes under any extended one).
+_CANNOT_OPEN = (14, 8)
+
+
+def readonly_uri(db_file: Path) -> str:
+    """The URI that reads ``db_file`` without writing anything.
+
+    ``mode=ro`` first: it sees a live engine's writes. A WAL database in a folder the reader
+    cannot write (a read-only mount, another user's folder) cannot be opened so, since SQLite
+    would create its ``-shm`` file there; then ``immutable=1``, which reads the file as it is
+    (no engine can be writing into such a folder anyway).
+    """
+    path = quote(str(db_file))
+    uri = f"file:{path}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.OperationalError as err:
+        if (getattr(err, "sqlite_errorcode", 0) & 0xFF) in _CANNOT_OPEN:
+            return f"file:{path}?mode=ro&immutable=1"
+    except sqlite3.DatabaseError:
+        pass  # not SQLite at all: the caller says so when it reads
+    return uri
+
+
 def reader(path_or_url: str | Path) -> Engine:
     """An engine that cannot write: SQLite opened ``mode=ro``, PostgreSQL in read-only
-    transactions. Raises OpenKernelError for a missing file or an unreachable server."""
+    transactions (a SQLite file in a read-only place: ``readonly_uri``). Raises
+    OpenKernelError for a missing file or an unreachable server."""
     if is_url(path_or_url):
         url = engine_url(path_or_url)
         if is_postgres(url):
@@ -121,7 +151,7 @@ def reader(path_or_url: str | Path) -> Engine:
         db_file = Path(path_or_url).expanduser()
     if not db_file.is_file():
         raise OpenKernelError(f"{db_file}: no such database")
-    uri = f"file:{db_file.resolve()}?mode=ro"
+    uri = readonly_uri(db_file.resolve())
 
     def connect() -> sqlite3.Connection:
         return sqlite3.connect(uri, uri=True, check_same_thread=False)

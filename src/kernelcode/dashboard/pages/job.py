@@ -9,6 +9,8 @@ it changed.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import dash_cytoscape as cyto
 from dash import ClientsideFunction, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
@@ -25,6 +27,7 @@ from kernelcode.dashboard.graph import (
 from kernelcode.dashboard.health import branches_from_config, job_health
 from kernelcode.dashboard.pages import panels
 from kernelcode.dashboard.spend import models_table
+from openkernel.wording import Tally, speedup_text
 
 HINT = "Click a circle (or a row of the experiment table) to see everything recorded for that kernel."
 
@@ -48,12 +51,13 @@ def header(data) -> list:
     runs = data.runs
     last = runs[-1] if runs else {}
     best = data.by_id.get(data.best_id) if data.best_id else None
-    candidates = sum(not r.get("is_program0") for r in data.rows)  # the reference is none
-    facts = [f"{candidates} candidate{'' if candidates == 1 else 's'}", f"{len(runs)} run(s)",
+    # the reference is no candidate; judged and not, in every view's words
+    tally = Tally.of(Counter(r["status"] for r in data.rows if not r.get("is_program0")))
+    facts = [tally.words(), f"{len(runs)} run(s)",
              f"hardware: {last.get('hardware') or '-'}", f"backend: {last.get('backend') or '-'}",
              f"generator: {last.get('generator') or '-'}",
              f"models: {', '.join(last.get('models') or []) or '-'}",
-             f"best: {best['label']} {best['runtime_improvement']:.3f}x" if best and best.get(
+             f"best: {best['label']} {speedup_text(best['runtime_improvement'])}" if best and best.get(
                  "runtime_improvement", -1) > 0 else "best: -"]
     state = "running (refreshes by itself)" if data.running else data.state + (
         " (its engine stopped without finishing it; run the job again to resume)"

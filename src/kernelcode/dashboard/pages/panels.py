@@ -20,21 +20,24 @@ from kernelcode.dashboard.figures import (
 )
 from kernelcode.dashboard.graph import STATUS_COLORS
 from kernelcode.dashboard.health import branches_from_config, job_health
+from kernelcode.dashboard.heatmaps import archive_figure, memory_figure
 from kernelcode.dashboard.profile import best_profiled, hardware_peaks
+from openkernel.search.occupancy import occupancy
+from openkernel.wording import speedup_text
 
 TABS = [("trajectory", "Optimization trajectory"), ("roofline", "Roofline"), ("resources", "Resources"),
         ("table", "Experiment table"), ("diff", "Code diff"), ("landscape", "Optimization landscape"),
-        ("memory", "Memory heatmap"), ("health", "Run health")]
-# openkernel's profile (eval_config.profile) records throughput counters, not Nsight Compute's
-# memory workload chart; the tab says how to see that chart for one kernel.
-HEATMAP_HELP = ("openkernel does not record memory access patterns: its profile (on a GPU with "
-                "Nsight Compute) keeps throughput counters only, shown under Resources. To see "
-                "Nsight Compute's memory workload chart for one kernel, on a GPU: save its code "
-                "with `openkernel show KERNEL_ID --field code > kernel.py`, then run `ncu --section "
-                "MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Chart --section "
-                "MemoryWorkloadAnalysis_Tables --target-processes all -o kernel openkernel eval "
-                "TASK kernel.py --set eval_config.profile=false` and open kernel.ncu-rep in "
-                "Nsight Compute.")
+        ("archive", "Archive"), ("memory", "Memory heatmap"), ("health", "Run health")]
+# The memory heatmap is Nsight Compute's memory workload tables, recorded on demand
+# (eval_config.profile_memory); the tab says why a kernel has none.
+MEMORY_ON_CPU = ("No memory heatmap: this job ran on the CPU, where there is no GPU memory "
+                 "hierarchy to measure (Nsight Compute profiles NVIDIA GPUs only). On a GPU with "
+                 "ncu, run the job with --set eval_config.profile_memory=true: each correct "
+                 "candidate's L1/TEX, L2 and DRAM traffic is recorded and drawn here.")
+MEMORY_NOT_RECORDED = ("No memory tables recorded for {label}: run the job (or `openkernel "
+                       "eval TASK kernel.py`, with the code from `openkernel show {id} --field "
+                       "code`) with --set eval_config.profile_memory=true on a GPU with Nsight "
+                       "Compute (ncu). Only correct candidates are profiled.")
 NO_PROFILE = ("No profiler data for this job: its candidates ran on the CPU (no GPU profiler "
               "there), Nsight Compute (ncu) is not installed, or eval_config.profile is off.")
 
@@ -145,8 +148,30 @@ def _landscape(source, data, selected):
     return _graph(fig) if fig else _note("No kernel has feature or parameter coordinates yet.")
 
 
+def _archive(source, data, selected):
+    fig = archive_figure(occupancy(data.rows))
+    return _graph(fig) if fig else _note("No candidate placed in the archive yet.")
+
+
 def _memory(source, data, selected):
-    return html.P(HEATMAP_HELP, className="note", id="memory-help")
+    if data.rows and all((r.get("hardware") or "").startswith("CPU") for r in data.rows):
+        return html.P(MEMORY_ON_CPU, className="note", id="memory-help")
+    with_tables = [r for r in data.rows if ((r.get("profiler_data") or {}).get("memory_tables")
+                                            or {}).get("cells")]
+    row = data.by_id.get(selected) or data.by_id.get(data.best_id)
+    if row is None or row not in with_tables:
+        row = row if not with_tables else max(
+            with_tables, key=lambda r: r.get("runtime_improvement") or 0)
+    tables = (row or {}).get("profiler_data", {}).get("memory_tables") or {}
+    if not tables.get("cells"):
+        why = tables.get("error")
+        text = MEMORY_NOT_RECORDED.format(label=row["label"] if row else "this job",
+                                          id=row["id"] if row else "KERNEL_ID")
+        return html.P(text + (f" (The last attempt: {why}.)" if why else ""), className="note",
+                      id="memory-help")
+    which = "" if row["id"] == selected else " (click another kernel to see its own)"
+    title = f"Memory workload: {row['label']} ({tables.get('source', 'Nsight Compute')}){which}"
+    return _graph(memory_figure(tables, title))
 
 
 def health_table(source, data, selected=None) -> html.Table:
@@ -162,8 +187,9 @@ def health_table(source, data, selected=None) -> html.Table:
 
 # Panels drawn into "<name>-body" by the one callback below; the table and the diff have their own.
 BUILDERS = {"trajectory": _trajectory, "roofline": _roofline, "resources": _resources,
-            "landscape": _landscape, "memory": _memory, "health": health_table}
-FOLLOW_SELECTION = {"resources"}
+            "landscape": _landscape, "archive": _archive, "memory": _memory,
+            "health": health_table}
+FOLLOW_SELECTION = {"resources", "memory"}
 
 
 def register(app, source) -> None:
@@ -225,7 +251,7 @@ def register(app, source) -> None:
     def _diff_options(tab, sig, key, a, b):
         data = job_for(tab, "diff", key, sig)
         opts = [{"label": f"{r['label']} [{r['status']}]" + (
-            f" {r['runtime_improvement']:.2f}x" if (r.get("runtime_improvement") or -1) > 0 else ""),
+            f" {speedup_text(r['runtime_improvement'])}" if (r.get("runtime_improvement") or -1) > 0 else ""),
                  "value": r["id"]} for r in data.rows]
         if not (a and b) and data.rows:
             best = data.by_id.get(data.best_id) or data.rows[-1]

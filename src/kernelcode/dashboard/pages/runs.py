@@ -16,6 +16,7 @@ from dash import Input, Output, State, ctx, dcc, html
 
 from kernelcode.dashboard.components import message_page
 from kernelcode.dashboard.graph import STATUS_COLORS, STATUS_MEANINGS, UNKNOWN_COLOR
+from openkernel.wording import Tally, speedup_text
 
 PAGE = 50
 
@@ -60,12 +61,12 @@ def runs_table(rows: list[dict]) -> dcc.Markdown:
                                              "hardware", "runs", "state", "last activity"))
     body = []
     for r in rows:
-        best = f"{r['best_speedup']:.2f}x ({escape(r['best_label'])})" if r["best_speedup"] > 0 else "-"
+        best = f"{speedup_text(r['best_speedup'])} ({escape(r['best_label'])})" if r["best_speedup"] > 0 else "-"
         mix = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in
                         sorted(r["status"].items(), key=lambda kv: -kv[1]))
         href = escape(job_path(r["task_name"], r["job_name"]))
         cells = [escape(r["task_name"]), f'<a class="job-link" href="{href}">{escape(r["job_name"])}</a>',
-                 str(r["candidates"]), status_bar(r["status"]) + f'<div class="small muted">{escape(mix)}</div>',
+                 escape(Tally.of(r["status"]).words(noun=False)), status_bar(r["status"]) + f'<div class="small muted">{escape(mix)}</div>',
                  best, escape(r["hardware"] or "-"), str(r["runs"]),
                  f'<span class="state-{escape(r["state"])}">{escape(r["state"])}</span>',
                  escape(r["last"])]

@@ -15,6 +15,7 @@ from dash import dcc, html
 
 from kernelcode.dashboard.components import message_page
 from kernelcode.dashboard.graph import STATUS_COLORS, UNKNOWN_COLOR
+from openkernel.wording import speedup_text
 
 RUN_COLORS = {"completed": STATUS_COLORS["faster"], "failed": STATUS_COLORS["compile_error"],
               "running": STATUS_COLORS["correct"], "stopped": STATUS_COLORS["test_timeout"],
@@ -27,7 +28,7 @@ def suite_path(name: str) -> str:
 
 
 def _x(value: float | None) -> str:
-    return f"{value:.2f}x" if value else "-"
+    return speedup_text(value)
 
 
 def _ms(value: float | None) -> str:

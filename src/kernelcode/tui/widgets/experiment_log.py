@@ -167,6 +167,17 @@ class ExperimentLog(ScrollView, can_focus=True):
         self._last_size_update = time.monotonic()
         self.virtual_size = Size(ROW_WIDTH, len(self._labels) + 1)
 
+    def remove(self, label: str) -> None:
+        """Drop a row (a branch the generator had nothing for); later rows move up."""
+        if label not in self._index:
+            return
+        self._labels.remove(label)
+        del self._rows[label]
+        self._index = {name: i for i, name in enumerate(self._labels)}
+        self._strips.clear()
+        self._update_size()
+        self.refresh()
+
     def upsert(self, row: Candidate) -> None:
         self.upsert_many([row])
 

@@ -11,6 +11,7 @@ from kernelcode.tui.widgets.lines import TextLines
 from openkernel.db_location import shown
 
 SEP = ("  │  ", "#6e7681")
+DETECTING = "detecting hardware…"
 PHASE_WORDS = {"starting": "STARTING", "running": "RUNNING", "finished": "FINISHED",
                "stopped": "STOPPED", "stopping": "STOPPING", "failed": "FAILED",
                "error": "ERROR"}
@@ -23,7 +24,7 @@ class RunHeader(TextLines):
     an actual change repaints.
     """
 
-    hardware = reactive("detecting hardware…")
+    hardware = reactive(DETECTING)
     backend = reactive("triton")
     pending_backend = reactive("")  # asked for with `b`, not yet switched by the engine
     problem = reactive("…")
@@ -36,6 +37,8 @@ class RunHeader(TextLines):
     db_path = reactive("")
     best = reactive(-1.0)
     spend = reactive("")  # tokens and cost of the job's model calls (and the budget)
+    tally = reactive("")  # the job's candidates, judged and not (openkernel.wording.Tally)
+    in_flight = reactive(0)  # paused, with candidates still finishing
     dashboard_url = reactive("")
 
     def watch_phase(self, old: str, new: str) -> None:
@@ -50,7 +53,7 @@ class RunHeader(TextLines):
     def state_word(self) -> str:
         """RUNNING, PAUSED, FINISHED, ...: what the right end of line 1 says."""
         if self.paused and self.phase in ("running", "starting"):
-            return "PAUSED"
+            return f"PAUSING ({self.in_flight} in flight)" if self.in_flight else "PAUSED"
         return PHASE_WORDS.get(self.phase, self.phase.upper())
 
     def render(self) -> Text:
@@ -61,20 +64,27 @@ class RunHeader(TextLines):
         it = "iteration –" if self.iteration < 0 else f"iteration {self.iteration}"
         if self.max_iters:
             it += f" of 0–{self.max_iters - 1}"
+        ended = self.phase in ("error", "failed")  # no "detecting…" after the run failed
+        hardware = pretty_hardware(self.hardware, self.backend)
+        if ended and self.hardware == DETECTING:
+            hardware = "no hardware detected"
         line1 = Text.assemble(
             ("kernel code ", "bold"), (f"v{__version__}", "bold"), SEP,
-            (pretty_hardware(self.hardware), "bold #58a6ff"), SEP, (backend, "bold"), SEP,
+            (hardware, "bold #58a6ff"), SEP, (backend, "bold"), SEP,
             self.problem, SEP, self.models, SEP, it, SEP, ("● " + self.state_word, "bold"))
         parts = []
         if self.job:
             parts.append(f"job {self.job}")
         if self.db_path:
             parts.append(f"db {shown(self.db_path)}")  # a URL's password masked
+        if self.tally:
+            parts.append(self.tally)
         if self.best > 0:
             parts.append(f"best {speedup_str(self.best)}")
         if self.spend:
             parts.append(self.spend)
         if self.dashboard_url:
             parts.append(f"dashboard {self.dashboard_url}")
-        line2 = Text("  ·  ".join(parts) or "waiting for the engine…", style="#8b949e")
+        idle = "the run did not start (the chat says why)" if ended else "waiting for the engine…"
+        line2 = Text("  ·  ".join(parts) or idle, style="#8b949e")
         return Text("\n").join([line1, line2])

@@ -32,7 +32,6 @@ target (a fat binary on a GPU, the nvcc check on the CPU).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import re
@@ -57,6 +56,7 @@ from openkernel.evaluation.host.process import (
     read_full_log,
 )
 from openkernel.evaluation.host.profiling import profile_candidate
+from openkernel.roofline import roofline_estimate
 from openkernel.evaluation.host.results import from_worker
 from openkernel.evaluation.protocol import Job
 from openkernel.records import (
@@ -70,6 +70,7 @@ from openkernel.records import (
 from openkernel.schemas import STATUS_LABELS, EvalResult, Status
 from openkernel.targets import TargetPlan, plan_targets, same_arch
 from openkernel.task import Task
+from openkernel.wording import speedup_text
 
 _HW_CACHE: dict[str, Hardware] = {}  # per engine process: the hardware does not change
 _HW_LOCK = threading.Lock()
@@ -250,6 +251,10 @@ class Evaluator:
                 profile_candidate(self, code, result)
             except Aborted:  # the verdict stands; only its profile was cut short
                 result.eval_log += "\nNot profiled: the evaluation was stopped."
+        if result.correctness and not result.profiler_data and self._probe is not None:
+            # No profiler ran: the analytic estimate, labelled one, on every path (a search,
+            # `openkernel eval`, bench) alike.
+            result.profiler_data = roofline_estimate(result.runtime, self._probe, hw)
         # Defence in depth: workers never see secrets, but nothing printed may carry one out.
         result.eval_log = environment.redact(result.eval_log, environment.secret_values(os.environ))
         if source_name:  # tracebacks name the file the user knows, not its scratch copy
@@ -536,7 +541,7 @@ class Evaluator:
         scratch = self.scratch_root / f"w-{uuid.uuid4().hex[:12]}"
         scratch.mkdir(parents=True, exist_ok=True)
         mem = None if device == "cuda" else int(self.ec.memory_limit_gb * 2**30)
-        wrap = functools.partial(ncu.ncu_command, profiler) if profiler else None
+        wrap = ncu.wrapper(profiler) if profiler else None
         return WorkerProcess(scratch, device, gpu_index, self.ec.cpu_time_limit_s, mem, wrap=wrap)
 
     def _prestart(self, device: str) -> bool:
@@ -613,7 +618,7 @@ def arch_line(arch: str, where: str, result: EvalResult) -> str:
     status = result.get_status()
     head = f"On {arch} ({where}): {STATUS_LABELS[status].lower()}"
     if result.correctness and result.runtime_improvement > 0:
-        return f"{head}, {result.runtime:.4f} ms, {result.runtime_improvement:.2f}x the reference"
+        return f"{head}, {result.runtime:.4f} ms, {speedup_text(result.runtime_improvement)} the reference"
     why = [line for line in result.eval_log.splitlines() if line.strip()][:6]
     return head + ("\n  " + "\n  ".join(why) if why else "")
 

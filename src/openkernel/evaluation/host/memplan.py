@@ -122,10 +122,15 @@ def describe(plan: MemoryPlan) -> str:
     """One line for the log."""
     if not plan.footprint_bytes:
         return "memory plan: no footprint measured"
-    text = (f"memory plan (level {plan.level}): footprint {_gib(plan.footprint_bytes)}, checks "
-            f"within {_gib(plan.budget_bytes) if plan.budget_bytes else 'the CPU limit'}, "
-            f"{plan.workers_per_gpu} worker(s) per GPU ({plan.checks_per_gpu} at their checks' "
-            f"peak at once with overlapping checks), float64 check on "
+    if plan.budget_bytes:  # a GPU: workers share its memory
+        overlap = (f"{plan.checks_per_gpu} at their checks' peak at once (overlapping checks)"
+                   if plan.checks_per_gpu > 1 else "one at its checks' peak at a time")
+        where = (f"checks within {_gib(plan.budget_bytes)}, {plan.workers_per_gpu} worker(s) "
+                 f"per GPU ({overlap})")
+    else:  # the CPU: each worker within its own memory limit, nothing shared to plan
+        where = "checks within each worker's memory limit (eval_config.memory_limit_gb)"
+    text = (f"memory plan (level {plan.level}): footprint {_gib(plan.footprint_bytes)}, {where}, "
+            f"float64 check on "
             f"{ {'main': 'the main set', 'small': 'a smaller set', 'skip': 'no set'}[plan.precision_set] }"
             + (" (run on the host)" if plan.precision_on_host else ""))
     if plan.precision_why:

@@ -9,6 +9,7 @@ the task's FLOPs and minimum bytes stands in, labelled ``estimate``.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import shutil
 
@@ -45,6 +46,16 @@ def ncu_command(ncu: str, python_argv: list[str]) -> list[str]:
         ncu, "--clock-control", "none", "--csv", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/",
         "--metrics", ",".join(METRICS), "--target-processes", "all", *python_argv,
     ]
+
+
+def wrapper(profiler):
+    """The command a profiled worker runs under: ``profiler`` is the ncu binary (the summary
+    profile) or a ``ncu_memory.MemoryProfile`` (the memory workload tables)."""
+    from openkernel.evaluation.host.ncu_memory import MemoryProfile, memory_command
+
+    if isinstance(profiler, MemoryProfile):
+        return functools.partial(memory_command, profiler.binary)
+    return functools.partial(ncu_command, profiler)
 
 
 def _number(text: str) -> float | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 
 from openkernel.evaluation.host import ncu
+from openkernel.evaluation.host.ncu_memory import MemoryProfile, memory_tables, parse_raw_csv
 from openkernel.roofline import peak_tflops_for
 from openkernel.schemas import EvalResult
 
@@ -22,10 +23,7 @@ def _peak_tflops(evaluator) -> float | None:
     return peak_tflops_for(evaluator.hardware, dtype)
 
 
-def _profile(evaluator, code: str | None, backend: str = "") -> dict:
-    binary = ncu.find_ncu()
-    if binary is None:
-        return {}
+def _profiled_run(evaluator, code: str | None, backend: str, profiler):
     hw = evaluator.hardware
     job = evaluator._task_job(hw.device, "profile",
                               target="reference" if code is None else "candidate")
@@ -33,10 +31,31 @@ def _profile(evaluator, code: str | None, backend: str = "") -> dict:
     try:
         # The candidate's build cache: a CUDA extension judged a moment ago loads, not rebuilds.
         cache = evaluator.build_cache(code, backend) if code is not None else None
-        run = evaluator._run(job, hw.device, slot, label="profile", code=code, build_cache=cache,
-                             profiler=binary)
+        return evaluator._run(job, hw.device, slot, label="profile", code=code, build_cache=cache,
+                              profiler=profiler)
     finally:
         evaluator._release(slot)
+
+
+def memory_profile(evaluator, code: str, backend: str = "") -> dict:
+    """Nsight Compute's memory workload tables of a candidate (``ncu_memory``), or why none."""
+    binary = ncu.find_ncu()
+    if binary is None:
+        return {"error": "Nsight Compute (ncu) is not installed"}
+    run = _profiled_run(evaluator, code, backend, MemoryProfile(binary))
+    tables = memory_tables(parse_raw_csv(run.full_log))
+    if not tables:
+        why = f"timed out in {run.phase}" if run.timed_out else "no memory counters in the report"
+        return {"error": f"memory profile failed ({why})", "log_tail": run.log_tail[-2000:]}
+    return {**tables, "profile_s": round(run.wall_s, 2)}
+
+
+def _profile(evaluator, code: str | None, backend: str = "") -> dict:
+    binary = ncu.find_ncu()
+    if binary is None:
+        return {}
+    hw = evaluator.hardware
+    run = _profiled_run(evaluator, code, backend, binary)
     launches = ncu.parse_ncu_csv(run.full_log)
     probe = evaluator._probe
     data = ncu.summarize(launches, probe.flops if probe else 0.0,
@@ -65,7 +84,10 @@ def reference_profile(evaluator) -> dict:
 def profile_candidate(evaluator, code: str, result: EvalResult) -> None:
     """Attach an Nsight Compute profile (and the reference's, if configured) to ``result``."""
     try:
-        data = _profile(evaluator, code, result.metadata.get("backend") or evaluator.config.backend)
+        backend = result.metadata.get("backend") or evaluator.config.backend
+        data = _profile(evaluator, code, backend)
+        if data and evaluator.ec.profile_memory:  # deep profiling, asked for: a run of its own
+            data["memory_tables"] = memory_profile(evaluator, code, backend)
         if data and evaluator.ec.profile_original_model:
             ref = reference_profile(evaluator)
             if ref and "error" not in ref:

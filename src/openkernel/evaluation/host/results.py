@@ -21,6 +21,7 @@ from openkernel.schemas import (
     PERF_RAN,
     EvalResult,
 )
+from openkernel.wording import speedup_text
 
 CPU_TIMING = "wall clock, Triton interpreter (CPU)"
 ROOFLINE_MARGIN = 0.8  # a kernel faster than 80% of the roofline minimum is flagged for review
@@ -131,7 +132,7 @@ def from_worker(payload: dict | None, *, phase: str, timed_out: str | None,
                     result.perf_score = PERF_FASTER_THAN_COMPILE
             lines.append(f"runtime {cand['median']:.4f} ms (median of {cand['n_trials']}, "
                          f"CV {cand['cv']:.2%}), reference {ref['median']:.4f} ms: "
-                         f"{result.runtime_improvement:.2f}x ({meta['timing_method']})"
+                         f"{speedup_text(result.runtime_improvement)} ({meta['timing_method']})"
                          + _interval_note(cand))
         _roofline(result, probe, hw, lines)
     if p.get("confinement"):

@@ -18,6 +18,7 @@ import hashlib
 
 from openkernel.schemas import EvalResult, Status
 from openkernel.templating import Space, Variant, label
+from openkernel.wording import speedup_text
 
 
 DROP_RULE = ("a combination is dropped once the 99.5% interval of the median of its per-round "
@@ -59,27 +60,39 @@ def _row(variant: Variant, screened: dict, ref_median: float | None,
     return row
 
 
-def summary_lines(results: dict) -> list[str]:
-    """A few lines on a sweep for the log (and so for later prompts)."""
+def how_judged(results: dict) -> str:
+    """What was done with a sweep's combinations, in one sentence (the log's and the
+    dashboard's): screened and timed, or (CUDA C++ without a GPU) compiled only."""
     rows = results.get("combinations", [])
     judged = len(rows)
     screen = results.get("screen") or {}
-    dropped = [r for r in rows if r.get("dropped")]
-    finalists = [r for r in rows if r.get("runtime_stats")]
-    lines = [f"Template: {judged} combination(s) of {results.get('space_size', judged)}"
-             + (f" (a sample: over max_template_combinations={results.get('bound')})"
-                if results.get("sampled") else "")
-             + (f" checked and screened on {screen['set']}"
+    if results.get("compiled_only"):
+        what = " compiled only (nvcc or NVRTC): no GPU here to run them."
+    elif screen:
+        dropped = sum(1 for r in rows if r.get("dropped"))
+        finalists = sum(1 for r in rows if r.get("runtime_stats"))
+        what = (f" checked and screened on {screen['set']}"
                 + (f" ({screen['rounds']} rounds)" if screen.get("rounds") else "")
-                + f"; {len(dropped)} dropped, {len(finalists)} finalist(s) checked at full size "
-                "and timed together with the reference." if screen else
-                " screened on one input set and timed together.")]
+                + f"; {dropped} dropped, {finalists} finalist(s) checked at full size "
+                "and timed together with the reference.")
+    else:
+        what = " screened on one input set and timed together."
+    return (f"{judged} combination(s) of {results.get('space_size', judged)}"
+            + (f" (a sample: over max_template_combinations={results.get('bound')})"
+               if results.get("sampled") else "") + what)
+
+
+def summary_lines(results: dict) -> list[str]:
+    """A few lines on a sweep for the log (and so for later prompts)."""
+    rows = results.get("combinations", [])
+    dropped = [r for r in rows if r.get("dropped")]
+    lines = [f"Template: {how_judged(results)}"]
     ranked = sorted((r for r in rows if r["speedup"] > 0), key=lambda r: -r["speedup"])
     for r in ranked[:5]:
         mark = " <- winner" if r["params"] == results.get("winner") else ""
-        lines.append(f"  {label(r['params'])}: {r['runtime']:.4f} ms, {r['speedup']:.2f}x{mark}")
+        lines.append(f"  {label(r['params'])}: {r['runtime']:.4f} ms, {speedup_text(r['speedup'])}{mark}")
     if len(ranked) > 5:
-        lines.append(f"  ... {len(ranked) - 5} more correct, slowest {ranked[-1]['speedup']:.2f}x")
+        lines.append(f"  ... {len(ranked) - 5} more correct, slowest {speedup_text(ranked[-1]['speedup'])}")
     for r in dropped:
         lines.append(f"  {label(r['params'])}: {r['dropped']}")
     for r in rows:
@@ -177,11 +190,10 @@ def _nvcc_only(evaluator, space: Space, variants: list[Variant], sampled: bool, 
                      "runtime": -1.0, "speedup": -1.0,
                      "error": "" if r.compiled else r.eval_log[-1500:]})
     results = {"space": space.options, "defaults": space.defaults, "space_size": space.size,
-               "bound": bound, "sampled": sampled, "combinations": rows, "winner": None}
+               "bound": bound, "sampled": sampled, "combinations": rows, "winner": None,
+               "compiled_only": True}
     built = sum(1 for r in rows if r["status"] == Status.NOT_RUN.value)
     result = first.model_copy(deep=True)
     result.template_results = results
-    result.eval_log = "\n".join([f"Template: no GPU here, so each of the {len(rows)} CUDA "
-                                 f"combination(s) was compiled only (nvcc or NVRTC): {built} compiled."]
-                                + summary_lines(results))
+    result.eval_log = "\n".join(summary_lines(results) + [f"{built} of {len(rows)} compiled."])
     return result, None

@@ -28,6 +28,7 @@ from openkernel.evaluation.worker.evaluate import Evaluation, EvaluatorFault, _t
 from openkernel.evaluation.worker.task_runtime import TaskRuntime, load_module, load_state
 from openkernel.evaluation.worker.stopping import verdict
 from openkernel.evaluation.worker.timing import summarize
+from openkernel.schemas import CompilationResult
 
 
 def _import(path: str, index: int):
@@ -59,16 +60,17 @@ def run_sweep(job: Job, ch) -> dict:
     set_cuda_targets(job)
     rows = out["variants"]
     with ThreadPoolExecutor(max_workers=max(1, min(len(rows), job.build_threads))) as pool:
-        imported = list(pool.map(lambda i: _safe_import(job.variant_paths[i], i), range(len(rows))))
+        imported = list(pool.map(lambda i: build_variant(job.variant_paths[i], i), range(len(rows))))
     models = {}
     ch.phase("warmup")
     with ev.ours("generating inputs"):  # first calls on the screening set: no full-size data yet
         small = rt.small_inputs(0, ev.plan.small_set, ev.ref_model)
         warm = small[0] if small else rt.inputs(0)
         del small
-    for i, (module, error) in enumerate(imported):
-        if module is None:
-            rows[i]["error"] = error
+    for built in imported:
+        i, module = built.idx, built.binary
+        if not built.compile_success:
+            rows[i]["error"] = built.error
             continue
         try:
             model = rt.make_model(module.ModelNew)
@@ -142,12 +144,13 @@ def run_sweep(job: Job, ch) -> dict:
     return out
 
 
-def _safe_import(path: str, index: int):
+def build_variant(path: str, index: int) -> CompilationResult:
+    """Import (build) one combination: the seed's CompilationResult, ``binary`` the module."""
     try:
-        return _import(path, index), ""
+        return CompilationResult(index, _import(path, index), None, True)
     except BaseException as err:  # a variant that does not build is its own row, not the sweep's
         sys.stderr.write(f"variant {index}: {type(err).__name__}: {err}\n")
-        return None, f"import failed:\n{_tail(err)}"
+        return CompilationResult(index, None, None, False, error=f"import failed:\n{_tail(err)}")
 
 
 def screen(fns: dict, timer, job: Job):

@@ -1,9 +1,12 @@
 """Elementwise activation: one read and one write per element, any shape, any length.
 
 Triton: each program handles UNROLL consecutive blocks of BLOCK elements (more bytes in flight
-per program without bigger register tiles). CUDA C++: a grid-stride loop where each thread
-handles ELEMS elements THREADS apart (coalesced), dispatched over float, double, half and
-bfloat16.
+per program without bigger register tiles); with PERSISTENT > 0 the grid is PERSISTENT programs
+per SM (the CPU counts as one), each looping over tiles (fewer launches of programs, and
+num_stages pipelines the loop); EVICT is the loads' and stores' L2 eviction policy
+("evict_first": streamed data should not push out what others reuse). CUDA C++: a grid-stride
+loop where each thread handles ELEMS elements THREADS apart (coalesced), dispatched over float,
+double, half and bfloat16.
 """
 
 from __future__ import annotations
@@ -27,15 +30,26 @@ from openkernel.task import Task
 
 _TRITON_KERNEL = '''
 @triton.jit
-def _act_kernel(x_ptr, y_ptr, n_elements, {params}BLOCK: tl.constexpr, UNROLL: tl.constexpr):
-    # 64-bit offsets: tensors past 2**31 elements must not wrap.
-    base = tl.program_id(0).to(tl.int64) * (BLOCK * UNROLL)
-    for u in tl.static_range(UNROLL):
-        offs = base + u * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n_elements  # the ragged tail of the last program
-        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        y = {expr}
-        tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+def _act_kernel(x_ptr, y_ptr, n_elements, {params}BLOCK: tl.constexpr, UNROLL: tl.constexpr,
+                EVICT: tl.constexpr):
+    tiles = tl.cdiv(n_elements, BLOCK * UNROLL)
+    # A program per tile, or (persistent) fewer programs looping over the tiles.
+    for tile in range(tl.program_id(0), tiles, tl.num_programs(0)):
+        # 64-bit offsets: tensors past 2**31 elements must not wrap.
+        base = tl.cast(tile, tl.int64) * (BLOCK * UNROLL)
+        for u in tl.static_range(UNROLL):
+            offs = base + u * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < n_elements  # the ragged tail of the last tile
+            x = tl.load(x_ptr + offs, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
+            y = {expr}
+            tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy=EVICT)
+
+
+def _programs(x, tiles):
+    if not PERSISTENT:
+        return tiles
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 1
+    return max(1, min(tiles, PERSISTENT * sms))
 
 
 class ModelNew(nn.Module):
@@ -48,8 +62,9 @@ class ModelNew(nn.Module):
         n = x.numel()
         if n == 0:
             return y
-        grid = (triton.cdiv(n, BLOCK * UNROLL),)
-        _act_kernel[grid](x, y, n, {call_args}BLOCK=BLOCK, UNROLL=UNROLL, num_warps=NUM_WARPS)
+        grid = (_programs(x, triton.cdiv(n, BLOCK * UNROLL)),)
+        _act_kernel[grid](x, y, n, {call_args}BLOCK=BLOCK, UNROLL=UNROLL, EVICT=EVICT,
+                          num_warps=NUM_WARPS, num_stages=NUM_STAGES)
         return y
 '''
 
@@ -218,10 +233,17 @@ class Elementwise(Family):
     summary = "one activation applied elementwise (masked tail, 64-bit offsets)"
     backends = ("triton", "cuda")
     tunables = (
-        Tunable("BLOCK", (256, 512, 1024, 2048, 4096, 8192), (1024, 2048, 4096, 8192),
+        Tunable("BLOCK", (256, 512, 1024, 2048, 4096, 8192), (1024, 2048, 4096, 8192, 16384),
                 "elements per block (a power of two)"),
-        Tunable("UNROLL", (1, 2, 4), None, "consecutive blocks per program"),
+        Tunable("UNROLL", (1, 2, 4), None, "consecutive blocks per tile"),
+        Tunable("PERSISTENT", (0, 1, 4), None,
+                "0: a program per tile; else programs per SM, each looping over tiles"),
+        # Under the interpreter the policy changes no timing, but it stays a choice there: the
+        # CPU's kernels are the GPU's, and the default job needs distinct candidates to run on.
+        Tunable("EVICT", ("normal", "evict_first"), None,
+                "L2 eviction policy of the loads and stores (evict_first: streamed data)"),
         Tunable("num_warps", (2, 4, 8, 16), (4,), "warps per program"),
+        Tunable("num_stages", (1, 2, 3), (1,), "software pipelining of the persistent loop"),
     )
     cuda_tunables = (
         Tunable("THREADS", (128, 256, 512, 1024), None, "threads per block"),
@@ -229,12 +251,18 @@ class Elementwise(Family):
         Tunable("BUILD", ("nvrtc", "extension"), None, "NVRTC and a raw launch (builds in under "
                 "a second), or a cpp_extension (nvcc, host compile, link)"),
     )
-    starts = ({"BLOCK": 1024, "UNROLL": 1, "num_warps": 4}, {"BLOCK": 2048, "UNROLL": 2,
-              "num_warps": 8}, {"BLOCK": 4096, "UNROLL": 1, "num_warps": 8},
-              {"BLOCK": 512, "UNROLL": 4, "num_warps": 4})
-    cpu_starts = ({"BLOCK": 4096, "UNROLL": 1, "num_warps": 4}, {"BLOCK": 2048, "UNROLL": 2,
-                  "num_warps": 8}, {"BLOCK": 8192, "UNROLL": 1, "num_warps": 8},
-                  {"BLOCK": 1024, "UNROLL": 4, "num_warps": 4})
+    starts = ({"BLOCK": 1024, "UNROLL": 1, "PERSISTENT": 0, "EVICT": "normal", "num_warps": 4,
+               "num_stages": 1},
+              {"BLOCK": 2048, "UNROLL": 2, "PERSISTENT": 0, "EVICT": "evict_first",
+               "num_warps": 8, "num_stages": 1},
+              {"BLOCK": 4096, "UNROLL": 1, "PERSISTENT": 4, "EVICT": "normal", "num_warps": 8,
+               "num_stages": 2},
+              {"BLOCK": 512, "UNROLL": 4, "PERSISTENT": 1, "EVICT": "evict_first",
+               "num_warps": 4, "num_stages": 3})
+    cpu_starts = ({"BLOCK": 4096, "UNROLL": 1, "PERSISTENT": 0, "EVICT": "normal"},
+                  {"BLOCK": 2048, "UNROLL": 2, "PERSISTENT": 4, "EVICT": "normal"},
+                  {"BLOCK": 8192, "UNROLL": 1, "PERSISTENT": 1, "EVICT": "evict_first"},
+                  {"BLOCK": 1024, "UNROLL": 4, "PERSISTENT": 0, "EVICT": "evict_first"})
     cuda_starts = tuple({**p, "BUILD": b} for b in ("nvrtc", "extension") for p in (
         {"THREADS": 256, "ELEMS": 4}, {"THREADS": 512, "ELEMS": 2},
         {"THREADS": 128, "ELEMS": 8}, {"THREADS": 1024, "ELEMS": 1}))
@@ -275,8 +303,10 @@ class Elementwise(Family):
         arg = ref.forward_args[0]
         if backend == "cuda":
             return self._render_cuda(match, params)
-        consts = "".join(f"{k} = {params[k]}\n" for k in ("BLOCK", "UNROLL"))
-        consts += f"NUM_WARPS = {params['num_warps']}\n"
+        consts = "".join(f"{k} = {params[k]!r}\n" for k in ("BLOCK", "UNROLL", "PERSISTENT"))
+        evict = "" if params["EVICT"] == "normal" else params["EVICT"]  # "": Triton's default
+        consts += f"EVICT = {evict!r}\n"
+        consts += f"NUM_WARPS = {params['num_warps']}\nNUM_STAGES = {params['num_stages']}\n"
         body = _TRITON_KERNEL.format(
             params=act.triton_params(), expr=act.act.triton, label=act.describe(),
             init=init_method(ref, act), arg=arg, call_args=act_args(act))
