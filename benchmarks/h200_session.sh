@@ -96,6 +96,13 @@ print(f"{d['suite']}: {len(ended)} of {len(ps)} problems ended ({d['n_timed_out'
       f"({sum(bool(p['baselines_stored']) for p in ps)} with stored baselines); a candidate's own "
       f"time median {d['candidate_s_median']} s; longest problem {max((p['problem_s'] or 0 for p in ps), default=0):.0f} s "
       f"(wall {wall:g} s); worst worker peak {max((p['peak_over_footprint'] or 0 for p in ps), default=0):.2f}x")
+steps = {}
+for p in ps:
+    for k, v in (p.get("probe_steps_s") or {}).items():
+        steps.setdefault(k, []).append(v)
+if steps:
+    med = lambda v: sorted(v)[len(v) // 2]
+    print("probe steps, median s: " + ", ".join(f"{k} {med(v):.2f}" for k, v in steps.items()))
 for p in ps:
     if p["baseline_note"] or p["status"] == "timed_out":
         print(f"  {p['name']}: {p['status']}; {p['baseline_note'] or p['error'][:120]}")

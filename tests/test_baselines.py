@@ -164,6 +164,9 @@ def test_problem_timeout_ends_a_hung_problem_and_the_next_completes(stored):
     assert kept == []
     # the second job found 2_never's baselines stored, the compile's wall among them
     assert never["baselines_stored"] is True and never["fixed_s"] == never["probe_s"] > 0
+    steps = never["probe_steps_s"]  # the probe split: the worker's start, then each step
+    assert {"start", "load", "forward", "footprint", "trace", "timing"} <= set(steps)
+    assert abs(sum(steps.values()) - never["probe_s"]) < 0.05 * never["probe_s"] + 0.05
     assert never["baseline_timeouts"]["compile"] >= 3 and "compile timed out" in never["baseline_note"]
     assert "compile timed out" in proc.stdout and never["eager_ms"] > 0
     assert data["fixed_s_median"] is not None and never["candidate_times_s"]

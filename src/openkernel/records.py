@@ -105,6 +105,9 @@ class TaskProbe:
     tolerances: dict[str, dict[str, float]] = field(default_factory=dict)
     heldout: list[dict] = field(default_factory=list)
     reference_ms: float = 0.0  # the reference's median over a few calls at the probe (0: not timed)
+    # Seconds of each step inside the worker (hardware, load, forward, heldout, footprint,
+    # trace, inductor, timing): where the probe's share of a problem's fixed cost goes.
+    steps_s: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: dict[str, Any], hardware: Hardware | None = None) -> "TaskProbe":

@@ -63,6 +63,7 @@ class ProblemResult:
     candidate_times_s: list[float] = field(default_factory=list)  # each candidate's own time
     fixed_s: float | None = None  # the probe and the baselines (0 s when they were stored)
     probe_s: float | None = None
+    probe_steps_s: dict[str, float] = field(default_factory=dict)  # the probe's split (costs)
     baselines_s: float | None = None  # the baseline workers' own seconds; 0: read from the store
     baselines_stored: bool | None = None  # the baselines came from the store
     baseline_timeouts: dict[str, float] = field(default_factory=dict)  # baseline -> seconds run
@@ -200,6 +201,7 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
     costs = getattr(entry, "costs", None)  # absent from databases the engine has not opened
     if isinstance(costs, dict) and costs:
         row.fixed_s, row.probe_s = costs.get("fixed_s"), costs.get("probe_s")
+        row.probe_steps_s = dict(costs.get("probe_steps_s") or {})
         row.baselines_s, row.baselines_stored = costs.get("baselines_s"), costs.get("baselines_stored")
         row.problem_s = costs.get("problem_s")
     runs = conn.execute(select(Run.status, Run.error, Run.started_at, Run.finished_at, Run.hardware,

@@ -326,8 +326,13 @@ class Evaluator:
     @property
     def costs(self) -> dict:
         """Seconds spent beside the candidates: the probe, the baselines (0 when found in the
-        store) and their sum, ``fixed_s``."""
+        store) and their sum, ``fixed_s``; ``probe_steps_s`` splits the probe (``start``: the
+        worker's start and imports, the rest ``TaskProbe.steps_s``)."""
         costs = {"probe_s": self.probe_s, **self._reference.costs}
+        steps = self._probe.steps_s if self._probe is not None else {}
+        if steps and self.probe_s:
+            costs["probe_steps_s"] = {"start": round(max(self.probe_s - sum(steps.values()), 0.0), 2),
+                                      **steps}
         costs["fixed_s"] = round((self.probe_s or 0.0) + (costs.get("baselines_s") or 0.0), 2)
         return costs
 

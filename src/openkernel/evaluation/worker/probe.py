@@ -165,11 +165,21 @@ def run_probe(job: Job, ch) -> dict:
     device = job.device
     gpu = device.startswith("cuda")
     files = [p for p in (job.reference_path, job.hooks_path) if p]
+    steps: dict[str, float] = {}  # each step's seconds: where a probe's fixed cost goes
+    mark = [time.monotonic()]
+
+    def step(name: str) -> None:
+        now = time.monotonic()
+        steps[name] = round(steps.get(name, 0.0) + now - mark[0], 3)
+        mark[0] = now
+
     hw = detect()
+    step("hardware")
     try:
         rt = TaskRuntime(job.reference_path, job.hooks_path, device)
         model = rt.make_model(rt.ref.Model)
         inputs = rt.inputs(0)
+        step("load")
     except Exception as err:
         return {"probe": asdict(TaskProbe(ok=False, hardware=hw, error=(
             f"{_where(err, files)}: loading the task failed: {type(err).__name__}: {err}")))}
@@ -189,6 +199,7 @@ def run_probe(job: Job, ch) -> dict:
         return {"probe": asdict(TaskProbe(ok=False, hardware=hw, error=(
             f"{_where(err, files)}: the reference's forward failed on get_inputs(): "
             f"{type(err).__name__}: {err}")))}
+    step("forward")
     warnings = output_warnings(outs, rt.hook("get_tolerances"))
     output_shapes = [list(t.shape) for t in outs]
     output_dtypes = [str(t.dtype) for t in outs]
@@ -206,6 +217,7 @@ def run_probe(job: Job, ch) -> dict:
         return {"probe": asdict(TaskProbe(ok=False, hardware=hw, error=(
             f"{_where(err, files)}: held-out inputs (get_extra_inputs) failed: "
             f"{type(err).__name__}: {err}")))}
+    step("heldout")
     heldout = [{"name": source if len(extra) == 1 and not rt.hook("get_extra_inputs")
                 else f"get_extra_inputs set {i}",
                 "shapes": [list(t.shape) for t in tensors_in(s)],
@@ -219,10 +231,12 @@ def run_probe(job: Job, ch) -> dict:
         warnings.append(f"measuring the reference's memory footprint failed ({type(err).__name__}: "
                         f"{err}); evaluations plan for the inputs and outputs alone")
     ops = list(dict.fromkeys(rec.ops))
+    step("footprint")
     try:
         trace = trace_forward(model, inputs)
     except Exception:  # the graph is for the offline templates: a task without it still runs
         trace = None
+    step("trace")
     seed = None
     if gpu:  # Inductor's own kernels, the offline generator's seed (nothing runs)
         from openkernel.evaluation.worker.inductor import capture
@@ -234,11 +248,14 @@ def run_probe(job: Job, ch) -> dict:
         if "error" in seed:
             warnings.append(f"capturing Inductor's code for the reference failed: {seed['error']}")
             seed = None
+        step("inductor")
     in_bytes = _nbytes(inputs)
     tol_hook = rt.hook("get_tolerances")
     tolerances = {d.removeprefix("torch."): tolerances_for(getattr(torch, d.removeprefix("torch.")),
                                                            tol_hook)
                   for d in dict.fromkeys(output_dtypes)}
+    reference_ms = _time_reference(model, inputs, gpu)
+    step("timing")
     probe = TaskProbe(
         ok=True, aten_ops=ops,
         input_shapes=[list(t.shape) for t in tensors_in(inputs)],
@@ -247,7 +264,7 @@ def run_probe(job: Job, ch) -> dict:
         flops=float(flops_mode.get_total_flops() + pointwise.flops),
         bytes_moved=float(in_bytes + out_bytes),
         warnings=warnings, hardware=hw, memory=footprint, trace=trace, tolerances=tolerances,
-        heldout=heldout, reference_ms=_time_reference(model, inputs, gpu),
+        heldout=heldout, reference_ms=reference_ms, steps_s=steps,
         flags=precision.current(), library_bound=precision.library_bound(compute_ops(ops)),
         inductor=seed,
         log=(f"device {device}; held-out inputs: {source}; output dtypes "
