@@ -53,9 +53,9 @@ case "$1" in
       --out "$OUT/throughput.json" | tail -30 ;;
   ray-vs-local)  # the Ray executor against the local pipeline on one GPU, the same job. Ray in
     # .whl/ too: gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic ray is 84 MiB, over a
-    # call's 64; Ray's wheel without its Java jar (unused: no Java workers) is 45 MiB, so the
-    # whole .whl/ (53 MiB) travels in one call (commands: the issue 27 report; or its two parts
-    # over two calls, joined into .whl/ before this script installs them)
+    # call's 64; Ray's wheel without its Java jar (unused: no Java workers) and source maps is
+    # 43.5 MiB, so the whole .whl/ travels in one call:
+    #   python3 benchmarks/slim_wheel.py .whl/ray-*.whl --drop ray/jars/ --drop-suffix .js.map
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-540}" python3 benchmarks/ray_vs_local.py --iters "${ITERS:-2}" \
       --branches 16 --out "$OUT/ray_vs_local.json" | tail -40 ;;
   stability)
