@@ -5,20 +5,11 @@ from __future__ import annotations
 import sqlite3
 
 from sqlalchemy import create_engine
-from sqlalchemy.orm import Session
 
 from kernelcode.dashboard import queries
 from kernelcode.dashboard.app import route
 from kernelcode.dashboard.source import DataSource
-from openkernel.store import (
-    Base,
-    Critique,
-    Kernel,
-    ReferenceTiming,
-    Run,
-    Store,
-    open_readonly,
-)
+from openkernel.store import Critique, Store, open_readonly
 
 TASK, JOB = "gelu", "old job"
 
@@ -30,13 +21,24 @@ def _tables(path) -> set[str]:
 
 def _old_database(path) -> None:
     """A database as written before critiques were stored: every other table, one job in it."""
+    from alembic import command
+
+    from openkernel.store import migrate
+
+    store = Store(path)
+    run = store.start_run(task_name=TASK, job_name=JOB, backend="triton")
+    store.add_kernel(id="k1", run_id=run.id, task_name=TASK, job_name=JOB, iteration=0, branch=0,
+                     label="i0-b0", origin="offline", status="faster", correctness=True,
+                     runtime_improvement=1.5)
+    store.close()
     engine = create_engine(f"sqlite:///{path}")
-    Base.metadata.create_all(engine, tables=[Run.__table__, Kernel.__table__, ReferenceTiming.__table__])
-    with Session(engine) as s, s.begin():
-        s.add(Run(id=1, task_name=TASK, job_name=JOB, backend="triton", hardware="CPU", status="completed"))
-        s.add(Kernel(id="k1", run_id=1, task_name=TASK, job_name=JOB, iteration=0, branch=0, label="i0-b0",
-                     origin="offline", status="faster", correctness=True, runtime_improvement=1.5))
+    with engine.begin() as conn:  # the tables migrations began with (no later columns)
+        command.downgrade(migrate._config(conn), "0001")
     engine.dispose()
+    with sqlite3.connect(path) as conn:  # as an openkernel before critiques and migrations
+        conn.execute("DROP TABLE critiques")
+        conn.execute("DROP TABLE alembic_version")
+        conn.execute("UPDATE runs SET status = 'completed', hardware = 'CPU'")
     assert "critiques" not in _tables(path) and {"runs", "kernels"} <= _tables(path)
 
 

@@ -167,10 +167,15 @@ def test_screening_drops_a_genuinely_slower_combination(evaluator, monkeypatch):
         assert slow["dropped"].startswith("dropped after 10 screening rounds:"), result.eval_log
         assert "x the time of BLOCK=" in slow["dropped"] and "WORK=1" in slow["dropped"]
         assert not slow["runtime_stats"] and slow["speedup"] == -1.0
-        assert fast["runtime_stats"]["n_trials"] >= 3 and "dropped" not in fast
+    # The two WORK=1 rows are timed at full size, unless the rule found one of them clearly
+    # slower than the other (under the interpreter a smaller BLOCK runs twice the programs).
+    fast = [rows[(block, 1)] for block in (2048, 4096)]
+    timed = [r for r in fast if r["runtime_stats"]]
+    assert timed and all(r["runtime_stats"]["n_trials"] >= 3 and "dropped" not in r for r in timed)
+    assert all("x the time of BLOCK=" in r["dropped"] for r in fast if not r["runtime_stats"])
     assert result.template_results["winner"]["WORK"] == 1 and "WORK = 1" in winner
     screen = result.template_results["screen"]
-    assert screen["rounds"] == 10 and screen["stop_reason"] == "2 left"
+    assert screen["rounds"] == 10 and screen["stop_reason"] == f"{len(timed)} left"
     assert "1.10" in screen["drop_rule"] and "dropped after 10 screening rounds" in result.eval_log
 
 

@@ -60,7 +60,7 @@ COLUMNS: list[tuple[str, str, str]] = [
     ("branch", "int32", "branch within the iteration"),
     ("parent_id", "string", "the kernel it was derived from"),
     ("origin", "string", "llm, offline, file or best"),
-    ("candidate_model", "string", "the model (or offline template) that wrote it"),
+    ("candidate_model", "string", "the model (or offline kernel family) that wrote it"),
     ("candidate_backend", "string", "its language: triton or cuda"),
     ("intent", "string", "what it tried (the answer's Idea line)"),
     ("prompt", "string", "the full prompt"),
