@@ -202,6 +202,10 @@ class RayEvaluator:
         silent = _unanswered(rc.address)
         if silent:
             return self._failed(silent)
+        try:  # read before joining: inside a Ray job, joining can remove the job's working dir
+            files = pack_task(self.task)
+        except (OSError, ValueError) as err:
+            return self._failed(str(err))
         try:
             if not ray.is_initialized():
                 ray.init(address=rc.address, include_dashboard=False, logging_level="WARNING",
@@ -216,10 +220,6 @@ class RayEvaluator:
         if gpus < 1:
             return self._failed("executor: ray: the Ray cluster has no GPU resources: start "
                                 "each GPU node with `ray start --address=HEAD:6379 --num-gpus=N`")
-        try:
-            files = pack_task(self.task)
-        except (OSError, ValueError) as err:
-            return self._failed(str(err))
         remote = ray.remote(GpuActor).options(
             num_gpus=1, num_cpus=rc.cpus_per_gpu, max_concurrency=_ACTOR_CONCURRENCY,
             max_restarts=0, max_task_retries=0)  # the engine re-queues; Ray never re-runs
