@@ -31,5 +31,7 @@ postgres:
 run: install
 	$(VENV)/bin/kernel-code $(ARGS)
 
+# Two pytest-xdist workers (tests/conftest.py groups a file's tests, and the dashboard's, on one).
+PYTEST_WORKERS ?= 2
 test: install browser postgres
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)

@@ -20,6 +20,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("act_forward", &act_forward, "a
 """
 
 
+@pytest.mark.gpu  # the header serves CUDA C++ builds on a GPU only; here it cost ~2 min of CI
 @pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                     reason="no C++ compiler")
 def test_precompiled_header_is_built_once_and_used(tmp_path, monkeypatch):
