@@ -31,7 +31,7 @@ postgres:
 run: install
 	$(VENV)/bin/kernel-code $(ARGS)
 
-# Two pytest-xdist workers (tests/conftest.py groups a file's tests, and the dashboard's, on one).
+# Two pytest-xdist workers, a file's tests on one (its module fixtures are real runs, made once).
 PYTEST_WORKERS ?= 2
 test: install browser postgres
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)

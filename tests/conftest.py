@@ -30,13 +30,6 @@ if not _has_cuda():
 
 
 def pytest_collection_modifyitems(config, items):
-    # `make test` runs two pytest-xdist workers with --dist loadgroup: a file's tests stay on
-    # one worker (its module fixtures, real runs, are made once), and the dashboard's files
-    # share one worker, so the database their session fixture writes by real runs is made once.
-    for item in items:
-        path = Path(str(item.fspath)).resolve()
-        group = "dashboard" if path.parent.name == "dashboard" else str(path.relative_to(ROOT))
-        item.add_marker(pytest.mark.xdist_group(group))
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the H200)")
