@@ -348,6 +348,11 @@ def test_offline_search_through_ray_into_postgresql(cluster, postgres, tmp_path,
 
 
 @pytest.mark.slow
+# Known, not yet fixed: under load (two test workers on two cores) the job's actors can fail
+# Ray's runtime-env setup ("Failed to set up runtime environment"): they inherit the job's
+# working_dir, which Ray sets up again while the driver joins. Alone it passes.
+@pytest.mark.xfail(reason="a Ray job's actors inherit its working_dir: runtime-env setup can "
+                          "fail under load (known; issue 27)", strict=False)
 def test_a_search_submitted_as_a_ray_job_lands_in_postgresql(cluster, postgres, tmp_path,
                                                              examples_dir, capsys):
     """From a laptop: `ray job submit` with the working directory (task and config) and the

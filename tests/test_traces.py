@@ -172,8 +172,14 @@ def test_an_llm_run_traces_tokens_and_never_a_secret(tmp_path, examples_dir, mon
     monkeypatch.setenv("SOME_SERVICE_TOKEN", "tok-another-secret-value-42")
     leaky = KERNEL.replace("Idea: one program", f"Idea: (my key is {SECRET}) one program")
 
+    # each kernel its own code: no answer is a duplicate of an earlier one (judged once)
+    variants = [leaky.replace("BLOCK=4096", f"BLOCK={b}").replace("4096),)", f"{b}),)")
+                for b in (4096, 2048, 1024, 512, 256, 128)]
+
     def answer(body):
-        return critic_json(body, f"leaks {SECRET}") if is_critic(body) else leaky
+        if is_critic(body):
+            return critic_json(body, f"leaks {SECRET}")
+        return variants.pop(0) if variants else leaky
 
     with ChatServer(default=answer) as server:
         inference = json.dumps([{"model": "openai/model-a", "api_base": server.url,
