@@ -64,7 +64,7 @@ def _cell_text(cell: dict) -> str:
         ("wavefronts", "wavefronts")) if cell.get(q)]
     if cell.get("bytes"):
         parts.append(f"{_amount(cell['bytes'])}B")
-    if cell.get("hit_rate_pct") is not None:
+    if parts and cell.get("hit_rate_pct") is not None:  # no traffic, no hit rate
         parts.append(f"hit {cell['hit_rate_pct']:.0f}%")
     return "<br>".join(parts)
 
