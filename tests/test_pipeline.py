@@ -195,14 +195,14 @@ def test_waiting_for_the_turn_counts_against_no_timeout(tmp_path):
     assert pool.busy()[0]["turns"] == 2  # the holder's turn, then the worker's
 
 
-def test_spare_worker_takes_the_next_candidate_and_is_stopped_at_close(tmp_path):
-    ev = _evaluator(tmp_path, prestart_workers=True)
+def test_spare_worker_takes_the_next_candidate_and_outlives_its_run_for_the_next(tmp_path):
+    ev = _evaluator(tmp_path, prestart_workers=True, keep_spares_s=30)
     good = (CANDIDATES / "good_gelu.py").read_text()
     first = ev.evaluate(good, "triton", "first")
     assert first.get_status() in (Status.FASTER, Status.CORRECT), first.eval_log
     assert first.metadata["prestarted"] is False  # nothing was waiting yet
     assert first.metadata["worker"]["preload_s"] > 0
-    (spare,) = ev._spares[("cpu", None, None)]
+    (spare,) = ev.spares()[("cpu", None, None)]
     time.sleep(8)  # let it finish its imports: the job should find it idle
     second = ev.evaluate(good.replace("good", "good "), "triton", "second")
     assert second.correctness, second.eval_log
@@ -210,10 +210,31 @@ def test_spare_worker_takes_the_next_candidate_and_is_stopped_at_close(tmp_path)
     assert second.metadata["worker"]["idle_s"] > 0, second.metadata["worker"]
     assert second.metadata["phase_s"]["setup"] < first.metadata["phase_s"]["setup"]
     assert spare.proc.poll() is not None  # the spare did the job and exited
-    (successor,) = ev._spares[("cpu", None, None)]
+    (successor,) = ev.spares()[("cpu", None, None)]
     assert successor.alive()
     ev.close()
-    assert successor.proc.poll() is not None and not successor.scratch.exists()
+    # The next evaluator of this process (a bench's next problem) starts on it
+    time.sleep(1)
+    assert successor.alive()
+    nxt = _evaluator(tmp_path, prestart_workers=True, keep_spares_s=0)
+    third = nxt.evaluate(good.replace("good", "good  "), "triton", "third")
+    assert third.correctness and third.metadata["prestarted"] is True, third.eval_log
+    assert successor.proc.poll() is not None  # it did the job
+    (last,) = nxt.spares()[("cpu", None, None)]
+    nxt.close()  # keep_spares_s 0: stopped with the run, its scratch gone
+    assert last.proc.poll() is not None and not last.scratch.exists()
+
+
+def test_spares_nobody_takes_stop_after_keep_spares_s(tmp_path):
+    ev = _evaluator(tmp_path, prestart_workers=True, keep_spares_s=2)
+    ev._take("cpu", None)  # starts the pool's spare (nothing waited yet)
+    (spare,) = ev.spares()[("cpu", None, None)]
+    ev.close()
+    assert spare.alive()  # kept for the next run
+    deadline = time.monotonic() + 30
+    while spare.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert spare.proc.poll() is not None and not spare.scratch.exists()
 
 
 def test_workers_under_a_profiler_are_spares_of_their_own(tmp_path):
@@ -223,19 +244,20 @@ def test_workers_under_a_profiler_are_spares_of_their_own(tmp_path):
     shows the wrapper in the process tree, which is what the keying is about.
     """
     fake = _stand_in_ncu(tmp_path, 'echo "wrapped by fake ncu"; exec "$@"')
-    ev = _evaluator(tmp_path, prestart_workers=True)
+    ev = _evaluator(tmp_path, prestart_workers=True, keep_spares_s=0)
     job = _job(ev)
     good = (CANDIDATES / "good_gelu.py").read_text()
     first = ev._run(job, "cpu", None, label="p1", code=good, profiler=str(fake))
     assert first.payload and first.payload["correctness"], first.log_tail
     assert first.prestarted is False and "wrapped by fake ncu" in first.full_log
-    assert set(ev._spares) == {("cpu", None, str(fake))}  # no evaluation spare was started
+    assert set(ev.spares()) == {("cpu", None, str(fake))}  # no evaluation spare was started
     time.sleep(8)
     second = ev._run(job, "cpu", None, label="p2", code=good, profiler=str(fake))
     assert second.prestarted is True and "wrapped by fake ncu" in second.full_log
     assert second.phase_seconds()["setup"] < first.phase_seconds()["setup"]
+    (spare,) = ev.spares()[("cpu", None, str(fake))]
     ev.close()
-    assert ev._spares == {}
+    assert ev.spares() == {} and spare.proc.poll() is not None
 
 
 def test_a_profile_turn_ends_with_its_result_not_with_the_profiler(tmp_path):
@@ -262,7 +284,7 @@ def test_a_profile_turn_ends_with_its_result_not_with_the_profiler(tmp_path):
 def test_without_prestart_no_spare_is_kept(tmp_path):
     ev = _evaluator(tmp_path)  # the CPU default: spares would only compete for the cores
     ev.evaluate((CANDIDATES / "good_gelu.py").read_text(), "triton", "one")
-    assert ev._spares == {}
+    assert ev.spares() == {}
 
 
 def test_worker_points_its_caches_at_the_build_cache(tmp_path, monkeypatch):

@@ -91,6 +91,10 @@ class EvalConfig(_Strict):
                                           "candidates with torch imported and (on a GPU) their "
                                           "CUDA context made; default: on with a GPU, off on "
                                           "the CPU.")
+    keep_spares_s: float = Field(60.0, ge=0, description="Seconds the spare workers outlive "
+                                 "their run, for the next run of this process (a bench's next "
+                                 "problem, the MCP server's next job) to take; 0: stopped "
+                                 "with the run.")
     cpu_time_limit_s: float = Field(900.0, gt=0, description="RLIMIT_CPU of a worker process.")
     memory_limit_gb: float = Field(16.0, gt=0, description="Address-space limit of a CPU worker "
                                    "(not applied on a GPU, where CUDA reserves large ranges).")

@@ -58,6 +58,7 @@ from openkernel.evaluation.host.process import (
 from openkernel.evaluation.host.profiling import profile_candidate
 from openkernel.roofline import roofline_estimate
 from openkernel.evaluation.host.results import from_worker
+from openkernel.evaluation.host.spares import SPARES
 from openkernel.evaluation.protocol import Job
 from openkernel.records import (
     CPU_LABEL,
@@ -107,10 +108,12 @@ class Evaluator:
         self._targets: TargetPlan | None = None
         self._slots: DevicePool | None = None
         self.build_cache_root = Path(config.paths.build_cache_dir).expanduser().resolve()
-        # (device, gpu index, profiler binary or None) -> started workers waiting for their jobs
-        self._spares: dict[tuple[str, int | None, str | None], list[WorkerProcess]] = {}
+        # The shared spare pools this evaluator holds (spares.py): each key is what makes two
+        # started workers interchangeable, (device, gpu index, profiler binary or None) first.
+        self._spare_keys: set = set()
         self._spare_lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _kill_spares, self._spares, self.keep_scratch)
+        self._finalizer = weakref.finalize(self, SPARES.release, self._spare_keys,
+                                           self.ec.keep_spares_s)
         # The precompiled torch header's folder, or why there is none (see pch.py)
         self.pch: dict = {}
         self.plan = MemoryPlan()  # made from the probe (memplan.py)
@@ -309,8 +312,13 @@ class Evaluator:
         return judge_template(self, space, variants, sampled, bound, backend, label, on_phase)
 
     def close(self) -> None:
-        """Stop the spare workers (each job's own worker ended with it)."""
+        """Let go of the spare workers: the next evaluator of this process takes them within
+        ``eval_config.keep_spares_s``, then they stop (each job's own worker ended with it)."""
         self._finalizer()
+
+    def spares(self) -> dict[tuple[str, int | None, str | None], list[WorkerProcess]]:
+        """The spares waiting in the pools this evaluator holds, by (device, gpu, profiler)."""
+        return {key[:3]: SPARES.waiting(key) for key in list(self._spare_keys)}
 
     def abort(self, reason: str) -> None:
         """Stop now: end every worker running a job (and the spares). A job cut short this way,
@@ -565,15 +573,20 @@ class Evaluator:
         if not self._prestart(device):
             return None
         with self._spare_lock:
-            pool = self._spares.setdefault((device, gpu_index, profiler), [])
-            spare = None
-            while pool and spare is None:
-                spare = pool.pop(0)  # the oldest: the likeliest to have finished its imports
-                if not spare.alive():  # it died importing: start anew
-                    _discard(spare, self.keep_scratch)
-                    spare = None
+            spare = SPARES.take(self._spare_key(device, gpu_index, profiler))
             self._fill(device, gpu_index, profiler)
         return spare
+
+    def _spare_key(self, device: str, gpu_index: int | None, profiler: str | None) -> tuple:
+        """Held from its first use to :meth:`close`: what a worker was started with (the
+        environment it inherits included) decides which evaluators may take it."""
+        env = hashlib.sha256(repr(sorted(os.environ.items())).encode()).hexdigest()[:16]
+        key = (device, gpu_index, profiler, str(self.scratch_root), self.ec.cpu_time_limit_s,
+               self.ec.memory_limit_gb, self.keep_scratch, env)
+        if key not in self._spare_keys and self._finalizer.alive:
+            self._spare_keys.add(key)
+            SPARES.hold(key, self.keep_scratch)
+        return key
 
     def _fill(self, device: str, gpu_index: int | None, profiler: str | None) -> None:
         """Start spares until as many wait as can run on this device at once (under the lock).
@@ -583,12 +596,11 @@ class Evaluator:
         """
         if not self._finalizer.alive:
             return
-        pool = self._spares.setdefault((device, gpu_index, profiler), [])
         want = self._slots.per_device if self._slots is not None else 1
         if profiler:
             want = max(1, want // 2)
-        while len(pool) < want:
-            pool.append(self._spawn(device, gpu_index, profiler))
+        SPARES.fill(self._spare_key(device, gpu_index, profiler), want,
+                    lambda: self._spawn(device, gpu_index, profiler))
 
     def _warm_spares(self) -> None:
         """Fill every GPU's spare pools ahead of the first candidates."""
@@ -626,17 +638,3 @@ def arch_line(arch: str, where: str, result: EvalResult) -> str:
         return f"{head}, {result.runtime:.4f} ms, {speedup_text(result.runtime_improvement)} the reference"
     why = [line for line in result.eval_log.splitlines() if line.strip()][:6]
     return head + ("\n  " + "\n  ".join(why) if why else "")
-
-
-def _discard(worker: WorkerProcess, keep_scratch: bool) -> None:
-    worker.kill()
-    if not keep_scratch:
-        shutil.rmtree(worker.scratch, ignore_errors=True)
-
-
-def _kill_spares(spares: dict, keep_scratch: bool) -> None:
-    """Stop every spare worker (at close, garbage collection or exit)."""
-    while spares:
-        _, pool = spares.popitem()
-        for worker in pool:
-            _discard(worker, keep_scratch)
