@@ -148,6 +148,9 @@ def test_the_offline_generator_offers_the_seed_beside_its_own_kernels():
     model, inputs = _reference("linear_gelu_softmax")
     task = load_task(DATA / "linear_gelu_softmax.py")
     probe = TaskProbe(ok=True, trace=trace_forward(model, inputs), inductor=captured)
+    # a lone capture (probes before one per input signature) is a list of one, stored or not
+    assert probe.inductor == [captured] == TaskProbe.from_json({"ok": True,
+                                                               "inductor": captured}).inductor
     gen = OfflineGenerator()
 
     def propose(branch, parent=None):

@@ -97,8 +97,10 @@ class TaskProbe:
     # library call, which no kernel of ours can be "the library call with more around it".
     library_bound: str = ""
     # On a GPU: the code torch.compile's Inductor writes for the reference (worker/inductor.py:
-    # {"code", "args", "outputs", "made"}), the offline generator's seed; None elsewhere.
-    inductor: dict | None = None
+    # {"code", "args", "outputs", "made", "signature"}), the offline generator's seed, one per
+    # distinct input signature (each tensor input's rank and dtype) of the benchmark inputs
+    # (first) and the held-out sets; None elsewhere. A lone dict (older probes) is one capture.
+    inductor: list[dict] | None = None
     # What a candidate must meet, for the prompt: output dtype -> {atol, rtol, max_rel_error}
     # (the task's get_tolerances hook applied), and the held-out input sets checked besides
     # the main one, each {"name": where it came from, "shapes": [...], "dtypes": [...]}.
@@ -108,6 +110,10 @@ class TaskProbe:
     # Seconds of each step inside the worker (hardware, load, forward, heldout, footprint,
     # trace, inductor, timing): where the probe's share of a problem's fixed cost goes.
     steps_s: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.inductor, dict):  # one capture, as probes before per-signature ones
+            self.inductor = [self.inductor]
 
     @classmethod
     def from_json(cls, data: dict[str, Any], hardware: Hardware | None = None) -> "TaskProbe":

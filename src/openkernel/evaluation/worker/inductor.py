@@ -170,3 +170,50 @@ def capture(model: torch.nn.Module, inputs: list, stand_in: bool | None = None) 
                     "state": {n: {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix(
                         "torch."), "parameter": n in params} for n, t in state.items()}}
     return {"error": "Inductor wrote no module"}
+
+
+def signature(inputs: list) -> list[list]:
+    """The input signature a capture is specialised to: each tensor input's ``[rank, dtype]``
+    (its sizes stay symbols, so any shape of that rank runs the same code)."""
+    return [[t.dim(), str(t.dtype).removeprefix("torch.")] for t in inputs
+            if isinstance(t, torch.Tensor)]
+
+
+def shapes_only(inputs: list) -> list:
+    """``inputs`` with each tensor a meta tensor of its shape, strides and dtype: all a capture
+    reads, without holding a held-out set's memory."""
+    return [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+            if isinstance(t, torch.Tensor) else t for t in inputs]
+
+
+def capture_signatures(model: torch.nn.Module, sets: list[list],
+                       stand_in: bool | None = None) -> tuple[list[dict], list[str]]:
+    """One capture per distinct input signature among ``sets`` (the benchmark inputs first,
+    then the held-out sets): Inductor specialises its code to each input's rank and dtype.
+
+    Returns the captures (each with its ``"signature"``; the benchmark's first) and a warning
+    per signature whose capture failed (the others are kept). No capture at all when the
+    benchmark inputs' fails.
+    """
+    captures: list[dict] = []
+    warnings: list[str] = []
+    seen: list[list] = []
+    for k, inputs in enumerate(sets):
+        sig = signature(inputs)
+        if sig in seen:
+            continue
+        seen.append(sig)
+        try:
+            captured = capture(model, inputs, stand_in)
+        except Exception as err:  # our own capture failed: the task still runs without it
+            captured = {"error": f"{type(err).__name__}: {err}"[:600]}
+        if "error" in captured:
+            what = "the reference" if k == 0 else (f"held-out set {k - 1} (inputs of ranks and "
+                                                   f"dtypes {sig}; the seed does not cover it)")
+            warnings.append(f"capturing Inductor's code for {what} failed: {captured['error']}")
+            if k == 0:
+                return [], warnings
+            continue
+        captures.append({**captured, "signature": sig})
+    return captures, warnings
+

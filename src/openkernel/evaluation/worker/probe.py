@@ -27,6 +27,7 @@ from openkernel.evaluation.worker.correctness import (
     tolerances_for,
 )
 from openkernel.evaluation.worker.hardware import detect
+from openkernel.evaluation.worker.inductor import capture_signatures, shapes_only
 from openkernel.evaluation.worker import precision
 from openkernel.evaluation.worker.integrity import OpRecorder, compute_ops
 from openkernel.evaluation.worker.task_runtime import TaskRuntime, clone, tensors_in
@@ -222,6 +223,7 @@ def run_probe(job: Job, ch) -> dict:
                 else f"get_extra_inputs set {i}",
                 "shapes": [list(t.shape) for t in tensors_in(s)],
                 "dtypes": [dtype_name(t.dtype) for t in tensors_in(s)]} for i, s in enumerate(extra)]
+    held_shapes = [shapes_only(s) for s in extra] if gpu else []  # Inductor's, per signature
     if not rt.hook("get_extra_inputs"):
         extra = []  # derived sets are remade per evaluation: none is needed for the footprint
     try:
@@ -237,17 +239,12 @@ def run_probe(job: Job, ch) -> dict:
     except Exception:  # the graph is for the offline templates: a task without it still runs
         trace = None
     step("trace")
-    seed = None
-    if gpu:  # Inductor's own kernels, the offline generator's seed (nothing runs)
-        from openkernel.evaluation.worker.inductor import capture
-
-        try:
-            seed = capture(model, inputs)
-        except Exception as err:  # our own capture failed: the task still runs without it
-            seed = {"error": f"{type(err).__name__}: {err}"[:600]}
-        if "error" in seed:
-            warnings.append(f"capturing Inductor's code for the reference failed: {seed['error']}")
-            seed = None
+    seeds = None
+    if gpu:  # Inductor's own kernels, the offline generator's seed (nothing runs), once per
+        # input signature: its code is specialised to each input's rank and dtype
+        seeds, failed = capture_signatures(model, [inputs, *held_shapes])
+        warnings += failed
+        seeds = seeds or None
         step("inductor")
     in_bytes = _nbytes(inputs)
     tol_hook = rt.hook("get_tolerances")
@@ -266,7 +263,7 @@ def run_probe(job: Job, ch) -> dict:
         warnings=warnings, hardware=hw, memory=footprint, trace=trace, tolerances=tolerances,
         heldout=heldout, reference_ms=reference_ms, steps_s=steps,
         flags=precision.current(), library_bound=precision.library_bound(compute_ops(ops)),
-        inductor=seed,
+        inductor=seeds,
         log=(f"device {device}; held-out inputs: {source}; output dtypes "
              f"{', '.join(d.removeprefix('torch.') for d in output_dtypes)}"),
     )

@@ -3,16 +3,20 @@
 On a GPU the probe captures what Inductor writes for the reference (``TaskProbe.inductor``);
 this family turns it into a standalone module (rewrite.py, render.py) whose tunables are the
 launch configs Inductor's autotuner would have tried, one tunable per kernel (``K<n>``: which
-config). The offline generator offers it beside the compiler's family (odd branches of the
-first iteration start from it; a seed's children stay seeds), and instead of a refusal where
-the compiler has no kernel: on a GPU, every task Inductor compiles has a candidate.
+config). Inductor specialises its code to each input's rank and dtype, so the probe captures
+once per input signature of the benchmark and held-out sets; with several, the module holds
+every signature's kernels (named apart, ``K<n>`` numbered across them) and its forward runs
+the wrapper of its inputs' signature. The offline generator offers it beside the compiler's
+family (odd branches of the first iteration start from it; a seed's children stay seeds), and
+instead of a refusal where the compiler has no kernel: on a GPU, every task Inductor compiles
+has a candidate.
 """
 
 from __future__ import annotations
 
 from openkernel.generators.family import Family, Match, Tunable
-from openkernel.generators.seeds.render import render
-from openkernel.generators.seeds.rewrite import Unsupported, _prefix, parse
+from openkernel.generators.seeds.render import render, render_signatures
+from openkernel.generators.seeds.rewrite import Unsupported, _prefix, describe, parse
 from openkernel.records import TaskProbe
 from openkernel.task import Task
 
@@ -23,28 +27,69 @@ class InductorSeed(Family):
                "launch configs chosen among Inductor's")
 
     def match(self, task: Task, probe: TaskProbe, backend: str) -> Match | str | None:
-        captured = probe.inductor
-        if not captured or "code" not in captured:
+        captures = [c for c in probe.inductor or () if "code" in c]
+        if not captures:
             return None
         if backend != "triton":
             return "the inductor_seed family is Triton only"
-        try:
-            seed = parse(captured)
+        needed = _signatures(probe)
+        own = [c.get("signature") or (needed[0] if needed else []) for c in captures]
+        single = len(captures) == 1 and all(sig == own[0] for sig in needed)
+        try:  # one signature covering every input set: no dispatch
+            seeds, left = ([(own[0], parse(captures[0]))], "") if single else \
+                _parse_each(captures, own)
         except (Unsupported, SyntaxError, ValueError) as err:
             return f"Inductor's output cannot be rewritten: {err}"
+        kernels = [k for _, seed in seeds for k in seed.kernels]
         fitted = InductorSeed()
         fitted.tunables = tuple(
             Tunable(_prefix(k), tuple(range(len(k.configs))), None,
                     f"{k.name}: which of Inductor's {len(k.configs)} launch configs "
-                    f"({k.kind})") for k in seed.kernels)
+                    f"({k.kind})") for k in kernels)
         fitted.starts = tuple({t.name: min(i, len(t.choices) - 1) for t in fitted.tunables}
                               for i in range(max((len(t.choices) for t in fitted.tunables),
                                                  default=1)))
-        label = (f"Inductor's {len(seed.kernels)} Triton kernel"
-                 f"{'s' if len(seed.kernels) > 1 else ''}"
-                 + (f" around {', '.join(dict.fromkeys(seed.extern))}" if seed.extern else ""))
-        return Match(fitted, f"{seed.made}: {label}", {"seed": seed, "label": label,
-                                                        "trace": probe.trace})
+        extern = [e for _, seed in seeds for e in seed.extern]
+        label = (f"Inductor's {len(kernels)} Triton kernel{'s' if len(kernels) > 1 else ''}"
+                 + (f" around {', '.join(dict.fromkeys(extern))}" if extern else ""))
+        spec = {"seed": seeds[0][1], "label": label, "trace": probe.trace}
+        why = f"{seeds[0][1].made}: {label}"
+        if not single:
+            missing = [describe(sig) for sig in needed if sig not in [s for s, _ in seeds]]
+            spec["seeds"] = seeds
+            why += (f", for the input signatures {'; '.join(describe(s) for s, _ in seeds)}"
+                    + (f" (none for {'; '.join(missing)}: the candidate says so there)"
+                       if missing else "") + (f"; left out: {left}" if left else ""))
+        return Match(fitted, why, spec)
 
     def render(self, match: Match, params: dict, backend: str) -> str:
+        if "seeds" in match.spec:
+            return render_signatures(match.spec["seeds"], params, match.spec["trace"])
         return render(match.spec["seed"], params, match.spec["trace"])
+
+
+def _signatures(probe: TaskProbe) -> list[list]:
+    """The distinct input signatures (each tensor input's ``[rank, dtype]``) of the benchmark
+    inputs (first) and the held-out sets, as the probe recorded them."""
+    out: list[list] = []
+    for shapes, dtypes in [(probe.input_shapes, probe.input_dtypes),
+                           *((h.get("shapes", []), h.get("dtypes", [])) for h in probe.heldout)]:
+        sig = [[len(s), d.removeprefix("torch.")] for s, d in zip(shapes, dtypes)]
+        if shapes and sig not in out:
+            out.append(sig)
+    return out
+
+
+def _parse_each(captures: list[dict], own: list[list]) -> tuple[list, str]:
+    """Each signature's seed, kernels named apart; a held-out signature's that cannot be
+    rewritten is left out (the benchmark inputs' must be)."""
+    seeds, left = [], []
+    for n, (captured, sig) in enumerate(zip(captures, own)):
+        try:
+            seeds.append((sig, parse(captured, f"_sig{n}",
+                                     sum(len(s.kernels) for _, s in seeds))))
+        except (Unsupported, SyntaxError, ValueError) as err:
+            if n == 0:
+                raise
+            left.append(f"{describe(sig)}: {err}")
+    return seeds, "; ".join(left)

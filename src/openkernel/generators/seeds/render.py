@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from openkernel.generators.compiler.modelnew import DECLARE
-from openkernel.generators.seeds.rewrite import Seed, _prefix
+from openkernel.generators.seeds.rewrite import Seed, _prefix, describe
 from openkernel.records import OpTrace
 
 # libdevice functions as the CPU interpreter can run them (it has no libdevice): x, y floats.
@@ -34,12 +34,32 @@ _REDUCE_TWINS = {
 
 def render(seed: Seed, params: dict, trace: OpTrace | None) -> str:
     """The module for ``params`` (``K<n>``: the index of kernel n's launch config)."""
+    return _module(seed, params, lambda state: _model(seed, state, trace))
+
+
+def render_signatures(seeds: list[tuple[list, Seed]], params: dict,
+                      trace: OpTrace | None) -> str:
+    """One module for captures of several input signatures (``[[rank, dtype], ...]`` each,
+    parsed with distinct kernel names and ``K<n>``): every signature's kernels, and a forward
+    that runs the wrapper of its inputs' signature, or raises naming the ones it has."""
+    first = seeds[0][1]
+    whole = Seed([k for _, s in seeds for k in s.kernels],
+                 {n: h for _, s in seeds for n, h in s.helpers.items()}, [], [],
+                 list(dict.fromkeys(a for _, s in seeds for a in s.args)), first.outputs,
+                 first.made, {n: e for _, s in seeds for n, e in s.state.items()},
+                 any(s.uses_libdevice for _, s in seeds), [e for _, s in seeds for e in s.extern])
+    note = ("; one wrapper per input signature (" + "; ".join(describe(sig) for sig, _ in seeds)
+            + "), run by the inputs' ranks and dtypes")
+    return _module(whole, params, lambda state: _dispatch(seeds, whole, state, trace), note)
+
+
+def _module(seed: Seed, params: dict, model, note: str = "") -> str:
     lines = ['"""' + f"{len(seed.kernels)} Triton kernel{'s' if len(seed.kernels) > 1 else ''}"
              f" written by {seed.made}, rewritten as a standalone module (openkernel's offline "
              "generator): the kernels as Inductor wrote them, launched on explicit grids with "
              "the launch config of each chosen among Inductor's own"
              + (f"; library calls where Inductor made them ({', '.join(dict.fromkeys(seed.extern))})"
-                if seed.extern else "") + '.\n"""',
+                if seed.extern else "") + note + '.\n"""',
              "", "import os", "", "import torch", "import torch.nn as nn", "import triton",
              "import triton.language as tl", "from triton.language import math as tl_math"]
     names = sorted({n for k in seed.kernels for n in re.findall(r"\blibdevice\.(\w+)", k.source)}
@@ -69,7 +89,7 @@ def render(seed: Seed, params: dict, trace: OpTrace | None) -> str:
     state = [a.split(":", 1)[1] for a in seed.args if a.startswith("state:")]
     if state:
         parts.append(DECLARE.strip("\n"))
-    parts.append(_model(seed, state, trace))
+    parts.append(model(state))
     return "\n\n\n".join(p.strip("\n") for p in parts) + "\n"
 
 
@@ -89,10 +109,13 @@ def _interpreted_libdevice(names: list[str]) -> str:
     return "\n".join(out)
 
 
-def _model(seed: Seed, state: list[str], trace: OpTrace | None) -> str:
-    entries = {s.name: {"shape": s.shape, "dtype": s.dtype.replace("torch.", ""),
-                        "parameter": s.kind == "parameter"}
-               for s in (trace.state if trace is not None else [])} | seed.state
+def _entries(seed: Seed, trace: OpTrace | None) -> dict:
+    return {s.name: {"shape": s.shape, "dtype": s.dtype.replace("torch.", ""),
+                     "parameter": s.kind == "parameter"}
+            for s in (trace.state if trace is not None else [])} | seed.state
+
+
+def _init(state: list[str], entries: dict) -> list[str]:
     init = ["    def __init__(self, *init_args):", "        super().__init__()"]
     for name in state:
         entry = entries.get(name)
@@ -101,7 +124,12 @@ def _model(seed: Seed, state: list[str], trace: OpTrace | None) -> str:
         dims = ", ".join(str(int(d)) for d in entry["shape"])
         init.append(f'        _declare(self, "{name}", ({dims}{"," if len(entry["shape"]) == 1 else ""}), '
                     f"torch.{entry['dtype']}, {entry['parameter']})")
-    body = ["    def forward(self, *inputs):",
+    return init
+
+
+def _forward(seed: Seed, entries: dict, name: str = "forward") -> list[str]:
+    """The wrapper's body as the method ``name`` (of the module's inputs)."""
+    body = [f"    def {name}(self, *inputs):",
             "        device = next(t.device for t in inputs if isinstance(t, torch.Tensor))",
             "        args = ["]
     for a in seed.args:
@@ -118,5 +146,35 @@ def _model(seed: Seed, state: list[str], trace: OpTrace | None) -> str:
             line = "result = " + line[len("return "):]
         body.append("        " + line)
     body.append("        return result[0]" if seed.outputs == -1 else "        return tuple(result)")
+    return body
+
+
+def _model(seed: Seed, state: list[str], trace: OpTrace | None) -> str:
+    entries = _entries(seed, trace)
     doc = '    """Inductor\'s wrapper (call) as a forward: its buffers, library calls and launches."""'
-    return "\n".join(["class ModelNew(nn.Module):", doc, "", *init, "", *body])
+    return "\n".join(["class ModelNew(nn.Module):", doc, "", *_init(state, entries), "",
+                      *_forward(seed, entries)])
+
+
+def _dispatch(seeds: list[tuple[list, Seed]], whole: Seed, state: list[str],
+              trace: OpTrace | None) -> str:
+    """ModelNew with one method per signature's wrapper and a forward choosing among them."""
+    entries = _entries(whole, trace)
+    known = "; ".join(describe(sig) for sig, _ in seeds)
+    doc = ('    """Inductor\'s wrappers (call), one per input signature (each tensor input\'s rank '
+           'and dtype:\n    Inductor specialises its code to them), as methods: the forward runs '
+           'its inputs\' one."""')
+    body = ["    def forward(self, *inputs):",
+            "        signature = tuple((t.dim(), str(t.dtype).removeprefix(\"torch.\")) "
+            "for t in inputs if isinstance(t, torch.Tensor))"]
+    methods = []
+    for n, (sig, seed) in enumerate(seeds):
+        body += [f"        if signature == {tuple(tuple(e) for e in sig)!r}:  # {describe(sig)}",
+                 f"            return self._signature_{n}(*inputs)"]
+        methods += ["", *_forward(seed, entries, f"_signature_{n}")]
+    body += ["        raise NotImplementedError(",
+             '            "no Inductor code for inputs of ranks and dtypes " + ", ".join('
+             'f"{r}-D {d}" for r, d in signature)',
+             f'            + " (this seed has it for {known} only)")']
+    return "\n".join(["class ModelNew(nn.Module):", doc, "", *_init(state, entries), "", *body,
+                      *methods])

@@ -42,6 +42,7 @@ class SeedKernel:
     configs: list[dict]  # Inductor's launch configs: block sizes, num_warps, num_stages
     grid: tuple[str, ...]  # the axes of its grid ("x", "y", "z")
     kind: str  # the heuristics: "pointwise", "reduction", "persistent_reduction", ...
+    prefix: str = ""  # its constants' prefix (K<n>) when not its name's own (see _prefix)
 
 
 @dataclass
@@ -147,8 +148,16 @@ def _collect(name: str, jit_source, found: dict[str, str]) -> None:
     found[name] = "@triton.jit\n" + src.strip() + "\n"
 
 
-def parse(captured: dict) -> Seed:
-    """The seed of an Inductor capture (``{"code", "args", "outputs", "made"}``)."""
+def parse(captured: dict, tag: str = "", first: int | None = None) -> Seed:
+    """The seed of an Inductor capture (``{"code", "args", "outputs", "made"}``).
+
+    Args:
+        captured: the capture (``evaluation/worker/inductor.py``).
+        tag: appended to each kernel's name, so that captures for several input signatures
+            share one module (``triton_poi_fused_0_sig1``).
+        first: number the kernels' constants from here (``K<first>``, ``K<first + 1>``, ...)
+            instead of by their names' own index, so that they stay distinct across captures.
+    """
     tree = ast.parse(captured["code"])
     kernels: dict[str, SeedKernel] = {}
     helpers: dict[str, str] = {}
@@ -167,8 +176,11 @@ def parse(captured: dict) -> Seed:
             text = text[text.index("def "):] if "def " in text else text
             text = _helpers(text, helpers)
             libdevice |= "libdevice." in text
-            kernels[name] = SeedKernel(name, "@triton.jit\n" + text.strip() + "\n",
-                                       [a.arg for a in fn.args.args], configs, grid, kind)
+            if tag:
+                text = text.replace(f"def {name}(", f"def {name}{tag}(", 1)
+            kernels[name] = SeedKernel(name + tag, "@triton.jit\n" + text.strip() + "\n",
+                                       [a.arg for a in fn.args.args], configs, grid, kind,
+                                       "" if first is None else f"K{first + len(kernels)}")
     call = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "call"),
                 None)
     if call is None:
@@ -271,5 +283,12 @@ def _launch(kernel: SeedKernel, call: ast.Call) -> list[str]:
 
 def _prefix(kernel: SeedKernel) -> str:
     """The kernel's constants' prefix: ``K0`` for ``triton_poi_fused_..._0``."""
+    if kernel.prefix:
+        return kernel.prefix
     tail = kernel.name.rsplit("_", 1)[-1]
     return f"K{tail}" if tail.isdigit() else kernel.name.upper()
+
+
+def describe(signature: list) -> str:
+    """An input signature (``[[rank, dtype], ...]``, one per tensor input) in words."""
+    return ", ".join(f"{rank}-D {dtype}" for rank, dtype in signature) or "no tensors"
