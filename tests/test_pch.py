@@ -37,7 +37,10 @@ def test_precompiled_header_is_built_once_and_used(tmp_path, monkeypatch):
     assert "-std=c++20" in flags or any(f.startswith("-std=") for f in flags)
     assert not any(f.startswith("-DTORCH_EXTENSION_NAME") for f in flags)
     (tmp_path / "main.cpp").write_text(MAIN_CPP)
-    monkeypatch.delenv("CPATH", raising=False)
+    # Recorded, so that the CPATH pch.use sets is undone: left behind, it pointed every later
+    # test's workers at this test's header, outside their sandbox (seen on the H200)
+    monkeypatch.setenv("CPATH", "")
+    monkeypatch.delenv("CPATH")
     pch.use(first["pch_dir"])
     assert os.environ["CPATH"].split(os.pathsep)[0] == first["pch_dir"]
     # -H lists each header read; "!" marks a precompiled header GCC accepted.
@@ -47,7 +50,8 @@ def test_precompiled_header_is_built_once_and_used(tmp_path, monkeypatch):
     assert run.returncode == 0, run.stderr[-2000:]
     assert f"! {gch}" in run.stderr.splitlines()[0], run.stderr[:500]
     # Flags the header was not built with: GCC sets the .gch aside and the build still works.
-    other = [f for f in flags if not f.startswith("-std=")] + ["-std=c++17"]
+    other = [f for f in flags if not f.startswith("-std=")] + [
+        "-std=c++20" if "-std=c++17" in flags else "-std=c++17"]
     run = subprocess.run([compiler, "-H", "-Winvalid-pch", "-fsyntax-only",
                           "-DTORCH_EXTENSION_NAME=cand_2", *other, str(tmp_path / "main.cpp")],
                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
