@@ -32,13 +32,13 @@ case "$1" in
       tests/test_generators_traced.py tests/test_memory_plan.py tests/test_blame.py \
       tests/test_inductor_seeds.py tests/test_inductor_signatures.py tests/test_nvrtc.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
   throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU (ALLONLY=1: only the latter); NOPROF=1: no ncu
-    # OVERLAP=1: checks share the GPU (eval_config.overlap_checks), the label says so
-    extra="${NOPROF:+--set eval_config.profile=false} ${OVERLAP:+--set eval_config.overlap_checks=true}"
+    # NOOVERLAP=1: every check holds the GPU alone (eval_config.overlap_checks, on by default), the label says so
+    extra="${NOPROF:+--set eval_config.profile=false} ${NOOVERLAP:+--set eval_config.overlap_checks=false}"
     [ -n "${ALLONLY:-}" ] || CUDA_VISIBLE_DEVICES=0 timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
-      --iters 2 --branches 16 --label "triton-1gpu${NOPROF:+-noprofile}${OVERLAP:+-overlap}" $extra --out "$OUT/throughput.json" | tail -25
+      --iters 2 --branches 16 --label "triton-1gpu${NOPROF:+-noprofile}${NOOVERLAP:+-nooverlap}" $extra --out "$OUT/throughput.json" | tail -25
     if [ "$gpus" -gt 1 ]; then
       timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
-        --iters 2 --branches 16 --label "triton-${gpus}gpu${NOPROF:+-noprofile}${OVERLAP:+-overlap}" $extra --out "$OUT/throughput.json" | tail -25
+        --iters 2 --branches 16 --label "triton-${gpus}gpu${NOPROF:+-noprofile}${NOOVERLAP:+-nooverlap}" $extra --out "$OUT/throughput.json" | tail -25
     fi ;;
   throughput-cuda)  # 16 CUDA C++ candidates, one GPU, 16 cores (as on the one-GPU H200); W=workers
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-400}" taskset -c 0-15 python3 benchmarks/pipeline_throughput.py \
