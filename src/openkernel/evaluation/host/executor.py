@@ -169,7 +169,11 @@ class Evaluator:
         if self._probe is not None:
             return self._probe
         t0 = time.monotonic()
+        speculative = self._start_probe_worker()
         hw = self.hardware
+        if speculative is not None and hw.device != "cuda":  # no GPU after all: not needed
+            self._spare_keys.discard(speculative)
+            SPARES.release({speculative}, 0)
         self._warm_spares()  # they import torch while the probe runs the reference
         pch = None
         if hw.device == "cuda" and self.config.backend == "cuda" and self.ec.precompile_torch_header:
@@ -576,6 +580,21 @@ class Evaluator:
             spare = SPARES.take(self._spare_key(device, gpu_index, profiler))
             self._fill(device, gpu_index, profiler)
         return spare
+
+    def _start_probe_worker(self) -> tuple | None:
+        """Before the process's first hardware detection, on a machine with an NVIDIA driver:
+        start the probe's worker (GPU 0) beside the detection's, so that the first problem
+        waits for one worker's start, not two in a row. Returns the pool's key, or None."""
+        with _HW_LOCK:
+            known = os.environ.get("CUDA_VISIBLE_DEVICES", "*") in _HW_CACHE
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if known or not os.path.exists("/dev/nvidiactl") or visible in ("", "-1") or \
+                not self._prestart("cuda"):
+            return None
+        with self._spare_lock:
+            key = self._spare_key("cuda", 0, None)
+            SPARES.fill(key, 1, lambda: self._spawn("cuda", 0))
+        return key
 
     def _spare_key(self, device: str, gpu_index: int | None, profiler: str | None) -> tuple:
         """Held from its first use to :meth:`close`: what a worker was started with (the
