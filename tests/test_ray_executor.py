@@ -9,6 +9,7 @@ and an sm_80. The node-kill test runs last and kills the worker node; teardown s
 process it started.
 """
 
+import json
 import os
 import queue
 import shutil
@@ -97,6 +98,23 @@ def test_executor_keys_are_checked():
         build_config({"executor": "dask"})
     with pytest.raises(ConfigError, match="unknown key 'ray.adress'"):
         build_config({"ray": {"adress": "auto"}})
+
+
+def test_inside_a_ray_job_the_engine_joins_without_the_job_s_working_dir(monkeypatch):
+    """The actors inherit what the engine joins with: the job's env vars, never its working_dir
+    (each node would unpack it again, removing the folder under the engine and the actors)."""
+    from openkernel.evaluation.host import ray_executor
+
+    var = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # what `ray job submit` sets for its entrypoint
+    job = {"runtime_env": {"working_dir": "gcs://_ray_pkg_1.zip", "env_vars": {"A": "a"}},
+           "metadata": {"job_submission_id": "raysubmit_1"}}
+    monkeypatch.setenv(var, json.dumps(job))
+    ray_executor._leave_job_working_dir()
+    assert json.loads(os.environ[var]) == {"runtime_env": {"env_vars": {"A": "a"}},
+                                           "metadata": {"job_submission_id": "raysubmit_1"}}
+    monkeypatch.delenv(var)
+    ray_executor._leave_job_working_dir()  # not a job: nothing set
+    assert var not in os.environ
 
 
 # -- re-queue and de-duplication, against a fake Ray (no cluster) ---------------------------
@@ -348,11 +366,6 @@ def test_offline_search_through_ray_into_postgresql(cluster, postgres, tmp_path,
 
 
 @pytest.mark.slow
-# Known, not yet fixed: under load (two test workers on two cores) the job's actors can fail
-# Ray's runtime-env setup ("Failed to set up runtime environment"): they inherit the job's
-# working_dir, which Ray sets up again while the driver joins. Alone it passes.
-@pytest.mark.xfail(reason="a Ray job's actors inherit its working_dir: runtime-env setup can "
-                          "fail under load (known; issue 27)", strict=False)
 def test_a_search_submitted_as_a_ray_job_lands_in_postgresql(cluster, postgres, tmp_path,
                                                              examples_dir, capsys):
     """From a laptop: `ray job submit` with the working directory (task and config) and the

@@ -27,6 +27,7 @@ Ray is an optional extra; nothing imports this module unless ``executor: ray``.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import socket
 import threading
@@ -56,6 +57,7 @@ INSTALL_HINT = "pip install 'openkernel[ray]'"
 # plus room for the engine's small calls (busy, close) beside them.
 _ACTOR_CONCURRENCY = 8 + 4
 _SILENT_S = 120.0  # a judge stream with no item for this long: its node is taken as lost
+_JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # a Ray job's config, set for its entrypoint
 
 
 def import_ray():
@@ -202,12 +204,13 @@ class RayEvaluator:
         silent = _unanswered(rc.address)
         if silent:
             return self._failed(silent)
-        try:  # read before joining: inside a Ray job, joining can remove the job's working dir
+        try:  # read before joining: inside a Ray job, its working dir is Ray's to rewrite
             files = pack_task(self.task)
         except (OSError, ValueError) as err:
             return self._failed(str(err))
         try:
             if not ray.is_initialized():
+                _leave_job_working_dir()
                 ray.init(address=rc.address, include_dashboard=False, logging_level="WARNING",
                          log_to_driver=False, configure_logging=False)
                 self._started_ray = True
@@ -360,6 +363,26 @@ class RayEvaluator:
         names = ("RayActorError", "ObjectLostError", "WorkerCrashedError", "NodeDiedError",
                  "ObjectFetchTimedOutError", "LocalRayletDiedError")
         return (_StreamEnded, *(getattr(ex, n) for n in names if hasattr(ex, n)))
+
+
+def _leave_job_working_dir() -> None:
+    """Inside a Ray job (``ray job submit --working-dir``), join without the job's working_dir.
+
+    The engine joins with the job's runtime env, and its actors inherit it (Ray merges a
+    runtime env per key and cannot unset one). With the working_dir in it, each node's agent
+    that sets the env up unpacks the job's package again, removing the folder first: under the
+    engine's feet and under actors starting in it (the nodes of a one-host cluster share it),
+    so actors failed their runtime env or missed their files. Neither needs it: the task's
+    files travel as data (``pack_task``), openkernel is installed on every node, and the
+    engine's own working directory stays the job's.
+    """
+    try:
+        job = json.loads(os.environ.get(_JOB_CONFIG_VAR) or "{}")
+    except ValueError:  # not ours to judge: Ray says what is wrong with it
+        return
+    env = job.get("runtime_env") if isinstance(job, dict) else None
+    if isinstance(env, dict) and env.pop("working_dir", None) is not None:
+        os.environ[_JOB_CONFIG_VAR] = json.dumps(job)
 
 
 def _unanswered(address: str | None, timeout_s: float = 5.0) -> str:
