@@ -5,15 +5,15 @@ this family turns it into a standalone module (rewrite.py, render.py) whose tuna
 launch configs Inductor's autotuner would have tried, one tunable per kernel (``K<n>``: which
 config). Inductor specialises its code to each input's rank and dtype, so the probe captures
 once per input signature of the benchmark and held-out sets; with several, the module holds
-every signature's kernels (named apart, ``K<n>`` numbered across them) and its forward runs
-the wrapper of its inputs' signature. Those captures are shape-generic (dynamic sizes: looped
+every signature's kernels (named apart, ``K<n>`` numbered across them) and its forward runs the
+wrapper of its inputs' signature. Those captures are shape-generic (dynamic sizes: looped
 reductions, runtime sizes), while torch.compile's default mode specialises on the first call's
 shapes; so the probe also captures the benchmark inputs at their own sizes, and the module runs
 those kernels when its inputs have exactly the benchmark's shapes and dtypes, the shape-generic
-ones on any other (never specialised to a held-out shape). The offline generator offers it beside the compiler's
-family (odd branches of the first iteration start from it; a seed's children stay seeds), and
-instead of a refusal where the compiler has no kernel: on a GPU, every task Inductor compiles
-has a candidate.
+ones on any other (never specialised to a held-out shape). The offline generator offers it
+beside the compiler's family (odd branches of the first iteration start from it; a seed's
+children stay seeds), and instead of a refusal where the compiler has no kernel: on a GPU, every
+task Inductor compiles has a candidate.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ interpreter, which has no libdevice), and a ``ModelNew`` whose forward is the wr
 ``extern_kernels.mm`` is ``torch.mm`` and each ``kernel.run(...)`` a launch on its grid. Sizes
 stay the symbols Inductor read from the inputs (it compiled with dynamic sizes), so held-out
 shapes run the same code; a capture at the benchmark's own sizes (:class:`StaticSeed`) has
-constants instead, and runs on those shapes alone. Anything else Inductor may write (combo kernels, cooperative or
-split-scan grids, its own memory pools) is refused with its name, never guessed.
+constants instead, and runs on those shapes alone. Anything else Inductor may write (combo
+kernels, cooperative or split-scan grids, its own memory pools) is refused with its name, never
+guessed.
 """
 
 from __future__ import annotations
