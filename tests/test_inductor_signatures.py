@@ -293,6 +293,6 @@ def test_on_the_gpu_the_softmax_examples_seed_runs_the_static_kernels_on_the_ben
     model = module.ModelNew()
     for shape, path in [((8192, 4096), "static"), ((999, 3000), "generic")]:
         x = torch.randn(*shape, device="cuda") * 4
-        torch.testing.assert_close(model(x), torch.softmax(x, -1))
+        torch.testing.assert_close(model(x), torch.softmax(x, -1), atol=1e-5, rtol=1e-5)
         assert ran and all(name.endswith("_static") == (path == "static") for name in ran), ran
         ran.clear()
