@@ -99,7 +99,8 @@ class TaskProbe:
     # On a GPU: the code torch.compile's Inductor writes for the reference (worker/inductor.py:
     # {"code", "args", "outputs", "made", "signature"}), the offline generator's seed, one per
     # distinct input signature (each tensor input's rank and dtype) of the benchmark inputs
-    # (first) and the held-out sets; None elsewhere. A lone dict (older probes) is one capture.
+    # (first) and the held-out sets, then (newer probes) one at the benchmark inputs' own sizes
+    # (with their "shapes"); None elsewhere. A lone dict (older probes) is one capture.
     inductor: list[dict] | None = None
     # What a candidate must meet, for the prompt: output dtype -> {atol, rtol, max_rel_error}
     # (the task's get_tolerances hook applied), and the held-out input sets checked besides

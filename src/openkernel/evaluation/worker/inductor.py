@@ -13,6 +13,7 @@ code into a standalone candidate (``generators/seeds``).
 from __future__ import annotations
 
 import contextlib
+import re
 from types import SimpleNamespace
 from unittest import mock
 
@@ -92,8 +93,10 @@ def _stand_in_cuda():
             driver._active = previous
 
 
-def capture(model: torch.nn.Module, inputs: list, stand_in: bool | None = None) -> dict:
-    """Inductor's output code for ``model(*inputs)`` (default mode, dynamic sizes).
+def capture(model: torch.nn.Module, inputs: list, stand_in: bool | None = None,
+            dynamic: bool = True) -> dict:
+    """Inductor's output code for ``model(*inputs)`` (default mode, dynamic sizes; with
+    ``dynamic=False``, the inputs' own sizes, as torch.compile's default compiles a first call).
 
     Returns ``{"code", "args", "outputs", "made", "state"}``: ``args`` names the wrapper's
     ``call`` arguments in order (``"state:NAME"`` or ``"input:I"``), ``outputs`` how many
@@ -144,7 +147,8 @@ def capture(model: torch.nn.Module, inputs: list, stand_in: bool | None = None) 
         with open(path, encoding="utf-8") as f:
             raise _Captured(f.read())
 
-    made = ("torch.compile's Inductor (default mode, dynamic sizes) on "
+    made = (f"torch.compile's Inductor (default mode, {'dynamic' if dynamic else 'static'} "
+            "sizes) on "
             + (STAND_IN if stand_in else "the GPU") + f", torch {torch.__version__}")
     with contextlib.ExitStack() as stack:
         if stand_in:
@@ -153,7 +157,7 @@ def capture(model: torch.nn.Module, inputs: list, stand_in: bool | None = None) 
         stack.enter_context(inductor_config.patch(
             {"compile_threads": 1, "force_disable_caches": True, "fx_graph_cache": False}))
         try:
-            flat = [fake(t, False) for t in state.values()] + [fake(t, True) for _, t in tensors]
+            flat = [fake(t, False) for t in state.values()] + [fake(t, dynamic) for _, t in tensors]
             with mode, torch.no_grad():
                 gm = make_fx(forward, decomposition_table=select_decomp_table(),
                              tracing_mode="symbolic")(*flat)
@@ -186,10 +190,15 @@ def shapes_only(inputs: list) -> list:
             if isinstance(t, torch.Tensor) else t for t in inputs]
 
 
-def capture_signatures(model: torch.nn.Module, sets: list[list],
-                       stand_in: bool | None = None) -> tuple[list[dict], list[str]]:
+def capture_signatures(model: torch.nn.Module, sets: list[list], stand_in: bool | None = None,
+                       static: bool = True) -> tuple[list[dict], list[str]]:
     """One capture per distinct input signature among ``sets`` (the benchmark inputs first,
     then the held-out sets): Inductor specialises its code to each input's rank and dtype.
+
+    With ``static``, also the benchmark inputs' capture at their own sizes (last, with their
+    ``"shapes"``), as torch.compile's default mode compiles them: persistent reductions and
+    constant sizes where the dynamic capture loops over runtime ones. It is left out where its
+    kernels are the dynamic capture's (names aside), and a warning says when it failed.
 
     Returns the captures (each with its ``"signature"``; the benchmark's first) and a warning
     per signature whose capture failed (the others are kept). No capture at all when the
@@ -203,10 +212,7 @@ def capture_signatures(model: torch.nn.Module, sets: list[list],
         if sig in seen:
             continue
         seen.append(sig)
-        try:
-            captured = capture(model, inputs, stand_in)
-        except Exception as err:  # our own capture failed: the task still runs without it
-            captured = {"error": f"{type(err).__name__}: {err}"[:600]}
+        captured = _capture(model, inputs, stand_in, True)
         if "error" in captured:
             what = "the reference" if k == 0 else (f"held-out set {k - 1} (inputs of ranks and "
                                                    f"dtypes {sig}; the seed does not cover it)")
@@ -215,5 +221,28 @@ def capture_signatures(model: torch.nn.Module, sets: list[list],
                 return [], warnings
             continue
         captures.append({**captured, "signature": sig})
+    if static and sets:
+        captured = _capture(model, sets[0], stand_in, False)
+        if "error" in captured:
+            warnings.append("capturing Inductor's code for the reference at its own sizes failed "
+                            f"(the seed has the shape-generic code alone): {captured['error']}")
+        elif kernel_sources(captured["code"]) != kernel_sources(captures[0]["code"]):
+            captures.append({**captured, "signature": seen[0], "shapes": [
+                list(t.shape) for t in sets[0] if isinstance(t, torch.Tensor)]})
     return captures, warnings
 
+
+def _capture(model: torch.nn.Module, inputs: list, stand_in: bool | None, dynamic: bool) -> dict:
+    try:
+        return capture(model, inputs, stand_in, dynamic)
+    except Exception as err:  # our own capture failed: the task still runs without it
+        return {"error": f"{type(err).__name__}: {err}"[:600]}
+
+
+_KERNEL = re.compile(r"async_compile\.triton\('(\w+)', '\'\'(.*?)'\'\'", re.S)
+
+
+def kernel_sources(code: str) -> list[str]:
+    """The Triton kernels' sources in an Inductor module, each with its name as ``KERNEL``
+    (a dynamic and a static capture name theirs apart: ``triton_red_...`` or ``triton_per_...``)."""
+    return [re.sub(rf"\b{name}\b", "KERNEL", source) for name, source in _KERNEL.findall(code)]

@@ -241,7 +241,8 @@ def run_probe(job: Job, ch) -> dict:
     step("trace")
     seeds = None
     if gpu:  # Inductor's own kernels, the offline generator's seed (nothing runs), once per
-        # input signature: its code is specialised to each input's rank and dtype
+        # input signature: its code is specialised to each input's rank and dtype; and once
+        # at the benchmark inputs' own sizes, as torch.compile's default specialises on them
         seeds, failed = capture_signatures(model, [inputs, *held_shapes])
         warnings += failed
         seeds = seeds or None

@@ -5,18 +5,29 @@ this family turns it into a standalone module (rewrite.py, render.py) whose tuna
 launch configs Inductor's autotuner would have tried, one tunable per kernel (``K<n>``: which
 config). Inductor specialises its code to each input's rank and dtype, so the probe captures
 once per input signature of the benchmark and held-out sets; with several, the module holds
-every signature's kernels (named apart, ``K<n>`` numbered across them) and its forward runs
-the wrapper of its inputs' signature. The offline generator offers it beside the compiler's
-family (odd branches of the first iteration start from it; a seed's children stay seeds), and
-instead of a refusal where the compiler has no kernel: on a GPU, every task Inductor compiles
-has a candidate.
+every signature's kernels (named apart, ``K<n>`` numbered across them) and its forward runs the
+wrapper of its inputs' signature. Those captures are shape-generic (dynamic sizes: looped
+reductions, runtime sizes), while torch.compile's default mode specialises on the first call's
+shapes; so the probe also captures the benchmark inputs at their own sizes, and the module runs
+those kernels when its inputs have exactly the benchmark's shapes and dtypes, the shape-generic
+ones on any other (never specialised to a held-out shape). The offline generator offers it
+beside the compiler's family (odd branches of the first iteration start from it; a seed's
+children stay seeds), and instead of a refusal where the compiler has no kernel: on a GPU, every
+task Inductor compiles has a candidate.
 """
 
 from __future__ import annotations
 
 from openkernel.generators.family import Family, Match, Tunable
 from openkernel.generators.seeds.render import render, render_signatures
-from openkernel.generators.seeds.rewrite import Unsupported, _prefix, describe, parse
+from openkernel.generators.seeds.rewrite import (
+    StaticSeed,
+    Unsupported,
+    _prefix,
+    describe,
+    parse,
+    shapes,
+)
 from openkernel.records import TaskProbe
 from openkernel.task import Task
 
@@ -27,7 +38,9 @@ class InductorSeed(Family):
                "launch configs chosen among Inductor's")
 
     def match(self, task: Task, probe: TaskProbe, backend: str) -> Match | str | None:
-        captures = [c for c in probe.inductor or () if "code" in c]
+        found = [c for c in probe.inductor or () if "code" in c]
+        captures = [c for c in found if "shapes" not in c]  # shape-generic, one per signature
+        static = next((c for c in found if "shapes" in c), None)  # at the benchmark's sizes
         if not captures:
             return None
         if backend != "triton":
@@ -36,11 +49,19 @@ class InductorSeed(Family):
         own = [c.get("signature") or (needed[0] if needed else []) for c in captures]
         single = len(captures) == 1 and all(sig == own[0] for sig in needed)
         try:  # one signature covering every input set: no dispatch
-            seeds, left = ([(own[0], parse(captures[0]))], "") if single else \
-                _parse_each(captures, own)
+            seeds, left = ([(own[0], parse(captures[0], "", 0 if static else None))], "") \
+                if single else _parse_each(captures, own)
         except (Unsupported, SyntaxError, ValueError) as err:
             return f"Inductor's output cannot be rewritten: {err}"
         kernels = [k for _, seed in seeds for k in seed.kernels]
+        fixed = None
+        if static is not None:
+            try:
+                fixed = StaticSeed(static["shapes"], static.get("signature") or own[0],
+                                   parse(static, "_static", len(kernels)))
+                kernels += fixed.seed.kernels
+            except (Unsupported, SyntaxError, ValueError) as err:
+                left = "; ".join(filter(None, [left, f"the benchmark shapes' own: {err}"]))
         fitted = InductorSeed()
         fitted.tunables = tuple(
             Tunable(_prefix(k), tuple(range(len(k.configs))), None,
@@ -59,10 +80,17 @@ class InductorSeed(Family):
             spec["seeds"] = seeds
             why += (f", for the input signatures {'; '.join(describe(s) for s, _ in seeds)}"
                     + (f" (none for {'; '.join(missing)}: the candidate says so there)"
-                       if missing else "") + (f"; left out: {left}" if left else ""))
-        return Match(fitted, why, spec)
+                       if missing else ""))
+        if fixed is not None:
+            spec.update(seeds=seeds, static=fixed, single=single)
+            why += (f"; {len(fixed.seed.kernels)} of them specialised to the benchmark shapes "
+                    f"({shapes(fixed.shapes)}), run on those alone")
+        return Match(fitted, why + (f"; left out: {left}" if left else ""), spec)
 
     def render(self, match: Match, params: dict, backend: str) -> str:
+        if "static" in match.spec:
+            return render_signatures(match.spec["seeds"], params, match.spec["trace"],
+                                     match.spec["static"], not match.spec["single"])
         if "seeds" in match.spec:
             return render_signatures(match.spec["seeds"], params, match.spec["trace"])
         return render(match.spec["seed"], params, match.spec["trace"])

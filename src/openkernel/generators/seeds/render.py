@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from openkernel.generators.compiler.modelnew import DECLARE
-from openkernel.generators.seeds.rewrite import Seed, _prefix, describe
+from openkernel.generators.seeds.rewrite import Seed, StaticSeed, _prefix, describe, shapes
 from openkernel.records import OpTrace
 
 # libdevice functions as the CPU interpreter can run them (it has no libdevice): x, y floats.
@@ -37,20 +37,32 @@ def render(seed: Seed, params: dict, trace: OpTrace | None) -> str:
     return _module(seed, params, lambda state: _model(seed, state, trace))
 
 
-def render_signatures(seeds: list[tuple[list, Seed]], params: dict,
-                      trace: OpTrace | None) -> str:
+def render_signatures(seeds: list[tuple[list, Seed]], params: dict, trace: OpTrace | None,
+                      static: StaticSeed | None = None, checked: bool = True) -> str:
     """One module for captures of several input signatures (``[[rank, dtype], ...]`` each,
     parsed with distinct kernel names and ``K<n>``): every signature's kernels, and a forward
-    that runs the wrapper of its inputs' signature, or raises naming the ones it has."""
-    first = seeds[0][1]
-    whole = Seed([k for _, s in seeds for k in s.kernels],
-                 {n: h for _, s in seeds for n, h in s.helpers.items()}, [], [],
-                 list(dict.fromkeys(a for _, s in seeds for a in s.args)), first.outputs,
-                 first.made, {n: e for _, s in seeds for n, e in s.state.items()},
-                 any(s.uses_libdevice for _, s in seeds), [e for _, s in seeds for e in s.extern])
+    that runs the wrapper of its inputs' signature, or raises naming the ones it has.
+
+    With ``static`` (a capture at the benchmark inputs' sizes), the forward runs its wrapper
+    first when the inputs have exactly those shapes and dtypes; ``checked=False`` (one
+    signature covers every input set) runs the first wrapper on any other inputs, unchecked.
+    """
+    every = [s for _, s in seeds] + ([static.seed] if static else [])
+    whole = Seed([k for s in every for k in s.kernels],
+                 {n: h for s in every for n, h in s.helpers.items()}, [], [],
+                 list(dict.fromkeys(a for s in every for a in s.args)), every[0].outputs,
+                 every[0].made, {n: e for s in every for n, e in s.state.items()},
+                 any(s.uses_libdevice for s in every), [e for s in every for e in s.extern])
     note = ("; one wrapper per input signature (" + "; ".join(describe(sig) for sig, _ in seeds)
-            + "), run by the inputs' ranks and dtypes")
-    return _module(whole, params, lambda state: _dispatch(seeds, whole, state, trace), note)
+            + "), run by the inputs' ranks and dtypes") if checked else ""
+    if static is not None:
+        whole.made = static.seed.made.replace("static sizes", "dynamic and static sizes")
+        note += (f"; the static specialisation: {', '.join(k.name for k in static.seed.kernels)}"
+                 f", Inductor's kernels for the benchmark shapes ({shapes(static.shapes)}) as "
+                 "torch.compile's default mode compiles a first call, run on exactly those "
+                 "shapes and dtypes (the other kernels are shape-generic and run on any other)")
+    return _module(whole, params, lambda state: _dispatch(seeds, whole, state, trace, static,
+                                                          checked), note)
 
 
 def _module(seed: Seed, params: dict, model, note: str = "") -> str:
@@ -157,17 +169,35 @@ def _model(seed: Seed, state: list[str], trace: OpTrace | None) -> str:
 
 
 def _dispatch(seeds: list[tuple[list, Seed]], whole: Seed, state: list[str],
-              trace: OpTrace | None) -> str:
-    """ModelNew with one method per signature's wrapper and a forward choosing among them."""
+              trace: OpTrace | None, static: StaticSeed | None = None,
+              checked: bool = True) -> str:
+    """ModelNew with one method per signature's wrapper (and the static capture's) and a
+    forward choosing among them."""
     entries = _entries(whole, trace)
     known = "; ".join(describe(sig) for sig, _ in seeds)
     doc = ('    """Inductor\'s wrappers (call), one per input signature (each tensor input\'s rank '
            'and dtype:\n    Inductor specialises its code to them), as methods: the forward runs '
            'its inputs\' one."""')
-    body = ["    def forward(self, *inputs):",
-            "        signature = tuple((t.dim(), str(t.dtype).removeprefix(\"torch.\")) "
-            "for t in inputs if isinstance(t, torch.Tensor))"]
+    body = ["    def forward(self, *inputs):"]
     methods = []
+    if static is not None:
+        doc = ('    """Inductor\'s wrappers (call) as methods: _static_shapes for the benchmark '
+               'inputs\' shapes and dtypes\n    exactly (its kernels specialised to them), the '
+               'shape-generic one' + ('s by input signature' if checked else '')
+               + ' for any other."""')
+        exact = [(tuple(s), d) for s, (_, d) in zip(static.shapes, static.signature)]
+        body += ["        tensors = [t for t in inputs if isinstance(t, torch.Tensor)]",
+                 "        if [(tuple(t.shape), str(t.dtype).removeprefix(\"torch.\")) "
+                 f"for t in tensors] == {exact!r}:",
+                 f"            return self._static_shapes(*inputs)  # the benchmark's shapes"]
+        methods += ["", *_forward(static.seed, entries, "_static_shapes")]
+    if not checked:
+        body.append("        return self._any_shapes(*inputs)")
+        methods += ["", *_forward(seeds[0][1], entries, "_any_shapes")]
+        return "\n".join(["class ModelNew(nn.Module):", doc, "", *_init(state, entries), "",
+                          *body, *methods])
+    body.append("        signature = tuple((t.dim(), str(t.dtype).removeprefix(\"torch.\")) "
+                "for t in inputs if isinstance(t, torch.Tensor))")
     for n, (sig, seed) in enumerate(seeds):
         body += [f"        if signature == {tuple(tuple(e) for e in sig)!r}:  # {describe(sig)}",
                  f"            return self._signature_{n}(*inputs)"]

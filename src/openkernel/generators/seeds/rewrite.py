@@ -11,8 +11,10 @@ interpreter, which has no libdevice), and a ``ModelNew`` whose forward is the wr
 ``empty_strided_cuda`` is ``torch.empty_strided``, ``reinterpret_tensor`` is ``as_strided``,
 ``extern_kernels.mm`` is ``torch.mm`` and each ``kernel.run(...)`` a launch on its grid. Sizes
 stay the symbols Inductor read from the inputs (it compiled with dynamic sizes), so held-out
-shapes run the same code. Anything else Inductor may write (combo kernels, cooperative or
-split-scan grids, its own memory pools) is refused with its name, never guessed.
+shapes run the same code; a capture at the benchmark's own sizes (:class:`StaticSeed`) has
+constants instead, and runs on those shapes alone. Anything else Inductor may write (combo
+kernels, cooperative or split-scan grids, its own memory pools) is refused with its name, never
+guessed.
 """
 
 from __future__ import annotations
@@ -57,6 +59,14 @@ class Seed:
     state: dict  # state_dict name -> {"shape", "dtype", "parameter"} (the capture's)
     uses_libdevice: bool = False
     extern: list[str] = field(default_factory=list)  # library calls Inductor made
+
+
+@dataclass
+class StaticSeed:
+    """A capture at the benchmark inputs' own sizes: run on exactly those shapes and dtypes."""
+    shapes: list[list[int]]  # each tensor input's shape
+    signature: list[list]  # each tensor input's [rank, dtype]
+    seed: Seed
 
 
 def _kernel_configs(source: str) -> tuple[list[dict], str]:
@@ -292,3 +302,8 @@ def _prefix(kernel: SeedKernel) -> str:
 def describe(signature: list) -> str:
     """An input signature (``[[rank, dtype], ...]``, one per tensor input) in words."""
     return ", ".join(f"{rank}-D {dtype}" for rank, dtype in signature) or "no tensors"
+
+
+def shapes(sizes: list[list[int]]) -> str:
+    """Tensor inputs' shapes in words (``16x256, 256``)."""
+    return ", ".join("x".join(map(str, s)) or "scalar" for s in sizes)
