@@ -162,21 +162,7 @@ def test_the_gelu_examples_seed_is_judged_correct_on_every_held_out_set(gelu_cap
                                                                          examples_dir, tmp_path):
     """The example whose 1-D held-out set broke its seed on the H200: judged by the evaluator
     (correctness, held-out sets, every integrity check) under the interpreter."""
-    task = load_task(examples_dir / "gelu")
-    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
-                           "eval_config": {"correctness_seeds": 1}})
-    ev = Evaluator(task, config, bench_budget_s=0.05)
-    try:
-        probe = ev.probe()
-        assert probe.ok and probe.inductor is None  # no GPU: the test captured for the stand-in
-        probe.inductor = gelu_captures
-        family = InductorSeed()
-        match = family.match(task, probe, "triton")
-        result = ev.evaluate(family.render(match, {}, "triton"), "triton", "seed")
-    finally:
-        ev.close()
-    assert result.correctness, result.eval_log
-    assert result.metadata.get("heldout_ok") and not result.metadata.get("integrity_violation")
+    _judge_seed(examples_dir / "gelu", gelu_captures, tmp_path)
 
 
 @pytest.mark.slow  # the captures: two lowerings, and Inductor's import when run alone
@@ -230,22 +216,9 @@ def test_the_softmax_examples_seed_is_judged_correct_on_every_held_out_set(
         softmax_captures, examples_dir, tmp_path):
     """The seed with its static fast path, judged by the evaluator under the interpreter on the
     benchmark inputs (the static kernels) and the held-out sets (the generic ones)."""
-    task = load_task(examples_dir / "softmax")
-    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
-                           "eval_config": {"correctness_seeds": 1}})
-    ev = Evaluator(task, config, bench_budget_s=0.05)
-    try:
-        probe = ev.probe()
-        assert probe.input_shapes == [list(SOFTMAX_SETS[0])]
-        assert [h["shapes"] for h in probe.heldout] == [[list(s)] for s in SOFTMAX_SETS[1:]]
-        probe.inductor = softmax_captures
-        family = InductorSeed()
-        result = ev.evaluate(family.render(family.match(task, probe, "triton"), {}, "triton"),
-                             "triton", "seed")
-    finally:
-        ev.close()
-    assert result.correctness, result.eval_log
-    assert result.metadata.get("heldout_ok") and not result.metadata.get("integrity_violation")
+    probe = _judge_seed(examples_dir / "softmax", softmax_captures, tmp_path)
+    assert probe.input_shapes == [list(SOFTMAX_SETS[0])]
+    assert [h["shapes"] for h in probe.heldout] == [[list(s)] for s in SOFTMAX_SETS[1:]]
 
 
 @pytest.mark.gpu
@@ -296,3 +269,24 @@ def test_on_the_gpu_the_softmax_examples_seed_runs_the_static_kernels_on_the_ben
         torch.testing.assert_close(model(x), torch.softmax(x, -1), atol=1e-5, rtol=1e-5)
         assert ran and all(name.endswith("_static") == (path == "static") for name in ran), ran
         ran.clear()
+
+
+def _judge_seed(folder, captures: list[dict], tmp_path):
+    """The evaluator's verdict on the seed of ``captures`` for the task in ``folder``, under
+    the interpreter (correctness, held-out sets, every integrity check); returns the probe."""
+    task = load_task(folder)
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
+                           "eval_config": {"correctness_seeds": 1}})
+    ev = Evaluator(task, config, bench_budget_s=0.05)
+    try:
+        probe = ev.probe()
+        assert probe.ok and probe.inductor is None  # no GPU: the test captured for the stand-in
+        probe.inductor = captures
+        family = InductorSeed()
+        result = ev.evaluate(family.render(family.match(task, probe, "triton"), {}, "triton"),
+                             "triton", "seed")
+    finally:
+        ev.close()
+    assert result.correctness, result.eval_log
+    assert result.metadata.get("heldout_ok") and not result.metadata.get("integrity_violation")
+    return probe
