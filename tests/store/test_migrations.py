@@ -175,3 +175,28 @@ def test_llm_call_estimates_downgrade_and_upgrade_keeping_the_calls(tmp_path):
     engine.dispose()
     [call] = Store(tmp_path / "k.sqlite3").job_llm_calls("t", "j")
     assert (call.prompt_tokens, call.completion_tokens, call.estimated) == (5, 7, False)
+
+
+def test_inductor_captures_downgrade_and_upgrade(tmp_path):
+    """Revision 0005 (inductor_captures): a stored capture reads back by its whole key; down to
+    0004 the table goes, the other tables stay; up again it is there, empty."""
+    from alembic import command
+
+    store = Store(tmp_path / "k.sqlite3")
+    record = {"format": 2, "captures": [{"code": "x"}], "warnings": []}
+    store.put_inductor_captures("d", "hw", "env", False, record)
+    assert store.inductor_captures("d", "hw", "env", False) == record
+    assert store.inductor_captures("d", "hw", "env", True) is None  # TF32 is part of the key
+    store.put_reference_timing("d", "hw", "compile", 1.0, {}, "env")
+    store.close()
+    engine = create_engine(f"sqlite:///{tmp_path / 'k.sqlite3'}")
+    with engine.begin() as conn:
+        command.downgrade(migrate._config(conn), "0004_llm_call_estimates")
+    assert "inductor_captures" not in inspect(engine).get_table_names()
+    migrate.upgrade(engine)
+    assert _differences(engine) == []
+    engine.dispose()
+    store = Store(tmp_path / "k.sqlite3")
+    assert store.inductor_captures("d", "hw", "env", False) is None
+    assert store.reference_timing("d", "hw", "compile", "env") is not None
+    store.close()

@@ -3,13 +3,14 @@
 Both ends are opened as the engine opens them (``Store``): the source is migrated first, the
 destination made and migrated. Then each run is copied with its kernels, critiques and model
 calls in one transaction of the destination, read and written ``batch`` rows at a time, then
-the reference timings and suite problems. The integer ids the destination hands out (runs,
-critiques, model calls) are its own, and a run's rows follow it to its new id; kernel ids are
-kept (the rows that name a kernel keep naming it).
+the reference timings, suite problems and Inductor captures. The integer ids the destination
+hands out (runs, critiques, model calls) are its own, and a run's rows follow it to its new
+id; kernel ids are kept (the rows that name a kernel keep naming it).
 
 Nothing is copied twice: a run already in the destination (the same task, job, start, host
-and process) is skipped, as is a reference timing or suite problem with the same key. So the
-same command, run again after an interruption, resumes: the destination holds whole runs only.
+and process) is skipped, as is a reference timing, suite problem or capture with the same
+key. So the same command, run again after an interruption, resumes: the destination holds
+whole runs only.
 A destination holding anything that is not the source's is refused unless ``append`` (the
 source's rows are then added beside it).
 
@@ -40,7 +41,8 @@ from openkernel.store.tables import Base
 _T = Base.metadata.tables
 _RUNS = _T["runs"]
 _RUN_ROWS = (_T["kernels"], _T["critiques"], _T["llm_calls"])  # follow their run
-_KEYED = (_T["reference_timings"], _T["suite_problems"])  # copied by their own keys
+_KEYED = (_T["reference_timings"], _T["suite_problems"],  # copied by their own keys
+          _T["inductor_captures"])
 _HANDED_OUT = {"runs", "critiques", "llm_calls"}  # tables whose integer ids the database picks
 
 

@@ -34,6 +34,7 @@ from openkernel.store.liveness import Heartbeat, this_host
 from openkernel.store.tables import (
     Base,
     Critique,
+    InductorCapture,
     Kernel,
     LLMCallRecord,
     ReferenceTiming,
@@ -237,6 +238,20 @@ class Store:
                      task_digest=task_digest, hardware=hardware, kind=kind, runtime=runtime,
                      runtime_stats=runtime_stats, environment=environment,
                      created_at=datetime.now(timezone.utc))
+
+    # Inductor captures ------------------------------------------------------------------------
+    def inductor_captures(self, task_digest: str, hardware: str, environment: str,
+                          tf32: bool) -> dict | None:
+        """The probe's stored captures for this key (its record), or None."""
+        with self.session() as s:
+            row = s.get(InductorCapture, (task_digest, hardware, environment, tf32))
+            return row.record if row is not None else None
+
+    def put_inductor_captures(self, task_digest: str, hardware: str, environment: str,
+                              tf32: bool, record: dict) -> None:
+        self._upsert(InductorCapture.__table__, ("task_digest", "hardware", "environment", "tf32"),
+                     task_digest=task_digest, hardware=hardware, environment=environment,
+                     tf32=tf32, record=record, created_at=datetime.now(timezone.utc))
 
 
     # benchmark suites --------------------------------------------------------------------------

@@ -141,6 +141,23 @@ class ReferenceTiming(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class InductorCapture(Base):
+    """The code torch.compile's Inductor writes for the reference (the probe's captures, the
+    offline generator's seed), kept per task code, hardware, software and TF32 flag, as the
+    baselines are: reused by every later probe with the same key
+    (``evaluation/host/captures.py``)."""
+
+    __tablename__ = "inductor_captures"
+
+    task_digest: Mapped[str] = mapped_column(String(32), primary_key=True)
+    hardware: Mapped[str] = mapped_column(String(200), primary_key=True)
+    environment: Mapped[str] = mapped_column(String(64), primary_key=True)  # software_key
+    tf32: Mapped[bool] = mapped_column(Boolean, primary_key=True)  # eval_config.allow_tf32
+    # {"format", "captures": [...], "warnings": [...]}, as the probe's worker made them
+    record: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class Critique(Base):
     """The critic's diagnosis of one kernel after one iteration of a job: of the best kernel
     (role "best") and of each parent handed to the next iteration (role "parent").
