@@ -82,6 +82,7 @@ class Job:
     # other modes
     target: str = "candidate"  # profile: "candidate" or "reference"
     known_ceilings: dict = field(default_factory=dict)  # hardware
+    inductor: dict | None = None  # probe: Inductor's captures kept in the store (host/captures.py)
     pch_root: str = ""  # pch
 
     def to_line(self, nonce: str) -> str:

@@ -45,7 +45,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from openkernel.config import Config
-from openkernel.evaluation.host import ceilings, environment, ncu
+from openkernel.evaluation.host import captures, ceilings, environment, ncu
 from openkernel.evaluation.host.baselines import ReferenceBaselines, compile_ratio, wanted
 from openkernel.evaluation.host.devices import DevicePool, NoDeviceLeft, is_device_fault
 from openkernel.evaluation.host.memplan import describe, plan_memory, retry_plan
@@ -179,13 +179,14 @@ class Evaluator:
         if hw.device == "cuda" and self.config.backend == "cuda" and self.ec.precompile_torch_header:
             pch = threading.Thread(target=self._precompile_header, daemon=True, name="pch")
             pch.start()
-        run = self._run(self._task_job(hw.device, "probe"), hw.device,
-                        0 if hw.device == "cuda" else None, label="probe")
+        run = self._run(self._task_job(hw.device, "probe", inductor=captures.stored(self, hw)),
+                        hw.device, 0 if hw.device == "cuda" else None, label="probe")
         if pch is not None:  # once per machine and torch: the first candidates' builds use it
             pch.join(self.ec.build_timeout_s + self.ec.test_timeout_s + 60)  # its worker's limits
         data = (run.payload or {}).get("probe")
         if data:
             probe = TaskProbe.from_json(data, hardware=hw)
+            captures.keep(self, hw, run.payload.get("captured"))
         else:
             what = f"timed out after {self.ec.build_timeout_s:g} s" if run.timed_out else (
                 (run.payload or {}).get("fatal") or "the worker died")

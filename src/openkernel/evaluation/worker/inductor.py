@@ -20,6 +20,9 @@ from unittest import mock
 import torch
 
 STAND_IN = "a stand-in CUDA device (sm_90, 132 SMs; no GPU here)"
+# What capture_signatures returns, as the store keeps it: stored captures of another format
+# are made again (bump it when the captures change for the same task and software).
+CAPTURES_FORMAT = 2
 
 
 class _Captured(Exception):

@@ -27,7 +27,7 @@ from openkernel.evaluation.worker.correctness import (
     tolerances_for,
 )
 from openkernel.evaluation.worker.hardware import detect
-from openkernel.evaluation.worker.inductor import capture_signatures, shapes_only
+from openkernel.evaluation.worker.inductor import CAPTURES_FORMAT, capture_signatures, shapes_only
 from openkernel.evaluation.worker import precision
 from openkernel.evaluation.worker.integrity import OpRecorder, compute_ops
 from openkernel.evaluation.worker.task_runtime import TaskRuntime, clone, tensors_in
@@ -162,7 +162,9 @@ def _footprint(rt: TaskRuntime, model, inputs, extra: list, gpu: bool) -> Footpr
 
 
 def run_probe(job: Job, ch) -> dict:
-    """Worker mode ``probe``: returns {"probe": TaskProbe as a dict}."""
+    """Worker mode ``probe``: returns {"probe": TaskProbe as a dict}, and ``"captured"``
+    (Inductor's captures and their warnings, for the store) when it made them; with
+    ``job.inductor`` (captures kept in the store, of this format) it uses those instead."""
     device = job.device
     gpu = device.startswith("cuda")
     files = [p for p in (job.reference_path, job.hooks_path) if p]
@@ -239,11 +241,16 @@ def run_probe(job: Job, ch) -> dict:
     except Exception:  # the graph is for the offline templates: a task without it still runs
         trace = None
     step("trace")
-    seeds = None
-    if gpu:  # Inductor's own kernels, the offline generator's seed (nothing runs), once per
+    seeds = captured = None
+    stored = job.inductor if (job.inductor or {}).get("format") == CAPTURES_FORMAT else None
+    if stored is not None:  # made by an earlier probe of this task, hardware and software
+        seeds, failed = stored["captures"], stored["warnings"]
+    elif gpu:  # Inductor's own kernels, the offline generator's seed (nothing runs), once per
         # input signature: its code is specialised to each input's rank and dtype; and once
         # at the benchmark inputs' own sizes, as torch.compile's default specialises on them
         seeds, failed = capture_signatures(model, [inputs, *held_shapes])
+        captured = {"format": CAPTURES_FORMAT, "captures": seeds, "warnings": failed}
+    if stored is not None or gpu:
         warnings += failed
         seeds = seeds or None
         step("inductor")
@@ -268,9 +275,11 @@ def run_probe(job: Job, ch) -> dict:
         log=(f"device {device}; held-out inputs: {source}; output dtypes "
              f"{', '.join(d.removeprefix('torch.') for d in output_dtypes)}"),
     )
+    if stored is not None:
+        probe.log += "; Inductor's code from the store"
     if footprint is not None:
         probe.log += "; " + describe_footprint(footprint)
-    return {"probe": asdict(probe)}
+    return {"probe": asdict(probe), **({"captured": captured} if captured else {})}
 
 
 def _time_reference(model, inputs, gpu: bool, calls: int = 3, budget_s: float = 2.0) -> float:
