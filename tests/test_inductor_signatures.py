@@ -6,7 +6,8 @@ GELU example (a 2-D benchmark input; held-out sets of a ragged 2-D and a 1-D ten
 captures. Here they are genuine Inductor output made for the stand-in H200
 (``evaluation/worker/inductor.py``), captured once for the module, as the probe does on a GPU;
 the rendered module runs under the Triton interpreter (this process has TRITON_INTERPRET=1,
-tests/conftest.py), and is judged by the real evaluator on the example itself.
+tests/conftest.py), and is judged by the real evaluator on the example itself, whose probe is
+handed the captures from the store as a GPU probe's stored ones would be.
 
 The softmax example has one signature but is also captured at its benchmark shape (static
 sizes, as torch.compile's default compiles a first call): a persistent reduction with constant
@@ -23,12 +24,18 @@ import torch
 import torch.nn.functional as F
 
 from openkernel.config import build_config
+from openkernel.evaluation.host.baselines import environment_key
 from openkernel.evaluation.host.executor import Evaluator
-from openkernel.evaluation.worker.inductor import capture_signatures, shapes_only
+from openkernel.evaluation.worker.inductor import (
+    CAPTURES_FORMAT,
+    capture_signatures,
+    shapes_only,
+)
 from openkernel.generators.seeds.family import InductorSeed
 from openkernel.generators.seeds.render import render
 from openkernel.generators.seeds.rewrite import parse
 from openkernel.records import TaskProbe
+from openkernel.store import Store
 from openkernel.task import load_task
 
 
@@ -273,20 +280,28 @@ def test_on_the_gpu_the_softmax_examples_seed_runs_the_static_kernels_on_the_ben
 
 def _judge_seed(folder, captures: list[dict], tmp_path):
     """The evaluator's verdict on the seed of ``captures`` for the task in ``folder``, under
-    the interpreter (correctness, held-out sets, every integrity check); returns the probe."""
+    the interpreter (correctness, held-out sets, every integrity check); returns the probe.
+
+    No GPU here: the test captured for the stand-in and stores the captures under this
+    machine's key, as a GPU probe would (host/captures.py); the probe is handed them."""
     task = load_task(folder)
     config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
                            "eval_config": {"correctness_seeds": 1}})
-    ev = Evaluator(task, config, bench_budget_s=0.05)
+    store = Store(tmp_path / "kernels.sqlite3")
+    ev = Evaluator(task, config, store, bench_budget_s=0.05)
     try:
+        hw = ev.hardware
+        store.put_inductor_captures(task.digest, hw.label, environment_key(hw), False, {
+            "format": CAPTURES_FORMAT, "captures": captures, "warnings": []})
         probe = ev.probe()
-        assert probe.ok and probe.inductor is None  # no GPU: the test captured for the stand-in
-        probe.inductor = captures
+        assert probe.ok and probe.inductor == captures, probe.warnings
+        assert "inductor" in probe.steps_s and "Inductor's code from the store" in probe.log
         family = InductorSeed()
         result = ev.evaluate(family.render(family.match(task, probe, "triton"), {}, "triton"),
                              "triton", "seed")
     finally:
         ev.close()
+        store.close()
     assert result.correctness, result.eval_log
     assert result.metadata.get("heldout_ok") and not result.metadata.get("integrity_violation")
     return probe

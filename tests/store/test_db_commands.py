@@ -53,6 +53,8 @@ def full(tmp_path_factory) -> Path:
                        kernel_id="second1", label="i0-b1", model="openai/m", purpose="generate",
                        prompt_tokens=10, completion_tokens=20, cost_usd=0.01, price="config")
     store.put_reference_timing("abc", "NVIDIA H200", "compile", 1.5, {"eager": {"median": 2}})
+    store.put_inductor_captures("abc", "NVIDIA H200", "env", False,
+                                {"format": 2, "captures": [{"code": "def call(args): ..."}]})
     store.add_suite_problem(suite="s", task_name="gelu", job_name="s", position=0,
                             path="/k/gelu.py", task_digest="abc")
     store.finish_run(run.id, "completed")
