@@ -83,7 +83,8 @@ case "$1" in
   kb-walls)  # issue 22: the 44 problems of benchmarks/kb22_problems.txt (levels 1-3, level1/68 and
     # level1/84 among them) in ${KB:-.kb22} at 1 iteration x 4 branches, each problem under
     # --problem-timeout ${PT:-300}. PASS=fresh (suite kb22-fresh: every baseline timed anew) first,
-    # then PASS=stored (suite kb22-stored: the same problems, the baselines the first pass stored),
+    # then PASS=stored (suite kb22-stored: the same problems, the baselines and Inductor captures
+    # the first pass stored: "probe steps" shows inductor near 0),
     # so the fixed cost is measured both ways. Resumable like kb-bench: copy $OUT/kernels.sqlite3
     # to .kbstate/ between calls and call again with the same PASS until every problem has a line.
     case "${PASS:-fresh}" in fresh) fresh=--fresh-baselines ;; stored) fresh= ;; *) echo "PASS=fresh|stored"; exit 2 ;; esac

@@ -28,7 +28,8 @@ def _parser() -> argparse.ArgumentParser:
                      "(default: configs/default.yaml)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     run.add_argument("--fresh-baselines", action="store_true", help="time the reference again "
-                     "even when its timings are stored for this task, hardware and software")
+                     "(and capture Inductor's code for it again) even when its timings are "
+                     "stored for this task, hardware and software")
 
     ev = sub.add_parser("eval", help="evaluate one hand-written candidate")
     ev.add_argument("task", help="task file or folder")
@@ -89,8 +90,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="end a problem still running after S seconds (what it judged stays "
                        "stored; it is marked timed out) and go on with the next")
     bench.add_argument("--fresh-baselines", action="store_true", help="time every reference "
-                       "again even when its timings are stored for this task, hardware and "
-                       "software")
+                       "again (and capture Inductor's code for it again) even when its timings "
+                       "are stored for this task, hardware and software")
 
     db = sub.add_parser("db", help="the results database: copy it, upgrade its tables, describe it")
     dbs = db.add_subparsers(dest="db_command", required=True)

@@ -131,7 +131,8 @@ class EvalConfig(_Strict):
         default_factory=BaselineTimeouts, description="The wall of each reference timing: "
         "{eager: 60, compile: 45, autotune: 180} seconds (one number sets all three).")
     fresh_baselines: bool = Field(False, description="Time the reference again even when its "
-                                  "timings for this task, hardware and software are stored "
+                                  "timings for this task, hardware and software are stored, "
+                                  "and capture Inductor's code for it again "
                                   "(`--fresh-baselines`).")
     sweep_timeout_s: float = Field(600.0, gt=0, description="Wall of a templated candidate's "
                                    "sweep (building, screening and timing its combinations; "
