@@ -244,7 +244,7 @@ def run_probe(job: Job, ch) -> dict:
     seeds = captured = None
     stored = job.inductor if (job.inductor or {}).get("format") == CAPTURES_FORMAT else None
     if stored is not None:  # made by an earlier probe of this task, hardware and software
-        seeds, failed = stored["captures"], stored["warnings"]
+        seeds, failed = stored.get("captures") or [], list(stored.get("warnings") or [])
     elif gpu:  # Inductor's own kernels, the offline generator's seed (nothing runs), once per
         # input signature: its code is specialised to each input's rank and dtype; and once
         # at the benchmark inputs' own sizes, as torch.compile's default specialises on them
