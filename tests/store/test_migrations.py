@@ -200,3 +200,35 @@ def test_inductor_captures_downgrade_and_upgrade(tmp_path):
     assert store.inductor_captures("d", "hw", "env", False) is None
     assert store.reference_timing("d", "hw", "compile", "env") is not None
     store.close()
+
+
+def _open_at_once(path: Path, processes: int) -> list[str]:
+    """``processes`` engines open one new database at the same moment, each in a process of its
+    own (as a CLI run and a reader polling its file do); what each said, "" for no error."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(processes) as pool:
+        start = ctx.Manager().Barrier(processes)
+        return pool.starmap(_open_store, [(str(path), start)] * processes)
+
+
+def _open_store(path: str, start) -> str:
+    start.wait()
+    try:
+        Store(path).close()
+    except OpenKernelError as err:
+        return str(err)
+    return ""
+
+
+def test_engines_opening_one_new_database_at_once_migrate_it_once(tmp_path):
+    """A new SQLite file is migrated by whichever engine comes first; the others wait for it and
+    find nothing left to do (two engines once both added the same column: "duplicate column")."""
+    for attempt in range(3):
+        path = tmp_path / f"k{attempt}.sqlite3"
+        assert _open_at_once(path, 4) == [""] * 4
+        store = Store(path)
+        assert _revision(store.engine) == migrate.head()
+        assert _differences(store.engine) == []
+        store.close()

@@ -68,6 +68,9 @@ class Store:
             migrate.upgrade(self.engine)
         except DatabaseError as err:
             self.engine.dispose()
+            if "database is locked" in str(err.orig):  # another engine held it past busy_timeout
+                raise OpenKernelError(f"{self.shown}: busy: another process kept its write lock "
+                                      "too long to open it; try again") from None
             raise OpenKernelError(f"{self.shown}: not an openkernel database ({err.orig})") from None
         self.session = sessionmaker(self.engine, expire_on_commit=False)
 

@@ -4,7 +4,7 @@ The revisions live in ``migrations/versions``; the first (``0001``) is the table
 when migrations began, and also upgrades a database written before then (no
 ``alembic_version`` table) in place. Several engines may open one PostgreSQL database at once
 (one per host): an advisory lock held for the migration's transaction makes the others wait,
-then find nothing left to do. Only the engine migrates; readers (the dashboard) never do.
+then find nothing left to do; on SQLite the migration's transaction takes the write lock first. Only the engine migrates; readers (the dashboard) never do.
 
 A new revision: change ``tables.py`` and write the revision beside ``0001`` (alter tables in
 ``op.batch_alter_table``, so SQLite can); tests/store/test_migrations.py checks that the
@@ -56,6 +56,11 @@ def upgrade(engine: Engine) -> str | None:
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_LOCK})")
+        elif conn.dialect.name == "sqlite":
+            # The write lock before the revision is read: Python's sqlite3 would begin only at
+            # the first INSERT, so two engines opening one new file (a run, and a reader
+            # polling it) both saw an old revision and both ran its DDL ("duplicate column").
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
         before = revision(conn)
         if before is not None and before not in {s.revision for s in scripts.walk_revisions()}:
             # Written by a newer openkernel (another host, say): never guess at its tables.
