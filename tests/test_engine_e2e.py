@@ -29,6 +29,17 @@ def gelu_run(tmp_path_factory, examples_dir):
     return tmp, events
 
 
+def _trouble(events) -> str:
+    """What the run said went wrong (for a failed assertion's message): its warnings and errors,
+    withdrawn and abandoned candidates."""
+    lines = [f"{e.level}: {e.message}" for e in events
+             if isinstance(e, ev.LogEmitted) and e.level in ("warning", "error")]
+    lines += [f"withdrawn {e.label}: {e.reason}" for e in events if isinstance(e, ev.CandidateWithdrawn)]
+    lines += [f"abandoned {e.label}" for e in events
+              if isinstance(e, ev.CandidatePhaseChanged) and e.phase == "abandoned"]
+    return "\n".join(lines) or "nothing"
+
+
 def test_event_stream_shape(gelu_run):
     _, events = gelu_run
     kinds = [type(e).__name__ for e in events]
@@ -37,7 +48,7 @@ def test_event_stream_shape(gelu_run):
     assert started.generator == "offline" and "CPU" in started.hardware
     assert kinds.count("IterationStarted") == 2 and kinds.count("IterationFinished") == 2
     evaluated = [e for e in events if isinstance(e, ev.CandidateEvaluated)]
-    assert sorted(e.label for e in evaluated) == ["i0-b0", "i0-b1", "i1-b0", "i1-b1"]
+    assert sorted(e.label for e in evaluated) == ["i0-b0", "i0-b1", "i1-b0", "i1-b1"], _trouble(events)
     assert events[-1].reason == "completed" and events[-1].candidates == 4
     assert events[-1].new_candidates == 4
     assert any(e.program.kernel_exec_result.correctness for e in evaluated)
