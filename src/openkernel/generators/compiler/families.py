@@ -6,7 +6,8 @@ plans fall into, each with the tunables its kernels use:
 * ``fused_pointwise``: any chain of pointwise ops over broadcast tensors, one kernel;
 * ``fused_reduction``: row reductions with pointwise prologue and epilogue (softmax,
   log_softmax, logsumexp, LayerNorm, RMSNorm, GroupNorm, BatchNorm, cross-entropy, losses,
-  sum/mean/max/min/argmax/argmin/var/std, norms), one pass or looped (online);
+  sum/mean/max/min/argmax/argmin/var/std, norms), one pass or looped (online softmax, Welford
+  variance), or over middle dims in tiles coalesced along the dims after them;
 * ``fused_matmul``: nn.Linear, addmm, mm, bmm, matmul and convolutions, each either a Triton
   kernel (a tiled ``tl.dot`` with the pointwise epilogue fused; an implicit-GEMM convolution)
   or a library call (cuBLAS, cuBLASLt with its bias + ReLU epilogue, cuDNN: library.py) with
@@ -43,6 +44,10 @@ LOOPED = (Tunable("MAX_FUSED", (1024, 2048, 4096, 8192, 16384), (4096, 16384),
                   "longest row reduced in one pass (longer rows loop)"),
           Tunable("LOOP_BLOCK", (256, 512, 1024, 2048, 4096), (1024, 4096),
                   "columns per step of a looped reduction"))
+MIDDLE = (Tunable("BLOCK_B", (16, 32, 64, 128, 256), (64, 256),
+                  "neighbouring outputs per program of a reduction over middle dims"),
+          Tunable("BLOCK_R", (4, 8, 16, 32, 64), (16, 64),
+                  "reduced rows per step of a reduction over middle dims"))
 LIBRARY = Tunable("LIBRARY", (0, 1), None, "1: GEMMs and convolutions are library calls "
                   "(cuBLAS, cuDNN), the rest Triton kernels around them; 0: all Triton")
 MATMUL = (Tunable("BLOCK_M", (16, 32, 64, 128), (32, 64), "rows of C per program"),
@@ -54,10 +59,14 @@ MATMUL = (Tunable("BLOCK_M", (16, 32, 64, 128), (32, 64), "rows of C per program
 _STARTS = {
     "pointwise": ({"BLOCK": 1024, "num_warps": 4}, {"BLOCK": 2048, "num_warps": 8},
                   {"BLOCK": 512, "num_warps": 4}, {"BLOCK": 4096, "num_warps": 8}),
-    "reduction": ({"TILE": 4096, "MAX_FUSED": 8192, "LOOP_BLOCK": 1024, "num_warps": 8},
-                  {"TILE": 2048, "MAX_FUSED": 4096, "LOOP_BLOCK": 2048, "num_warps": 4},
-                  {"TILE": 8192, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096, "num_warps": 16},
-                  {"TILE": 1024, "MAX_FUSED": 2048, "LOOP_BLOCK": 512, "num_warps": 4}),
+    "reduction": ({"TILE": 4096, "MAX_FUSED": 8192, "LOOP_BLOCK": 1024, "BLOCK_B": 64,
+                   "BLOCK_R": 16, "num_warps": 8},
+                  {"TILE": 2048, "MAX_FUSED": 4096, "LOOP_BLOCK": 2048, "BLOCK_B": 128,
+                   "BLOCK_R": 8, "num_warps": 4},
+                  {"TILE": 8192, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096, "BLOCK_B": 256,
+                   "BLOCK_R": 32, "num_warps": 16},
+                  {"TILE": 1024, "MAX_FUSED": 2048, "LOOP_BLOCK": 512, "BLOCK_B": 32,
+                   "BLOCK_R": 32, "num_warps": 4}),
     "matmul": ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
                 "num_stages": 4},
                {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
@@ -69,9 +78,12 @@ _STARTS = {
 }
 _CPU_STARTS = {
     "pointwise": ({"BLOCK": 16384}, {"BLOCK": 4096}, {"BLOCK": 1024}),
-    "reduction": ({"TILE": 65536, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096},
-                  {"TILE": 16384, "MAX_FUSED": 4096, "LOOP_BLOCK": 1024},
-                  {"TILE": 4096, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096}),
+    "reduction": ({"TILE": 65536, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096, "BLOCK_B": 256,
+                   "BLOCK_R": 64},
+                  {"TILE": 16384, "MAX_FUSED": 4096, "LOOP_BLOCK": 1024, "BLOCK_B": 64,
+                   "BLOCK_R": 16},
+                  {"TILE": 4096, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096, "BLOCK_B": 256,
+                   "BLOCK_R": 16}),
     "matmul": ({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8},
                {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4}),
 }
@@ -108,13 +120,16 @@ def _tunables(plan: Plan) -> tuple[Tunable, ...]:
     if "matmul" in kinds:
         out += MATMUL
     if "reduction" in kinds:
-        out += REDUCTION
+        if any(not k.middle for k in plan.kernels if k.kind in ("reduction", "scan")):
+            out += REDUCTION
         if any(k.looped for k in plan.kernels):
             out += LOOPED
+        if any(k.middle for k in plan.kernels):
+            out += MIDDLE
     if "pointwise" in kinds:
         out += POINTWISE
     out.append(WARPS)
-    if "matmul" in kinds or any(k.looped for k in plan.kernels):
+    if "matmul" in kinds or any(k.looped or k.middle for k in plan.kernels):
         out.append(STAGES)
     return tuple(out)
 
@@ -261,8 +276,9 @@ class FusedReduction(CompiledFamily):
     name = "fused_reduction"
     kind = "reduction"
     summary = ("row reductions with pointwise prologue and epilogue (softmax, norms, losses, "
-               "sum/mean/max/argmax): one pass, or looped with online softmax")
-    tunables = REDUCTION + LOOPED + POINTWISE + (WARPS, STAGES)
+               "sum/mean/max/argmax): one pass, or looped with online softmax and Welford "
+               "variance; over middle dims in coalesced tiles")
+    tunables = REDUCTION + LOOPED + MIDDLE + POINTWISE + (WARPS, STAGES)
 
 
 class FusedMatmul(CompiledFamily):
@@ -271,4 +287,4 @@ class FusedMatmul(CompiledFamily):
     summary = ("Linear / addmm / mm / bmm / matmul and convolutions: a tiled tl.dot kernel with "
                "its pointwise epilogue fused, or the library call (cuBLAS, cuDNN) with the rest "
                "fused into Triton kernels around it")
-    tunables = (LIBRARY,) + MATMUL + REDUCTION + LOOPED + POINTWISE + (WARPS, STAGES)
+    tunables = (LIBRARY,) + MATMUL + REDUCTION + LOOPED + MIDDLE + POINTWISE + (WARPS, STAGES)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import keyword
 import re
 
-from openkernel.generators.compiler.kernels import conv
+from openkernel.generators.compiler.kernels import conv, welford
 from openkernel.generators.compiler.graph import Graph
 from openkernel.generators.compiler.library import VENDOR
 from openkernel.generators.compiler.plan import Kernel, Plan
@@ -44,7 +44,7 @@ def _declare(module, name, shape, dtype, parameter):
 '''
 
 _RESERVED = {"self", "torch", "nn", "triton", "tl", "grid", "n_rows", "n_cols", "n_elements",
-             "block_c", "rows", "device", "M", "N", "K", "B", "a", "b"}
+             "block_c", "rows", "device", "M", "N", "K", "B", "a", "b", "n_inner"}
 
 
 def leaf_names(graph: Graph, arg_names: list[str]) -> dict[str, str]:
@@ -107,13 +107,15 @@ def describe(kernel: Kernel) -> str:
     return f"fused pointwise ({', '.join(ops)})" if ops else "copy"
 
 
-def _signature(kernel: Kernel, w: KernelWriter, name: str) -> list[str]:
+def _signature(kernel: Kernel, w: KernelWriter, name: str, variant: str = "") -> list[str]:
     ptrs = [f"{w.names[v.id]}_ptr" for v in kernel.reads] + \
            [f"{w.names[v.id]}_ptr" for v in kernel.writes]
     if kernel.kind == "pointwise":
         extra, consts = ["n_elements"], ["BLOCK"]
     elif kernel.kind in ("reduction", "scan"):
         extra, consts = ["n_rows", "n_cols"], ["ROWS", "BLOCK_C"]
+        if variant == "middle":
+            extra.append("n_inner")
     else:
         strides = ["stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk", "stride_bn"]
         if kernel.anchor.op == "mm":
@@ -144,8 +146,11 @@ def kernel_source(kernel: Kernel) -> str:
             what += ": each row in BLOCK_C steps, a carry between them"
         elif variant == "looped":
             what += ": rows longer than MAX_FUSED, in BLOCK_C steps"
+        elif variant == "middle":
+            what += (": ROWS neighbouring outputs a program, the reduced dims in BLOCK_C steps "
+                     "([BLOCK_C, ROWS] tiles, coalesced)")
         writes = ", ".join(w.names[v.id] for v in kernel.writes)
-        out.append("\n".join(_signature(kernel, w, name)
+        out.append("\n".join(_signature(kernel, w, name, variant)
                              + [f'    """{what[:1].upper() + what[1:]}; writes {writes}."""']
                              + w.root.render()))
     return "\n\n\n".join(out)
@@ -201,6 +206,15 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
             "rows = min(triton.next_power_of_2(n_rows), max(1, TILE // LOOP_BLOCK))",
             *_call(f"{kernel.name}_looped[(triton.cdiv(n_rows, rows),)]", args
                    + ["ROWS=rows", "BLOCK_C=LOOP_BLOCK", "num_warps=NUM_WARPS"])], d.rows.code())
+    if kernel.middle:  # a BLOCK_B-wide tile, deeper where the inner dims are narrower
+        return head + _guard([
+            f"n_inner = {numel(d.inner).code()}",
+            "rows = min(BLOCK_B, triton.next_power_of_2(n_inner))",
+            "block_c = min(triton.next_power_of_2(n_cols), BLOCK_R * (BLOCK_B // rows))",
+            *_call(f"{kernel.name}_middle[(n_rows // n_inner * triton.cdiv(n_inner, rows),)]",
+                   ptrs + ["n_rows", "n_cols", "n_inner"] + syms
+                   + ["ROWS=rows", "BLOCK_C=block_c", "num_warps=NUM_WARPS",
+                      "num_stages=NUM_STAGES"])], d.rows.code())
     fused = [
         "block_c = triton.next_power_of_2(n_cols)",
         "rows = min(triton.next_power_of_2(n_rows), max(1, TILE // block_c))",
@@ -255,7 +269,10 @@ def render(plan: Plan, params: dict) -> str:
     header = HEADER if "INTERPRETED" in consts else HEADER.replace("import os\n\n", "")
     head = '"""' + "\n".join(doc) + '\n"""\n\n' + header + "\n" + consts
     parts = [DECLARE.strip("\n")] if state else []
-    parts += [kernel_source(k) for k in plan.triton]
+    sources = [kernel_source(k) for k in plan.triton]
+    if any("_welford_combine" in text for text in sources):
+        parts.append(welford.COMBINE)
+    parts += sources
     parts.append(_model(plan, state, constants))
     return head + "\n\n" + "\n\n\n".join(parts) + "\n"
 

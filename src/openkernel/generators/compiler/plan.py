@@ -55,7 +55,7 @@ class Kernel:
     anchor: Node | None = None  # the matmul, or a reduction of the domain
     domain: Domain | None = None
     name: str = ""
-    bodies: dict = field(default_factory=dict)  # variant ("", "fused", "looped") -> writer
+    bodies: dict = field(default_factory=dict)  # variant ("", "fused", "looped", "middle")
     reads: list[Value] = field(default_factory=list)
     writes: list[Value] = field(default_factory=list)
     symbols: list[str] = field(default_factory=list)
@@ -76,6 +76,11 @@ class Kernel:
     @property
     def looped(self) -> bool:
         return "looped" in self.bodies
+
+    @property
+    def middle(self) -> bool:
+        """A reduction over middle dims, in the middle layout (compiler/kernels/reductions.py)."""
+        return "middle" in self.bodies
 
 
 @dataclass
@@ -238,14 +243,24 @@ def _write(kernel: Kernel, plan: Plan) -> None:
         em.recompute = _same_domain(domain)
         found = ReductionAnchor(domain)
         write_one_pass(w, em, found, kernel.outputs)
-        kernel.bodies["fused"] = w
-        cols = domain.cols
-        if not cols.static or cols.coeff > LOOP_FROM:
+
+        def looped(axis: int) -> KernelWriter:
             w2, em2 = make()
             em2.recompute = em.recompute
-            write_looped(w2, em2, ReductionAnchor(domain), found, kernel.outputs,
+            write_looped(w2, em2, ReductionAnchor(domain, axis=axis), found, kernel.outputs,
                          lambda v, em=em: {id(n) for n in found.order if em.reaches(v, n)})
-            kernel.bodies["looped"] = w2
+            return w2
+
+        if domain.middle:
+            try:  # (what the middle layout cannot index keeps the row layout)
+                kernel.bodies["middle"] = looped(0)
+            except Unfusable:
+                pass
+        if not kernel.middle:
+            kernel.bodies["fused"] = w
+            cols = domain.cols
+            if not cols.static or cols.coeff > LOOP_FROM:
+                kernel.bodies["looped"] = looped(1)
     writers = list(kernel.bodies.values())
     kernel.reads = list(dict.fromkeys(v for w in writers for v in w.reads))
     kernel.writes = list(dict.fromkeys(v for w in writers for v in w.writes))

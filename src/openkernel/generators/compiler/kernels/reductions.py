@@ -12,7 +12,15 @@ columns (the row is read once into registers, every reduction and output compute
 and *looped* otherwise (one loop per level of dependent reductions, then one for the outputs,
 so registers stay bounded). In the looped variant a sum of ``exp(a - h(max(a)))`` is folded
 into the loop of its max (online softmax): the running sum is rescaled whenever the running
-max grows, so softmax and logsumexp read a long row twice instead of three times.
+max grows, so softmax and logsumexp read a long row twice instead of three times; a variance's
+sum of squares is folded into the loop of its mean (Welford, welford.py), so a long LayerNorm
+or GroupNorm row is read twice too.
+
+A reduction over middle dims, dim 1 of an (A, R, B) tensor, has rows whose columns lie B apart
+in memory: a program walking one row strides through it. Such domains get the *middle* layout
+instead: the looped kernel transposed, a program owning ROWS neighbouring outputs along B (one
+``a``) and walking R in BLOCK_C steps, its tiles [BLOCK_C, ROWS] coalesced along B and reduced
+over axis 0.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from openkernel.generators.compiler.emit import (
     ctype,
 )
 from openkernel.generators.compiler.graph import Node, Value
+from openkernel.generators.compiler.kernels import welford
 from openkernel.generators.compiler.sizes import ONE, Size, numel
 from openkernel.generators.compiler.writer import KernelWriter
 
@@ -62,6 +71,17 @@ class Domain:
     def cols(self) -> Size:
         return numel(self.reduced)
 
+    @property
+    def inner(self) -> tuple[Size, ...]:
+        """The kept dims after the reduced ones (B of a dim-1 reduction of (A, R, B))."""
+        return tuple(self.shape[max(self.dims) + 1:]) if self.dims else ()
+
+    @property
+    def middle(self) -> bool:
+        """Reduced dims are one block with kept dims after it: the middle layout applies."""
+        block = list(range(min(self.dims), max(self.dims) + 1)) if self.dims else []
+        return list(self.dims) == block and numel(self.inner) != ONE
+
 
 @dataclass
 class ReductionAnchor:
@@ -76,6 +96,7 @@ class ReductionAnchor:
     order: list[Node] = field(default_factory=list)  # in the order they were computed
     deps: dict = field(default_factory=dict)  # node id -> ids of group reductions it needs
     lazy: bool = True  # one pass: compute a reduction when first met
+    axis: int = 1  # the tile's column axis: 1 in the row layout, 0 in the middle one
 
     def row_frame_idx(self, shape) -> tuple[str, ...]:
         """Indices of a row-level value of ``shape`` (kept dims, with or without keepdim)."""
@@ -137,6 +158,9 @@ def _reduce_block(em: Emitter, node: Node, x: Code) -> Code:
 
 
 def _preamble(w: KernelWriter, em: Emitter, anchor: ReductionAnchor) -> None:
+    if anchor.axis == 0:
+        _middle_preamble(w, em, anchor)
+        return
     w.define("row", "tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]",
              frozenset("r"))
     w.define("row_mask", "row < n_rows", frozenset("r"))
@@ -150,8 +174,36 @@ def _preamble(w: KernelWriter, em: Emitter, anchor: ReductionAnchor) -> None:
         if kept else ()
 
 
+def _middle_preamble(w: KernelWriter, em: Emitter, anchor: ReductionAnchor) -> None:
+    """A program's ROWS outputs: one ``outer`` index (the kept dims before the reduced ones) and
+    ROWS neighbouring ``inner`` ones (the kept dims after): contiguous, so loads coalesce."""
+    d = anchor.domain
+    inner = d.inner
+    outer = d.shape[:min(d.dims)]
+    w.define("n_blocks", "tl.cdiv(n_inner, ROWS)", frozenset())
+    w.define("outer", "tl.program_id(0).to(tl.int64) // n_blocks", frozenset())
+    w.define("inner", "(tl.program_id(0).to(tl.int64) % n_blocks) * ROWS + "
+             "tl.arange(0, ROWS)[None, :]", ROW)
+    w.define("row", "outer * n_inner + inner", ROW)
+    w.define("row_mask", "inner < n_inner", ROW)
+    # What index comparisons (Emitter.same_place) evaluate them as, ``row`` being free there.
+    b = w.size(numel(inner))
+    w.exprs.update(outer=f"row // {b}", inner=f"row % {b}")
+    w.masks[ROW] = "row_mask"
+    w.axis_vars.update(r="row", c="col")
+    w.tiles[ROW] = "[1, ROWS]"
+    w.tiles[frozenset("c")] = "[BLOCK_C, 1]"
+    w.tiles[TILE] = "[BLOCK_C, ROWS]"
+    idx = em.dims(Frame(outer, flat="outer")) + em.dims(Frame(inner, flat="inner"))
+    anchor.row_idx = tuple(i for i, s in zip(idx, d.kept) if s != ONE)
+    kept = Frame(tuple(s for s in d.kept if s != ONE), anchor.row_idx)
+    w.block.cache[("origin", "row", kept.shape)] = anchor.row_idx
+    w.block.cache[("flat of", em._composed(kept))] = "row"
+
+
 def _columns(w: KernelWriter, em: Emitter, anchor: ReductionAnchor, start: str = "") -> None:
-    w.define("col", (f"{start} + " if start else "") + "tl.arange(0, BLOCK_C)[None, :]",
+    w.define("col", (f"{start} + " if start else "")
+             + f"tl.arange(0, BLOCK_C){'[:, None]' if anchor.axis == 0 else '[None, :]'}",
              frozenset("c"))
     w.define("col_mask", "col < n_cols", frozenset("c"))
     w.define("mask", "row_mask & col_mask", frozenset("rc"))
@@ -168,6 +220,10 @@ def _columns(w: KernelWriter, em: Emitter, anchor: ReductionAnchor, start: str =
         else:
             idx.append("0" if s == ONE else next(rows))
     anchor.tile = Frame(anchor.domain.shape, tuple(idx))
+    if anchor.axis == 0:  # the tile's offset as a sum over ``inner``: Triton sees it contiguous
+        b = numel(anchor.domain.inner)
+        pos = w.index(f"outer * {w.size(anchor.domain.cols * b)} + col * {w.size(b)} + inner")
+        w.block.cache[("flat of", em._composed(anchor.tile))] = pos
 
 
 def _stores(em: Emitter, anchor: ReductionAnchor, outputs: list[Value], element: bool) -> None:
@@ -253,14 +309,19 @@ def write_looped(w: KernelWriter, em: Emitter, anchor: ReductionAnchor, found: R
             if pair is not None and pair[0] in levels[k - 1]:
                 folded[id(pair[0])] = (node, pair[1])
                 nodes.remove(node)
-    for nodes in levels:
-        if not nodes:
+    # A variance's sum of squares joins the loop of its mean (Welford): see welford.py.
+    variances = welford.fold_variances(levels, anchor.domain, graph_deps)
+    for k, nodes in enumerate(levels):
+        stats = [var for var in variances if var.level == k]
+        if not nodes and not stats:
             continue
         accs = {}
         for node in nodes:
             accs[id(node)] = _init_acc(w, node)
             if id(node) in folded:
                 accs[id(folded[id(node)][0])] = _init_acc(w, folded[id(node)][0])
+        for var in stats:
+            welford.init(w, var)
         with w.loop("for start in range(0, n_cols, BLOCK_C):"):
             _columns(w, em, anchor, "start")
             for node in nodes:
@@ -270,11 +331,19 @@ def write_looped(w: KernelWriter, em: Emitter, anchor: ReductionAnchor, found: R
                 _update(w, node, x, accs[id(node)])
                 if id(node) in folded:
                     _update_online(w, em, anchor, node, folded[id(node)], accs)
+            for var in stats:
+                welford.update(w, em, anchor.tile, var)
         for node in nodes:
-            anchor.results[id(node)] = _finish(w, node, accs[id(node)])
+            anchor.results[id(node)] = _finish(w, node, accs[id(node)], anchor.axis)
             if id(node) in folded:
                 total, shift = folded[id(node)]
                 anchor.results[id(total)] = _finish_online(w, em, anchor, node, total, shift, accs)
+        for var in stats:
+            welford.combine(w, var, anchor.axis)
+        for var in variances:
+            if var.finish == k:
+                frame = Frame(var.c.shape, anchor.row_frame_idx(var.c.shape))
+                anchor.results[id(var.node)] = welford.finish(w, em, frame, var)
     _stores(em, anchor, outputs, element=False)
     if any(v.numel == numel(anchor.domain.shape) for v in outputs):
         with w.loop("for start in range(0, n_cols, BLOCK_C):"):
@@ -289,14 +358,14 @@ def _init_acc(w: KernelWriter, node: Node) -> list[str]:
         ct_in = ctype(node.args[0].dtype)
         worst = worst if ct_in in ("f32", "f64") else (
             "-2147483647" if kind == "argmax" else "2147483647")
-        return [w.assign("acc", f"tl.full([ROWS, BLOCK_C], {worst}, "
+        return [w.assign("acc", f"tl.full({w.tiles[TILE]}, {worst}, "
                          f"{TL_TYPES.get(ct_in, 'tl.float32')})", axes=TILE),
-                w.assign("acc", "tl.zeros([ROWS, BLOCK_C], tl.int64)", axes=TILE)]
+                w.assign("acc", f"tl.zeros({w.tiles[TILE]}, tl.int64)", axes=TILE)]
     acc_ct = "i32" if kind in ("all", "any") else (ct if kind == "sum" else ctype(node.args[0].dtype))
     init = _INIT[kind]
     if acc_ct not in ("f32", "f64") and "inf" in init:
         init = "-2147483647" if init.startswith("-") else "2147483647"
-    return [w.assign("acc", f"tl.full([ROWS, BLOCK_C], {init}, {TL_TYPES[acc_ct]})", axes=TILE)]
+    return [w.assign("acc", f"tl.full({w.tiles[TILE]}, {init}, {TL_TYPES[acc_ct]})", axes=TILE)]
 
 
 def _update(w: KernelWriter, node: Node, x: Code, acc: list[str]) -> None:
@@ -312,15 +381,16 @@ def _update(w: KernelWriter, node: Node, x: Code, acc: list[str]) -> None:
     w.line(f"{acc[0]} = " + op.format(a=acc[0], t=tile) + f"  # {node.aten} (op {node.index})")
 
 
-def _finish(w: KernelWriter, node: Node, acc: list[str]) -> Code:
+def _finish(w: KernelWriter, node: Node, acc: list[str], axis: int) -> Code:
     kind = node.kwargs["kind"]
     if kind in ("argmax", "argmin"):
-        best = w.assign("m", f"tl.{'max' if kind == 'argmax' else 'min'}({acc[0]}, axis=1, "
-                        "keep_dims=True)", axes=ROW)
-        expr = f"tl.min(tl.where({acc[0]} == {best}, {acc[1]}, n_cols), axis=1, keep_dims=True)"
+        best = w.assign("m", f"tl.{'max' if kind == 'argmax' else 'min'}({acc[0]}, "
+                        f"axis={axis}, keep_dims=True)", axes=ROW)
+        expr = (f"tl.min(tl.where({acc[0]} == {best}, {acc[1]}, n_cols), axis={axis}, "
+                "keep_dims=True)")
         return Code(w.assign("r", expr + ".to(tl.int64)", axes=ROW), "i64")
     fn = {"sum": "sum", "amax": "max", "amin": "min", "all": "min", "any": "max"}[kind]
-    expr = f"tl.{fn}({acc[0]}, axis=1, keep_dims=True)"
+    expr = f"tl.{fn}({acc[0]}, axis={axis}, keep_dims=True)"
     if kind in ("all", "any"):
         return Code(w.assign("r", expr + " != 0", axes=ROW), "i1")
     ct = ctype(node.outputs[0].dtype) if kind == "sum" else ctype(node.args[0].dtype)
@@ -366,5 +436,5 @@ def _finish_online(w: KernelWriter, em: Emitter, anchor: ReductionAnchor, m: Nod
     row = em.value(shift, Frame(shift.shape, anchor.row_frame_idx(shift.shape))).expr
     s_acc = accs[id(total)][0]
     expr = (f"tl.sum({s_acc} * tl.where({lanes} == {row}, 1.0, tl.exp({lanes} - {row})), "
-            "axis=1, keep_dims=True)")
+            f"axis={anchor.axis}, keep_dims=True)")
     return Code(w.assign("r", expr, axes=ROW), ctype(total.outputs[0].dtype))
