@@ -76,6 +76,11 @@ class ReductionAnchor:
     order: list[Node] = field(default_factory=list)  # in the order they were computed
     deps: dict = field(default_factory=dict)  # node id -> ids of group reductions it needs
     lazy: bool = True  # one pass: compute a reduction when first met
+    # The program indices and their bounds, the column index and the row length, as the
+    # kernel names them (a GEMM that reduces its own rows: kernels/matmul.py's rm, rn, N).
+    free: dict | None = None
+    col: str = "col"
+    n_cols: str = "n_cols"
 
     def row_frame_idx(self, shape) -> tuple[str, ...]:
         """Indices of a row-level value of ``shape`` (kept dims, with or without keepdim)."""
@@ -89,8 +94,8 @@ class ReductionAnchor:
     def __call__(self, em: Emitter, node: Node, v: Value, f: Frame) -> Code:
         if node.op != "reduce" or Domain.of(node) != self.domain:
             raise Unfusable(node, "another reduction")
-        if not em.same_place(em.dims(f), self.row_frame_idx(v.shape),
-                             {"row": self.domain.rows, "col": self.domain.cols}):
+        free = self.free or {"row": self.domain.rows, "col": self.domain.cols}
+        if not em.same_place(em.dims(f), self.row_frame_idx(v.shape), free):
             raise Unfusable(node, "a reduction used at other indices")
         if id(node) in self.live:
             return self.live[id(node)]
@@ -99,7 +104,7 @@ class ReductionAnchor:
         if not self.lazy:
             raise Unfusable(node, "a reduction needed before it is computed")
         x = em.value(node.args[0], self.tile)
-        code = _reduce_block(em, node, x)
+        code = _reduce_block(em, node, x, self.col, self.n_cols)
         self.results[id(node)] = code
         self.order.append(node)
         return code
@@ -117,15 +122,15 @@ def _masked(kind: str, x: Code, out_ct: str) -> tuple[str, str]:
     return f"tl.where(mask, {value}, {init})", acc
 
 
-def _reduce_block(em: Emitter, node: Node, x: Code) -> Code:
-    """One-pass reduction of a whole row held in registers."""
+def _reduce_block(em: Emitter, node: Node, x: Code, col: str, n_cols: str) -> Code:
+    """One-pass reduction of a whole row held in registers (``col``: the column index)."""
     kind, out = node.kwargs["kind"], node.outputs[0]
     tile, acc = _masked(kind, x, ctype(out.dtype))
     w = em.w
     if kind in ("argmax", "argmin"):
         best = w.assign("m", f"tl.{'max' if kind == 'argmax' else 'min'}({tile}, axis=1, "
                         "keep_dims=True)", axes=ROW)
-        expr = (f"tl.min(tl.where(({x.expr} == {best}) & mask, col, n_cols), axis=1, "
+        expr = (f"tl.min(tl.where(({x.expr} == {best}) & mask, {col}, {n_cols}), axis=1, "
                 "keep_dims=True).to(tl.int64)")
         return Code(w.assign("r", expr, comment=f"{node.aten} (op {node.index})", axes=ROW), "i64")
     fn = {"sum": "sum", "amax": "max", "amin": "min", "all": "min", "any": "max"}[kind]
