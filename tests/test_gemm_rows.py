@@ -1,7 +1,7 @@
 """A GEMM that reduces its own rows in its epilogue (issue 23, "past the seed").
 
-Matmul + GELU + Softmax over the output features, Linear + LogSumExp: where C's rows fit one
-tile the compiler writes ONE kernel whose programs own whole rows, instead of the GEMM and a
+Matmul + GELU + Softmax over the output features, Linear + LogSumExp, Gemm + GroupNorm: where
+C's rows fit one tile the compiler writes ONE kernel whose programs own whole rows, instead of the GEMM and a
 reduction kernel reading C back; the tunable FUSE_ROWS picks between the two plans. Each
 candidate is rendered from the traced module and run under the Triton interpreter in this
 process (a few small launches), on the traced batch and on held-out ones.
@@ -57,6 +57,15 @@ class MeanMax(nn.Module):  # row-level outputs without keepdim, and C itself bes
         return y.mean(dim=1) - y.amax(dim=1), torch.sigmoid(y)
 
 
+class GemmGroupNorm(nn.Module):  # KernelBench level2's Gemm_GroupNorm_..., small
+    def __init__(self, out: int = 32, groups: int = 8):
+        super().__init__()
+        self.fc, self.norm = nn.Linear(32, out), nn.GroupNorm(groups, out)
+
+    def forward(self, x):
+        return F.hardtanh(self.norm(self.fc(x)), -0.5, 0.5)
+
+
 def _module(plan, tmp_path, name: str):
     path = tmp_path / f"{name}.py"
     path.write_text(render(plan, PARAMS))
@@ -85,7 +94,7 @@ def interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-@pytest.mark.parametrize("model", [GeluSoftmax, LogSumExp, MeanMax])
+@pytest.mark.parametrize("model", [GeluSoftmax, LogSumExp, MeanMax, GemmGroupNorm])
 def test_a_gemm_reduces_its_own_rows_in_one_kernel(model, interpreter, tmp_path):
     torch.manual_seed(0)
     model = model().eval()
@@ -95,7 +104,7 @@ def test_a_gemm_reduces_its_own_rows_in_one_kernel(model, interpreter, tmp_path)
     assert fused.kernels[0].domain is not None and not fused.notes
     assert [k.kind for k in apart.kernels][:2] == ["matmul", "reduction"]
     code = _check(model, fused, tmp_path, f"rows_{type(model).__name__}")
-    assert code.count("@triton.jit") == 1 and "reducing whole rows in its epilogue" in code
+    assert code.count("@triton.jit") == 1 and "whole rows in its epilogue" in code
     assert "BLOCK_N=triton.next_power_of_2(N)" in code
     _check(model, apart, tmp_path, f"apart_{type(model).__name__}")  # the other plan
 
@@ -111,6 +120,12 @@ def test_rows_wider_than_a_tile_stay_apart_and_say_why(interpreter, tmp_path):
                                          "tile (256)"]
     code = _check(model, plan, tmp_path, "wide")
     assert code.count("@triton.jit") == 2
+    groups = plan_for(None, trace_forward(GemmGroupNorm(24, 6).eval(), [torch.randn(4, 32)]),
+                      rows=True)  # (a group is reduced in a reshaped tile)
+    assert [k.kind for k in groups.kernels] == ["matmul", "reduction"]
+    assert list(groups.notes.values()) == ["aten.addmm.default (op 1) stores its result for the "
+                                           "row reduction: its groups are reduced in a reshaped "
+                                           "tile, and rows of 24 columns are not a power of two"]
     # The family has no FUSE_ROWS then, and every candidate's description says why.
     match = FusedMatmul().match(None, TaskProbe(ok=True, trace=trace), "triton")
     assert "FUSE_ROWS" not in [t.name for t in match.family.tunables]
@@ -153,7 +168,7 @@ def test_fuse_rows_is_a_tunable_and_no_two_points_write_the_same_code(tmp_path):
 @pytest.mark.gpu
 def test_whole_rows_on_the_gpu(tmp_path):
     """The fused kernels compiled for the GPU (no interpreter), each correct."""
-    for model in (GeluSoftmax, LogSumExp, MeanMax):
+    for model in (GeluSoftmax, LogSumExp, MeanMax, GemmGroupNorm):
         torch.manual_seed(0)
         model = model().eval()
         trace = trace_forward(model, [torch.randn(4, 32)])

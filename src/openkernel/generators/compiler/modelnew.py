@@ -100,7 +100,9 @@ def describe(kernel: Kernel) -> str:
         core = _short(kernel.anchor.aten)
         rest = list(dict.fromkeys(_short(o) for o in kernel.ops if o != kernel.anchor.aten))
         if kernel.domain is not None:
-            return f"{core} reducing whole rows in its epilogue ({', '.join(rest)})"
+            whole = kernel.domain.shape == tuple(kernel.anchor.outputs[0].shape)
+            return (f"{core} reducing {'whole rows' if whole else 'groups of whole rows'} in its "
+                    f"epilogue ({', '.join(rest)})")
         return core + (f" with a fused epilogue ({', '.join(rest)})" if rest else "")
     if kernel.kind == "reduction":
         d = kernel.domain

@@ -29,7 +29,7 @@ from openkernel.generators.compiler.graph import (
     Unknown,
     Value,
 )
-from openkernel.generators.compiler.kernels.matmul import torch_view, write_matmul
+from openkernel.generators.compiler.kernels.matmul import GroupAnchor, torch_view, write_matmul
 from openkernel.generators.compiler.kernels.pointwise import KNOWN, write_pointwise
 from openkernel.generators.compiler.kernels.reductions import (
     Domain,
@@ -231,8 +231,17 @@ def _row_kernel(v: Value, plan: Plan) -> Kernel | None:
     domain = Domain(tuple(out.shape), (len(out.shape) - 1,))
     n = out.shape[-1]
     why = ""
+    group = _group_domain(Domain.of(reductions[0]), out)
+    if group is not None and all(Domain.of(r) == group for r in reductions):
+        domain = group  # a GroupNorm's groups of a row (kernels/matmul.py's GroupAnchor)
+        if n.static and n.coeff & (n.coeff - 1):
+            why = f"its groups are reduced in a reshaped tile, and rows of {n.coeff} columns " \
+                "are not a power of two"
+        elif v.numel != out.numel or any(r.kwargs["kind"] not in ("sum", "amax", "amin")
+                                         for r in reductions):
+            return None
     for r in reductions:
-        if Domain.of(r) != domain:
+        if not why and Domain.of(r) != domain:
             shape = "x".join(s.code() for s in r.args[0].shape)
             why = (f"{r.aten} (op {r.index}) reduces dims {list(r.kwargs['dims'])} of a {shape} "
                    "view, not whole rows")
@@ -248,6 +257,20 @@ def _row_kernel(v: Value, plan: Plan) -> Kernel | None:
             f"reduction: {why}"
         return None
     return Kernel("matmul", [v], mm, domain)
+
+
+def _group_domain(domain: Domain, out: Value) -> Domain | None:
+    """``domain`` when it reduces groups of consecutive columns of the 2-D GEMM result ``out``
+    (a [M, groups, size, 1...] view, reduced over its trailing dims), else None."""
+    if len(out.shape) != 2 or len(domain.kept) != 2 or domain.kept[0] != out.shape[0]:
+        return None
+    first = len(domain.shape) - len(domain.dims)
+    if domain.dims != tuple(range(first, len(domain.shape))) or first != 2:
+        return None
+    n, groups, size = out.shape[1], domain.kept[1], domain.cols
+    if not (n.static and groups.static and size.static) or groups.coeff * size.coeff != n.coeff:
+        return None
+    return domain
 
 
 def _write(kernel: Kernel, plan: Plan) -> None:
@@ -293,7 +316,10 @@ def _write(kernel: Kernel, plan: Plan) -> None:
         rows = None
         if kernel.domain is not None:
             em.recompute = _same_domain(kernel.domain)
-            rows = ReductionAnchor(kernel.domain)
+            group = kernel.domain != Domain(tuple(kernel.anchor.outputs[0].shape), (
+                len(kernel.anchor.outputs[0].shape) - 1,))
+            rows = GroupAnchor(kernel.domain, size=kernel.domain.cols.coeff) if group else \
+                ReductionAnchor(kernel.domain)
         write_matmul(w, em, kernel.anchor, kernel.outputs, rows)
         kernel.bodies[""] = w
     else:

@@ -12,14 +12,18 @@ their strides, so a transposed weight (``x @ W.t()``) is read in place.
 Where C's rows are short enough for one tile (plan.py's ``ROW_TILE``), the kernel may own whole
 rows instead (BLOCK_N spans N, masked past it) and reduce them in its epilogue, in registers
 (softmax, log_softmax, logsumexp, sum, mean, max: kernels/reductions.py's one pass at the tile),
-so C is never stored and read back by a reduction kernel of its own.
+so C is never stored and read back by a reduction kernel of its own. A reduction over groups
+of a row (GroupNorm's statistics, where N is a power of two) is computed for every column of
+the tile: the tile reshaped to [BLOCK_M, groups, group size], reduced, and broadcast back.
 """
 
 from __future__ import annotations
 
-from openkernel.generators.compiler.emit import Code, Emitter, Frame, Unfusable
+from dataclasses import dataclass
+
+from openkernel.generators.compiler.emit import Code, Emitter, Frame, Unfusable, ctype
 from openkernel.generators.compiler.graph import VIEW_OPS, Node, Value
-from openkernel.generators.compiler.kernels.reductions import ReductionAnchor
+from openkernel.generators.compiler.kernels.reductions import ReductionAnchor, masked
 from openkernel.generators.compiler.sizes import ONE
 from openkernel.generators.compiler.writer import KernelWriter
 
@@ -77,6 +81,25 @@ class MatmulAnchor:
         return Code("acc", "f32")
 
 
+@dataclass
+class GroupAnchor(ReductionAnchor):
+    """Reductions over groups of ``size`` consecutive columns of a row (a GroupNorm's mean and
+    variance over a [M, groups, size, ...] view of C), each group's value held by its columns."""
+
+    size: int = 1
+
+    def reduce(self, em: Emitter, node: Node, x: Code) -> Code:
+        kind = node.kwargs["kind"]
+        tile, acc = masked(kind, x, ctype(node.outputs[0].dtype))
+        fn = {"sum": "sum", "amax": "max", "amin": "min"}[kind]
+        shape = f"[BLOCK_M, BLOCK_N // {self.size}, {self.size}]"
+        w = em.w
+        part = w.assign("g", f"tl.{fn}(tl.reshape({tile}, {shape}), axis=2, keep_dims=True)",
+                        comment=f"{node.aten} (op {node.index}), per group", axes=frozenset("rc"))
+        expr = f"tl.reshape(tl.broadcast_to({part}, {shape}), [BLOCK_M, BLOCK_N])"
+        return Code(w.assign("r", expr, axes=frozenset("rc")), acc)
+
+
 def write_matmul(w: KernelWriter, em: Emitter, mm: Node, outputs: list[Value],
                  rows: ReductionAnchor | None = None) -> None:
     """Body of the kernel: main loop, then each output's epilogue at the tile. ``rows``: the
@@ -103,8 +126,13 @@ def write_matmul(w: KernelWriter, em: Emitter, mm: Node, outputs: list[Value],
     idx = tuple("0" if s == ONE else i for s, i in zip(out.shape, names))
     free = {"rm": out.shape[-2], "rn": out.shape[-1]} | ({"batch": out.shape[0]} if batched else {})
     tile = Frame(out.shape, idx)
-    if rows is not None:
+    if isinstance(rows, GroupAnchor):  # (a 2-D GEMM: C's rows are the view's first dim)
+        rows.row_idx = tuple(i for i, s in zip(("rm", f"rn // {rows.size}"), rows.domain.kept)
+                             if s != ONE)
+        rows.tile = Frame(rows.domain.shape, flat=em.flat(tile))
+    elif rows is not None:
         rows.row_idx, rows.tile = tuple(i for i in idx[:-1] if i != "0"), tile
+    if rows is not None:
         rows.free, rows.col, rows.n_cols = free, "rn", "N"
     em.anchor = MatmulAnchor(mm, idx, rows)
     for v in outputs:

@@ -104,13 +104,17 @@ class ReductionAnchor:
         if not self.lazy:
             raise Unfusable(node, "a reduction needed before it is computed")
         x = em.value(node.args[0], self.tile)
-        code = _reduce_block(em, node, x, self.col, self.n_cols)
+        code = self.reduce(em, node, x)
         self.results[id(node)] = code
         self.order.append(node)
         return code
 
+    def reduce(self, em: Emitter, node: Node, x: Code) -> Code:
+        """The reduction of the rows held in registers (``x``: its input at the tile)."""
+        return _reduce_block(em, node, x, self.col, self.n_cols)
 
-def _masked(kind: str, x: Code, out_ct: str) -> tuple[str, str]:
+
+def masked(kind: str, x: Code, out_ct: str) -> tuple[str, str]:
     """(the tile with padding neutral for ``kind``, the accumulator type)."""
     acc = out_ct if kind in ("sum",) else x.ctype
     value = x.expr if x.ctype == acc else f"{x.expr}.to({TL_TYPES[acc]})"
@@ -125,7 +129,7 @@ def _masked(kind: str, x: Code, out_ct: str) -> tuple[str, str]:
 def _reduce_block(em: Emitter, node: Node, x: Code, col: str, n_cols: str) -> Code:
     """One-pass reduction of a whole row held in registers (``col``: the column index)."""
     kind, out = node.kwargs["kind"], node.outputs[0]
-    tile, acc = _masked(kind, x, ctype(out.dtype))
+    tile, acc = masked(kind, x, ctype(out.dtype))
     w = em.w
     if kind in ("argmax", "argmin"):
         best = w.assign("m", f"tl.{'max' if kind == 'argmax' else 'min'}({tile}, axis=1, "
@@ -306,7 +310,7 @@ def _init_acc(w: KernelWriter, node: Node) -> list[str]:
 
 def _update(w: KernelWriter, node: Node, x: Code, acc: list[str]) -> None:
     kind = node.kwargs["kind"]
-    tile, _ = _masked(kind, x, ctype(node.outputs[0].dtype))
+    tile, _ = masked(kind, x, ctype(node.outputs[0].dtype))
     if kind in ("argmax", "argmin"):
         better = w.assign("better", f"{tile} {'>' if kind == 'argmax' else '<'} {acc[0]}")
         w.line(f"{acc[1]} = tl.where({better}, col, {acc[1]})")
