@@ -94,19 +94,24 @@ def interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-@pytest.mark.parametrize("model", [GeluSoftmax, LogSumExp, MeanMax, GemmGroupNorm])
-def test_a_gemm_reduces_its_own_rows_in_one_kernel(model, interpreter, tmp_path):
+FUSED = {"gelu_softmax": GeluSoftmax, "logsumexp": LogSumExp, "mean_max": MeanMax,
+         "groupnorm": GemmGroupNorm,
+         "groupnorm_narrow": lambda: GemmGroupNorm(8, 4)}  # (a tile wider than the row)
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_a_gemm_reduces_its_own_rows_in_one_kernel(name, interpreter, tmp_path):
     torch.manual_seed(0)
-    model = model().eval()
+    model = FUSED[name]().eval()
     trace = trace_forward(model, [torch.randn(4, 32)])
     fused, apart = plan_for(None, trace, rows=True), plan_for(None, trace)
     assert [k.kind for k in fused.kernels] == ["matmul"], [k.kind for k in fused.kernels]
     assert fused.kernels[0].domain is not None and not fused.notes
     assert [k.kind for k in apart.kernels][:2] == ["matmul", "reduction"]
-    code = _check(model, fused, tmp_path, f"rows_{type(model).__name__}")
+    code = _check(model, fused, tmp_path, f"rows_{name}")
     assert code.count("@triton.jit") == 1 and "whole rows in its epilogue" in code
-    assert "BLOCK_N=triton.next_power_of_2(N)" in code
-    _check(model, apart, tmp_path, f"apart_{type(model).__name__}")  # the other plan
+    assert "BLOCK_N=max(16, triton.next_power_of_2(N))" in code
+    _check(model, apart, tmp_path, f"apart_{name}")  # the other plan
 
 
 def test_rows_wider_than_a_tile_stay_apart_and_say_why(interpreter, tmp_path):
@@ -168,9 +173,8 @@ def test_fuse_rows_is_a_tunable_and_no_two_points_write_the_same_code(tmp_path):
 @pytest.mark.gpu
 def test_whole_rows_on_the_gpu(tmp_path):
     """The fused kernels compiled for the GPU (no interpreter), each correct."""
-    for model in (GeluSoftmax, LogSumExp, MeanMax, GemmGroupNorm):
+    for name, make in FUSED.items():
         torch.manual_seed(0)
-        model = model().eval()
+        model = make().eval()
         trace = trace_forward(model, [torch.randn(4, 32)])
-        _check(model, plan_for(None, trace, rows=True), tmp_path, f"gpu_{model.__class__.__name__}",
-               "cuda")
+        _check(model, plan_for(None, trace, rows=True), tmp_path, f"gpu_{name}", "cuda")

@@ -170,11 +170,9 @@ class CompiledFamily(Family):
         library = plan_for(task, trace, library=True)
         if not isinstance(library, str) and _kernel_kinds(library) != _kernel_kinds(result):
             plans[(1, 0)] = library
-        rows = plan_for(task, trace, rows=True)
-        notes = "" if isinstance(rows, str) else "; ".join(rows.notes.values())
-        if not isinstance(rows, str) and any(k.domain is not None for k in rows.kernels
-                                             if k.kind == "matmul"):
-            plans[(0, 1)], notes = rows, ""
+        rows, notes = _whole_rows(task, trace, result)
+        if rows is not None:
+            plans[(0, 1)] = rows
         fitted = copy.copy(self)
         fitted.plans = plans
         per_plan = {mode: _tunables(plan) for mode, plan in plans.items()}
@@ -270,6 +268,18 @@ class CompiledFamily(Family):
             for values in itertools.product(*(t.values(interpreter) for t in free)):
                 out.append({**base, **dict(zip((t.name for t in free), values))})
         return out
+
+
+def _whole_rows(task: Task | None, trace: OpTrace, result: Plan) -> tuple[Plan | None, str]:
+    """The plan whose GEMMs reduce their own rows (None where none does), and why one does not."""
+    if not any(k.kind == "matmul" for k in result.kernels):
+        return None, ""
+    rows = plan_for(task, trace, rows=True)
+    if isinstance(rows, str):
+        return None, ""
+    if any(k.kind == "matmul" and k.domain is not None for k in rows.kernels):
+        return rows, ""
+    return None, "; ".join(rows.notes.values())
 
 
 def _mode(params: dict) -> tuple[int, int]:

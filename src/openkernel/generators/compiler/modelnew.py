@@ -192,7 +192,8 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
         tiles = ["BLOCK_N=BLOCK_N", "GROUP_M=GROUP_M"]
         grid = f"grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), {batch})"
         if kernel.domain is not None:  # each program owns whole rows: one tile spans N
-            tiles = ["BLOCK_N=triton.next_power_of_2(N)", "GROUP_M=1"]
+            # (at least 16 columns: tl.dot's smallest tile on a GPU)
+            tiles = ["BLOCK_N=max(16, triton.next_power_of_2(N))", "GROUP_M=1"]
             grid = f"grid = (triton.cdiv(M, BLOCK_M), {batch})"
         body = [grid,
                 *_call(f"{kernel.name}[grid]", ptrs + ["M", "N", "K"] + strides + syms

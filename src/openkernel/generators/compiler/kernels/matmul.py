@@ -84,7 +84,9 @@ class MatmulAnchor:
 @dataclass
 class GroupAnchor(ReductionAnchor):
     """Reductions over groups of ``size`` consecutive columns of a row (a GroupNorm's mean and
-    variance over a [M, groups, size, ...] view of C), each group's value held by its columns."""
+    variance over a [M, groups, size, ...] view of C), each group's value held by its columns.
+    N is a power of two (plan.py), so columns past it (BLOCK_N > N) form whole groups of their
+    own, masked."""
 
     size: int = 1
 
