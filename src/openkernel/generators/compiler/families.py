@@ -13,7 +13,10 @@ plans fall into, each with the tunables its kernels use:
   or a library call (cuBLAS, cuBLASLt with its bias + ReLU epilogue, cuDNN: library.py) with
   the rest of the graph fused into Triton kernels around it. The tunable ``LIBRARY`` picks
   which, so timing decides between them; a lone GEMM or convolution has no library-backed
-  plan (that would be the reference's own call, not a kernel).
+  plan (that would be the reference's own call, not a kernel). Where a GEMM's rows are
+  reduced after it (softmax, logsumexp, mean over its output features) and fit one tile, the
+  tunable ``FUSE_ROWS`` picks between one kernel that reduces them in the GEMM's epilogue and
+  the GEMM followed by a reduction kernel reading its result back.
 
 A graph with an op no kernel knows is refused naming those ops and their place in the trace.
 Tunables that a plan does not use are pinned (:meth:`CompiledFamily.clean`), so no two points
@@ -28,7 +31,7 @@ import itertools
 from openkernel.generators.compiler.graph import build_graph
 from openkernel.generators.compiler.library import fold_epilogues, kernel_precision
 from openkernel.generators.compiler.modelnew import describe, leaf_names, render
-from openkernel.generators.compiler.plan import Plan, make_plan
+from openkernel.generators.compiler.plan import ROW_TILE, Plan, make_plan
 from openkernel.generators.family import Family, Match, Tunable
 from openkernel.generators.refparse import parse_reference
 from openkernel.records import KernelPrecision, OpTrace, TaskProbe
@@ -50,6 +53,10 @@ MIDDLE = (Tunable("BLOCK_B", (16, 32, 64, 128, 256), (64, 256),
                   "reduced rows per step of a reduction over middle dims"))
 LIBRARY = Tunable("LIBRARY", (0, 1), None, "1: GEMMs and convolutions are library calls "
                   "(cuBLAS, cuDNN), the rest Triton kernels around them; 0: all Triton")
+FUSE_ROWS = Tunable("FUSE_ROWS", (0, 1), None, "1: a GEMM whose rows fit one tile (at most "
+                    f"{ROW_TILE} columns) reduces them in its own epilogue (softmax, logsumexp: "
+                    "one kernel); 0: the reduction is a kernel of its own, reading C back")
+MODES = ("LIBRARY", "FUSE_ROWS")  # the tunables that pick a plan, not a kernel's launch
 MATMUL = (Tunable("BLOCK_M", (16, 32, 64, 128), (32, 64), "rows of C per program"),
           Tunable("BLOCK_N", (16, 32, 64, 128, 256), (32, 64), "columns of C per program"),
           Tunable("BLOCK_K", (16, 32, 64), (32, 64), "depth of one tl.dot step"),
@@ -91,12 +98,14 @@ _CPU_STARTS = {
 _CACHE: dict[tuple, tuple[OpTrace, object]] = {}
 
 
-def plan_for(task: Task | None, trace: OpTrace, library: bool = False) -> Plan | str:
+def plan_for(task: Task | None, trace: OpTrace, library: bool = False,
+             rows: bool = False) -> Plan | str:
     """The plan of a traced task (cached per task, trace object and kind of plan); without the
     task the forward's arguments keep neutral names. ``library``: the library-backed plan,
     each GEMM's bias and ReLU folded into its library call, or only its bias where the ReLU
-    is all that would be left to Triton."""
-    key = (task.digest if task is not None else None, id(trace), library)
+    is all that would be left to Triton. ``rows``: GEMMs reduce their own rows where they fit
+    one tile (``make_plan(rows=True)``)."""
+    key = (task.digest if task is not None else None, id(trace), library, rows)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is trace:
         return hit[1]
@@ -105,7 +114,8 @@ def plan_for(task: Task | None, trace: OpTrace, library: bool = False) -> Plan |
     for relu in (True, False) if library else (False,):
         graph = build_graph(trace)
         folded = fold_epilogues(graph, relu) if library else 0
-        result = make_plan(graph, leaf_names(graph, ref.forward_args if ref else []), library)
+        result = make_plan(graph, leaf_names(graph, ref.forward_args if ref else []), library,
+                           rows)
         if not isinstance(result, str) or not folded:
             break  # (a bias is never split off again: a lone addmm is the reference's own)
     if len(_CACHE) > 32:
@@ -118,7 +128,10 @@ def _tunables(plan: Plan) -> tuple[Tunable, ...]:
     kinds = _kinds(plan)
     out: list[Tunable] = []
     if "matmul" in kinds:
-        out += MATMUL
+        # A GEMM that owns whole rows spans N in one tile, in row order (no BLOCK_N, GROUP_M).
+        whole = all(k.domain is not None for k in plan.kernels if k.kind == "matmul") and \
+            any(k.kind == "matmul" for k in plan.kernels)
+        out += [t for t in MATMUL if not whole or t.name not in ("BLOCK_N", "GROUP_M")]
     if "reduction" in kinds:
         if any(not k.middle for k in plan.kernels if k.kind in ("reduction", "scan")):
             out += REDUCTION
@@ -152,7 +165,8 @@ class CompiledFamily(Family):
     """A family of plans of the traced graph (see the module docstring)."""
 
     kind = ""
-    # Set on the copy a match returns: LIBRARY value -> plan, and the tunables each plan uses.
+    # Set on the copy a match returns: mode (the MODES' values) -> plan, and the tunables each
+    # plan uses.
     plans: dict = {}
     used: dict = {}
 
@@ -167,43 +181,55 @@ class CompiledFamily(Family):
             return None
         if backend != "triton":
             return f"the {self.name} family is Triton only"
-        plans = {0: result}
+        plans = {(0, 0): result}
         library = plan_for(task, trace, library=True)
         if not isinstance(library, str) and _kernel_kinds(library) != _kernel_kinds(result):
-            plans[1] = library
+            plans[(1, 0)] = library
+        rows, notes = _whole_rows(task, trace, result)
+        if rows is not None:
+            plans[(0, 1)] = rows
         fitted = copy.copy(self)
         fitted.plans = plans
         per_plan = {mode: _tunables(plan) for mode, plan in plans.items()}
         union = list(dict.fromkeys(t for mode in plans for t in per_plan[mode]))
-        fitted.tunables = tuple(([LIBRARY] if len(plans) > 1 else []) + union)
-        fitted.used = {mode: {t.name for t in ts} | {"LIBRARY"} for mode, ts in per_plan.items()}
+        picks = [t for t, k in ((LIBRARY, 0), (FUSE_ROWS, 1)) if len({m[k] for m in plans}) > 1]
+        fitted.tunables = tuple(picks + union)
+        fitted.used = {mode: {t.name for t in ts} | set(MODES) for mode, ts in per_plan.items()}
         kinds = set().union(*(_kinds(plan) for plan in plans.values()))
         fitted.starts, fitted.cpu_starts = _merged(_STARTS, kinds), _merged(_CPU_STARTS, kinds)
-        if len(plans) > 1:  # alternate: the library-backed plan first, then all Triton
+        # Start points take the plans in turn: library-backed first, then whole rows, then the
+        # GEMM and its reduction apart.
+        modes = sorted(plans, key=lambda m: (-m[0], -m[1]))
+        if len(plans) > 1:
             fitted.starts, fitted.cpu_starts = (
-                tuple({**p, "LIBRARY": 1 - k % 2} for k, p in enumerate(starts))
+                tuple({**p, **dict(zip(MODES, modes[k % len(modes)]))}
+                      for k, p in enumerate(starts))
                 for starts in (fitted.starts, fitted.cpu_starts))
         labels = {mode: _label(plan) for mode, plan in plans.items()}
+        if notes:  # why no GEMM reduces its own rows (read in every candidate's description)
+            labels[(0, 0)] += f" ({notes})"
         n = len(result.kernels)
         why = (f"the traced graph ({len(trace.top_ops)} aten ops) is {n} kernel"
-               f"{'s' if n > 1 else ''}: {labels[0]}")
-        if len(plans) > 1:
-            why += f"; or, library-backed: {labels[1]}"
-        return Match(fitted, why, {"plans": plans, "labels": labels, "label": labels[0]})
+               f"{'s' if n > 1 else ''}: {labels[(0, 0)]}")
+        if (1, 0) in plans:
+            why += f"; or, library-backed: {labels[(1, 0)]}"
+        if (0, 1) in plans:
+            why += f"; or, with whole rows in the GEMM: {labels[(0, 1)]}"
+        return Match(fitted, why, {"plans": plans, "labels": labels, "label": labels[(0, 0)]})
 
     def describe(self, match: Match, params: dict) -> str:
-        return match.spec["labels"][params.get("LIBRARY", 0)]
+        return match.spec["labels"][_mode(params)]
 
     def precision(self, match: Match, params: dict, probe: TaskProbe) -> list[KernelPrecision]:
         hw = probe.hardware
-        return kernel_precision(match.spec["plans"][params.get("LIBRARY", 0)],
+        return kernel_precision(match.spec["plans"][_mode(params)],
                                 hw is not None and hw.device == "cuda", probe.flags)
 
     def render(self, match: Match, params: dict, backend: str) -> str:
-        mode = params.get("LIBRARY", 0)
+        mode = _mode(params)
         used = self.used.get(mode, params)
         return render(match.spec["plans"][mode],
-                      {k: v for k, v in params.items() if k in used and k != "LIBRARY"})
+                      {k: v for k, v in params.items() if k in used and k not in MODES})
 
     # -- the space: a tunable its plan does not use is pinned ------------------------------
     def _pin(self, t: Tunable, interpreter: bool):
@@ -214,7 +240,9 @@ class CompiledFamily(Family):
 
     def clean(self, params: dict, interpreter: bool, backend: str) -> dict:
         out = super().clean(params, interpreter, backend)
-        used = self.used.get(out.get("LIBRARY", 0))
+        if self.plans and _mode(out) not in self.plans and "FUSE_ROWS" in out:
+            out["FUSE_ROWS"] = 0  # (whole rows are a plan of Triton GEMMs only)
+        used = self.used.get(_mode(out))
         if used is not None:
             for t in self.tunables_for(backend):
                 if t.name not in used:
@@ -250,11 +278,28 @@ class CompiledFamily(Family):
             return super().space(interpreter, backend)
         out = []
         for mode, used in self.used.items():
-            free = [t for t in self.tunables_for(backend) if t.name in used and t.name != "LIBRARY"]
-            base = self.clean({"LIBRARY": mode}, interpreter, backend)
+            free = [t for t in self.tunables_for(backend) if t.name in used and t.name not in MODES]
+            base = self.clean(dict(zip(MODES, mode)), interpreter, backend)
             for values in itertools.product(*(t.values(interpreter) for t in free)):
                 out.append({**base, **dict(zip((t.name for t in free), values))})
         return out
+
+
+def _whole_rows(task: Task | None, trace: OpTrace, result: Plan) -> tuple[Plan | None, str]:
+    """The plan whose GEMMs reduce their own rows (None where none does), and why one does not."""
+    if not any(k.kind == "matmul" for k in result.kernels):
+        return None, ""
+    rows = plan_for(task, trace, rows=True)
+    if isinstance(rows, str):
+        return None, ""
+    if any(k.kind == "matmul" and k.domain is not None for k in rows.kernels):
+        return rows, ""
+    return None, "; ".join(rows.notes.values())
+
+
+def _mode(params: dict) -> tuple[int, int]:
+    """The plan a point of the space renders: its MODES' values."""
+    return tuple(params.get(name, 0) for name in MODES)
 
 
 def _kernel_kinds(plan: Plan) -> list[str]:
@@ -287,4 +332,5 @@ class FusedMatmul(CompiledFamily):
     summary = ("Linear / addmm / mm / bmm / matmul and convolutions: a tiled tl.dot kernel with "
                "its pointwise epilogue fused, or the library call (cuBLAS, cuDNN) with the rest "
                "fused into Triton kernels around it")
-    tunables = (LIBRARY,) + MATMUL + REDUCTION + LOOPED + MIDDLE + POINTWISE + (WARPS, STAGES)
+    tunables = (LIBRARY, FUSE_ROWS) + MATMUL + REDUCTION + LOOPED + MIDDLE + POINTWISE + (
+        WARPS, STAGES)

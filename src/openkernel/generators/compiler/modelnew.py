@@ -99,6 +99,10 @@ def describe(kernel: Kernel) -> str:
     if kernel.kind == "matmul":
         core = _short(kernel.anchor.aten)
         rest = list(dict.fromkeys(_short(o) for o in kernel.ops if o != kernel.anchor.aten))
+        if kernel.domain is not None:
+            whole = kernel.domain.shape == tuple(kernel.anchor.outputs[0].shape)
+            return (f"{core} reducing {'whole rows' if whole else 'groups of whole rows'} in its "
+                    f"epilogue ({', '.join(rest)})")
         return core + (f" with a fused epilogue ({', '.join(rest)})" if rest else "")
     if kernel.kind == "reduction":
         d = kernel.domain
@@ -190,12 +194,18 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
             strides = [f"{t}.stride({i})" for t in (a, b) for i in range(2)]
             batch = "1"
         head.append(f"M, N, K = {sizes[0]}, {sizes[1]}, {sizes[2]}")
-        body = [f"grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), {batch})",
+        tiles = ["BLOCK_N=BLOCK_N", "GROUP_M=GROUP_M"]
+        grid = f"grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N), {batch})"
+        if kernel.domain is not None:  # each program owns whole rows: one tile spans N
+            # (at least 16 columns: tl.dot's smallest tile on a GPU)
+            tiles = ["BLOCK_N=max(16, triton.next_power_of_2(N))", "GROUP_M=1"]
+            grid = f"grid = (triton.cdiv(M, BLOCK_M), {batch})"
+        body = [grid,
                 *_call(f"{kernel.name}[grid]", ptrs + ["M", "N", "K"] + strides + syms
                        + [f"IEEE={a}.dtype == torch.float32 and not ({a}.is_cuda and "
                           "torch.backends.cuda.matmul.allow_tf32)",
                           f"UPCAST=INTERPRETED and {a}.dtype == torch.bfloat16", "BLOCK_M=BLOCK_M",
-                          "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", "GROUP_M=GROUP_M",
+                          tiles[0], "BLOCK_K=BLOCK_K", tiles[1],
                           "num_warps=NUM_WARPS", "num_stages=NUM_STAGES"])]
         return head + _guard(body, numel(mm.outputs[0].shape).code())
     d = kernel.domain

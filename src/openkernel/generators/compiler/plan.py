@@ -6,7 +6,10 @@ first reduction or matmul met on the way down from the value: a matmul kernel (t
 epilogue), a reduction kernel (the value is a row or an element of the reduced tensor), or a
 pointwise kernel. Whenever a kernel meets a reduction or matmul it cannot compute at its own
 indices (:class:`~openkernel.generators.compiler.emit.Unfusable`), that node's result is stored
-too and the plan is made again. Finally kernels of the same kind over the same domain that do
+too and the plan is made again. A plan that fuses rows (``make_plan(rows=True)``) lets a matmul
+kernel also reduce its own result's rows when they fit one tile (:data:`ROW_TILE` columns: a
+softmax, logsumexp or mean over a GEMM's output features), instead of storing the result for a
+reduction kernel to read back. Finally kernels of the same kind over the same domain that do
 not depend on each other are merged (a LayerNorm's mean and output, cross-entropy's row max
 and sum), so each row is read once.
 """
@@ -26,7 +29,7 @@ from openkernel.generators.compiler.graph import (
     Unknown,
     Value,
 )
-from openkernel.generators.compiler.kernels.matmul import torch_view, write_matmul
+from openkernel.generators.compiler.kernels.matmul import GroupAnchor, torch_view, write_matmul
 from openkernel.generators.compiler.kernels.pointwise import KNOWN, write_pointwise
 from openkernel.generators.compiler.kernels.reductions import (
     Domain,
@@ -42,6 +45,7 @@ from openkernel.generators.compiler.writer import KernelWriter
 
 SUPPORTED_REDUCTIONS = {"sum", "amax", "amin", "argmax", "argmin", "all", "any"}
 LOOP_FROM = 1024  # rows of at most this many columns (when static) need no looped variant
+ROW_TILE = 256  # a GEMM reduces its own rows when they fit this many columns (the widest BLOCK_N)
 
 
 @dataclass
@@ -53,7 +57,7 @@ class Kernel:
     # (cumsum, cumprod: compiler/kernels/scan.py)
     outputs: list[Value]
     anchor: Node | None = None  # the matmul, or a reduction of the domain
-    domain: Domain | None = None
+    domain: Domain | None = None  # (a matmul's: set when it reduces its own rows, over them)
     name: str = ""
     bodies: dict = field(default_factory=dict)  # variant ("", "fused", "looped", "middle")
     reads: list[Value] = field(default_factory=list)
@@ -92,6 +96,8 @@ class Plan:
     # Ops left to the vendor libraries: convolutions always (Triton ones replace them where the
     # plan asks, below), GEMMs too in a library-backed plan (``make_plan(library=True)``).
     library: frozenset[str] = frozenset(LIBRARY_OPS)
+    rows: bool = False  # a GEMM reduces its own rows where they fit one tile (ROW_TILE)
+    notes: dict = field(default_factory=dict)  # matmul node id -> why its rows are not fused
 
     @property
     def triton(self) -> list[Kernel]:
@@ -182,6 +188,10 @@ def _spec(v: Value, plan: Plan) -> Kernel:
         return Kernel("library", [v], v.node)
     if v.node is not None and v.node.op in SCAN_OPS:
         return Kernel("scan", [v], v.node, scan_domain(v.node))
+    if plan.rows:
+        kernel = _row_kernel(v, plan)
+        if kernel is not None:
+            return kernel
     anchor = _first_anchor(v, plan.stored, plan.matmuls)
     if anchor is None:
         return Kernel("pointwise", [v])
@@ -193,6 +203,79 @@ def _spec(v: Value, plan: Plan) -> Kernel:
     if level([v], domain):
         raise Unfusable(anchor, "a reduced value broadcast beyond its rows")
     return Kernel("reduction", [v], anchor, domain)
+
+
+def _anchors(v: Value, stored: set[str], matmuls: set[str]) -> list[Node]:
+    """Every reduction and matmul ``v`` is computed from inside one kernel (through reductions,
+    not into a matmul's operands)."""
+    seen: set[int] = set()
+    out: list[Node] = []
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        if x.node is None or (x.id in stored and x is not v) or id(x.node) in seen:
+            continue
+        seen.add(id(x.node))
+        if x.node.op == "reduce" or x.node.op in matmuls:
+            out.append(x.node)
+        if x.node.op not in matmuls:
+            stack.extend(x.node.tensors())
+    return out
+
+
+def _row_kernel(v: Value, plan: Plan) -> Kernel | None:
+    """A matmul kernel that reduces its own result's rows, when ``v`` comes from one GEMM and
+    reductions of whole rows of it that fit one tile; else None (why, in ``plan.notes``)."""
+    anchors = _anchors(v, plan.stored, plan.matmuls)
+    mms = [n for n in anchors if n.op in plan.matmuls]
+    reductions = [n for n in anchors if n.op == "reduce"]
+    if len(mms) != 1 or not reductions:
+        return None
+    mm = mms[0]
+    out = mm.outputs[0]
+    domain = Domain(tuple(out.shape), (len(out.shape) - 1,))
+    n = out.shape[-1]
+    why = ""
+    group = _group_domain(Domain.of(reductions[0]), out)
+    if group is not None and all(Domain.of(r) == group for r in reductions):
+        domain = group  # a GroupNorm's groups of a row (kernels/matmul.py's GroupAnchor)
+        if n.static and n.coeff & (n.coeff - 1):
+            why = f"its groups are reduced in a reshaped tile, and rows of {n.coeff} columns " \
+                "are not a power of two"
+        elif v.numel != out.numel or any(r.kwargs["kind"] not in ("sum", "amax", "amin")
+                                         for r in reductions):
+            return None
+    for r in reductions:
+        if not why and Domain.of(r) != domain:
+            shape = "x".join(s.code() for s in r.args[0].shape)
+            why = (f"{r.aten} (op {r.index}) reduces dims {list(r.kwargs['dims'])} of a {shape} "
+                   "view, not whole rows")
+            break
+    if not why and not n.static:
+        why = f"its rows are {n.code()} long, not known when planning"
+    elif not why and n.coeff > ROW_TILE:
+        why = f"its rows of {n.coeff} columns exceed one tile ({ROW_TILE})"
+    if not why and v.numel not in (out.numel, domain.rows):
+        return None
+    if why:
+        plan.notes[id(mm)] = f"{mm.aten} (op {mm.index}) stores its result for the row " \
+            f"reduction: {why}"
+        return None
+    return Kernel("matmul", [v], mm, domain)
+
+
+def _group_domain(domain: Domain, out: Value) -> Domain | None:
+    """``domain`` when it reduces groups of consecutive columns of the 2-D GEMM result ``out``
+    (a [M, groups, size, 1...] view, reduced over its trailing dims), else None."""
+    if len(out.shape) != 2 or len(domain.kept) != 2 or domain.kept[0] != out.shape[0]:
+        return None
+    first = len(domain.shape) - len(domain.dims)
+    if domain.dims != tuple(range(first, len(domain.shape))) or first != 2:
+        return None
+    n, groups, size = out.shape[1], domain.kept[1], domain.cols
+    if not (n.static and groups.static and size.static) or groups.coeff * size.coeff != n.coeff:
+        return None
+    return domain
 
 
 def _write(kernel: Kernel, plan: Plan) -> None:
@@ -235,7 +318,14 @@ def _write(kernel: Kernel, plan: Plan) -> None:
         w, em = make()
         w.pointer(kernel.anchor.args[0])
         w.pointer(kernel.anchor.args[1])
-        write_matmul(w, em, kernel.anchor, kernel.outputs)
+        rows = None
+        if kernel.domain is not None:
+            em.recompute = _same_domain(kernel.domain)
+            group = kernel.domain != Domain(tuple(kernel.anchor.outputs[0].shape), (
+                len(kernel.anchor.outputs[0].shape) - 1,))
+            rows = GroupAnchor(kernel.domain, size=kernel.domain.cols.coeff) if group else \
+                ReductionAnchor(kernel.domain)
+        write_matmul(w, em, kernel.anchor, kernel.outputs, rows)
         kernel.bodies[""] = w
     else:
         domain = kernel.domain
@@ -317,8 +407,12 @@ def _ops_of(kernel: Kernel, stored: set[str]) -> list[str]:
     return [n.aten for n in sorted(out, key=lambda n: n.index) if n.op not in VIEW_OPS]
 
 
-def make_plan(graph: Graph, names: dict[str, str], library: bool = False) -> Plan | str:
+def make_plan(graph: Graph, names: dict[str, str], library: bool = False,
+              rows: bool = False) -> Plan | str:
     """The kernels for this graph, or the reason there are none.
+
+    ``rows``: a GEMM whose result's rows fit one tile reduces them in its own kernel (why one
+    does not: ``Plan.notes``).
 
     ``library``: GEMMs too are library calls (cuBLAS on a GPU), their epilogues Triton
     kernels; there is no such plan when nothing would be left to Triton (a lone GEMM or
@@ -331,7 +425,7 @@ def make_plan(graph: Graph, names: dict[str, str], library: bool = False) -> Pla
         return why
     stored = {v.id for v in graph.outputs if not v.leaf}
     ops = LIBRARY_OPS | (MATMUL_OPS if library else set())
-    plan = Plan(graph, [], stored, names, frozenset(ops))
+    plan = Plan(graph, [], stored, names, frozenset(ops), rows)
     # values something reads (a node's other outputs may be unused: max pooling's indices)
     used = stored | {v.id for n in graph.reachable() for v in n.tensors()}
     for _ in range(4 * len(graph.values) + 8):
@@ -358,6 +452,8 @@ def make_plan(graph: Graph, names: dict[str, str], library: bool = False) -> Pla
         for k, kernel in enumerate(kernels):
             kernel.name = f"_k{k}_{kernel.anchor.op if kernel.kind == 'library' else kernel.kind}"
             kernel.ops = _ops_of(kernel, plan.stored)
+        fused = {id(k.anchor) for k in kernels if k.kind == "matmul" and k.domain is not None}
+        plan.notes = {key: note for key, note in plan.notes.items() if key not in fused}
         return plan
     return "the compiler found no way to split this graph"
 
@@ -401,6 +497,7 @@ def _merge(kernels: list[Kernel], plan: Plan) -> list[Kernel]:
             continue
         target._parts.append(kernel)
         target.outputs = target.outputs + kernel.outputs
+        target.domain = target.domain or kernel.domain  # (a matmul that reduces its rows)
         for part in target._parts:
             deps[id(target)] = deps.get(id(target), set()) | deps[id(part)]
     for kernel in merged:

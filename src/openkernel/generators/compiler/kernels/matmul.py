@@ -8,12 +8,22 @@ computes the epilogue (bias, activations, residuals, scales: any pointwise chain
 broadcast tensors) on the tile before its only store. GROUP_M orders
 the tiles so that neighbouring programs share rows of A (L2 reuse). Operands are passed with
 their strides, so a transposed weight (``x @ W.t()``) is read in place.
+
+Where C's rows are short enough for one tile (plan.py's ``ROW_TILE``), the kernel may own whole
+rows instead (BLOCK_N spans N, masked past it) and reduce them in its epilogue, in registers
+(softmax, log_softmax, logsumexp, sum, mean, max: kernels/reductions.py's one pass at the tile),
+so C is never stored and read back by a reduction kernel of its own. A reduction over groups
+of a row (GroupNorm's statistics, where N is a power of two) is computed for every column of
+the tile: the tile reshaped to [BLOCK_M, groups, group size], reduced, and broadcast back.
 """
 
 from __future__ import annotations
 
-from openkernel.generators.compiler.emit import Code, Emitter, Frame, Unfusable
+from dataclasses import dataclass
+
+from openkernel.generators.compiler.emit import Code, Emitter, Frame, Unfusable, ctype
 from openkernel.generators.compiler.graph import VIEW_OPS, Node, Value
+from openkernel.generators.compiler.kernels.reductions import ReductionAnchor, masked
 from openkernel.generators.compiler.sizes import ONE
 from openkernel.generators.compiler.writer import KernelWriter
 
@@ -50,13 +60,17 @@ mask = mask_m & mask_n'''
 
 
 class MatmulAnchor:
-    """The accumulator is the matmul's value at its own tile indices, and nowhere else."""
+    """The accumulator is the matmul's value at its own tile indices, and nowhere else; a
+    reduction of the tile's whole rows is computed there too when the kernel owns them
+    (``rows``)."""
 
-    def __init__(self, mm: Node, idx: tuple[str, ...]) -> None:
-        self.mm, self.idx = mm, idx
+    def __init__(self, mm: Node, idx: tuple[str, ...], rows: ReductionAnchor | None = None) -> None:
+        self.mm, self.idx, self.rows = mm, idx, rows
 
     def __call__(self, em: Emitter, node: Node, v: Value, f: Frame) -> Code:
         if node is not self.mm:
+            if self.rows is not None and node.op == "reduce":
+                return self.rows(em, node, v, f)
             if em.reaches(node.args[0], self.mm):  # it reduces this matmul's result: store that
                 raise Unfusable(self.mm, "a reduction of the matmul's result")
             raise Unfusable(node, "a second matmul or a reduction in a matmul's epilogue")
@@ -67,30 +81,67 @@ class MatmulAnchor:
         return Code("acc", "f32")
 
 
-def write_matmul(w: KernelWriter, em: Emitter, mm: Node, outputs: list[Value]) -> None:
-    """Body of the kernel: main loop, then each output's epilogue at the tile."""
+@dataclass
+class GroupAnchor(ReductionAnchor):
+    """Reductions over groups of ``size`` consecutive columns of a row (a GroupNorm's mean and
+    variance over a [M, groups, size, ...] view of C), each group's value held by its columns.
+    N is a power of two (plan.py), so columns past it (BLOCK_N > N) form whole groups of their
+    own, masked."""
+
+    size: int = 1
+
+    def reduce(self, em: Emitter, node: Node, x: Code) -> Code:
+        kind = node.kwargs["kind"]
+        tile, acc = masked(kind, x, ctype(node.outputs[0].dtype))
+        fn = {"sum": "sum", "amax": "max", "amin": "min"}[kind]
+        shape = f"[BLOCK_M, BLOCK_N // {self.size}, {self.size}]"
+        w = em.w
+        part = w.assign("g", f"tl.{fn}(tl.reshape({tile}, {shape}), axis=2, keep_dims=True)",
+                        comment=f"{node.aten} (op {node.index}), per group", axes=frozenset("rc"))
+        expr = f"tl.reshape(tl.broadcast_to({part}, {shape}), [BLOCK_M, BLOCK_N])"
+        return Code(w.assign("r", expr, axes=frozenset("rc")), acc)
+
+
+def write_matmul(w: KernelWriter, em: Emitter, mm: Node, outputs: list[Value],
+                 rows: ReductionAnchor | None = None) -> None:
+    """Body of the kernel: main loop, then each output's epilogue at the tile. ``rows``: the
+    program owns whole rows of C and reduces them (an output is then an element or a row)."""
     batched = mm.op == "bmm"
     for line in _MAIN_LOOP.format(a_batch=" + batch * stride_ab" if batched else "",
                                   b_batch=" + batch * stride_bb" if batched else "").split("\n"):
         w.line(line)
     if batched:
         w.block.lines.insert(0, "batch = tl.program_id(1).to(tl.int64)")
+    # A reduction's results vary along the rows axis "r" (reductions.py): name the tile's so.
+    m, n = ("r", "c") if rows is not None else ("m", "n")
     for name in ("rm", "mask_m"):
-        w.axes[name] = frozenset("m")
+        w.axes[name] = frozenset(m)
     for name in ("rn", "mask_n"):
-        w.axes[name] = frozenset("n")
-    w.axes["mask"] = w.axes["acc"] = frozenset("mn")
-    w.axis_vars.update(m="rm", n="rn")
-    w.masks.update({frozenset("m"): "mask_m", frozenset("n"): "mask_n", frozenset("mn"): "mask"})
-    w.tiles.update({frozenset("m"): "[BLOCK_M, 1]", frozenset("n"): "[1, BLOCK_N]",
-                    frozenset("mn"): "[BLOCK_M, BLOCK_N]"})
+        w.axes[name] = frozenset(n)
+    w.axes["mask"] = w.axes["acc"] = frozenset(m + n)
+    w.axis_vars.update({m: "rm", n: "rn"})
+    w.masks.update({frozenset(m): "mask_m", frozenset(n): "mask_n", frozenset(m + n): "mask"})
+    w.tiles.update({frozenset(m): "[BLOCK_M, 1]", frozenset(n): "[1, BLOCK_N]",
+                    frozenset(m + n): "[BLOCK_M, BLOCK_N]"})
     out = mm.outputs[0]
     names = ("batch", "rm", "rn") if batched else ("rm", "rn")
     idx = tuple("0" if s == ONE else i for s, i in zip(out.shape, names))
-    em.anchor = MatmulAnchor(mm, idx)
+    free = {"rm": out.shape[-2], "rn": out.shape[-1]} | ({"batch": out.shape[0]} if batched else {})
     tile = Frame(out.shape, idx)
+    if isinstance(rows, GroupAnchor):  # (a 2-D GEMM: C's rows are the view's first dim)
+        rows.row_idx = tuple(i for i, s in zip(("rm", f"rn // {rows.size}"), rows.domain.kept)
+                             if s != ONE)
+        rows.tile = Frame(rows.domain.shape, flat=em.flat(tile))
+    elif rows is not None:
+        rows.row_idx, rows.tile = tuple(i for i in idx[:-1] if i != "0"), tile
+    if rows is not None:
+        rows.free, rows.col, rows.n_cols = free, "rn", "N"
+    em.anchor = MatmulAnchor(mm, idx, rows)
     for v in outputs:
-        frame = Frame(v.shape, flat=em.flat(tile))
+        if rows is not None and v.numel == rows.domain.rows and v.numel != out.numel:
+            frame = Frame(v.shape, rows.row_frame_idx(v.shape))  # one value per row
+        else:
+            frame = Frame(v.shape, flat=em.flat(tile))
         em.store(v, frame, em.value(v, frame))
 
 

@@ -97,6 +97,11 @@ class ReductionAnchor:
     deps: dict = field(default_factory=dict)  # node id -> ids of group reductions it needs
     lazy: bool = True  # one pass: compute a reduction when first met
     axis: int = 1  # the tile's column axis: 1 in the row layout, 0 in the middle one
+    # The program indices and their bounds, the column index and the row length, as the
+    # kernel names them (a GEMM that reduces its own rows: kernels/matmul.py's rm, rn, N).
+    free: dict | None = None
+    col: str = "col"
+    n_cols: str = "n_cols"
 
     def row_frame_idx(self, shape) -> tuple[str, ...]:
         """Indices of a row-level value of ``shape`` (kept dims, with or without keepdim)."""
@@ -110,8 +115,8 @@ class ReductionAnchor:
     def __call__(self, em: Emitter, node: Node, v: Value, f: Frame) -> Code:
         if node.op != "reduce" or Domain.of(node) != self.domain:
             raise Unfusable(node, "another reduction")
-        if not em.same_place(em.dims(f), self.row_frame_idx(v.shape),
-                             {"row": self.domain.rows, "col": self.domain.cols}):
+        free = self.free or {"row": self.domain.rows, "col": self.domain.cols}
+        if not em.same_place(em.dims(f), self.row_frame_idx(v.shape), free):
             raise Unfusable(node, "a reduction used at other indices")
         if id(node) in self.live:
             return self.live[id(node)]
@@ -120,13 +125,17 @@ class ReductionAnchor:
         if not self.lazy:
             raise Unfusable(node, "a reduction needed before it is computed")
         x = em.value(node.args[0], self.tile)
-        code = _reduce_block(em, node, x)
+        code = self.reduce(em, node, x)
         self.results[id(node)] = code
         self.order.append(node)
         return code
 
+    def reduce(self, em: Emitter, node: Node, x: Code) -> Code:
+        """The reduction of the rows held in registers (``x``: its input at the tile)."""
+        return _reduce_block(em, node, x, self.col, self.n_cols)
 
-def _masked(kind: str, x: Code, out_ct: str) -> tuple[str, str]:
+
+def masked(kind: str, x: Code, out_ct: str) -> tuple[str, str]:
     """(the tile with padding neutral for ``kind``, the accumulator type)."""
     acc = out_ct if kind in ("sum",) else x.ctype
     value = x.expr if x.ctype == acc else f"{x.expr}.to({TL_TYPES[acc]})"
@@ -138,15 +147,15 @@ def _masked(kind: str, x: Code, out_ct: str) -> tuple[str, str]:
     return f"tl.where(mask, {value}, {init})", acc
 
 
-def _reduce_block(em: Emitter, node: Node, x: Code) -> Code:
-    """One-pass reduction of a whole row held in registers."""
+def _reduce_block(em: Emitter, node: Node, x: Code, col: str, n_cols: str) -> Code:
+    """One-pass reduction of a whole row held in registers (``col``: the column index)."""
     kind, out = node.kwargs["kind"], node.outputs[0]
-    tile, acc = _masked(kind, x, ctype(out.dtype))
+    tile, acc = masked(kind, x, ctype(out.dtype))
     w = em.w
     if kind in ("argmax", "argmin"):
         best = w.assign("m", f"tl.{'max' if kind == 'argmax' else 'min'}({tile}, axis=1, "
                         "keep_dims=True)", axes=ROW)
-        expr = (f"tl.min(tl.where(({x.expr} == {best}) & mask, col, n_cols), axis=1, "
+        expr = (f"tl.min(tl.where(({x.expr} == {best}) & mask, {col}, {n_cols}), axis=1, "
                 "keep_dims=True).to(tl.int64)")
         return Code(w.assign("r", expr, comment=f"{node.aten} (op {node.index})", axes=ROW), "i64")
     fn = {"sum": "sum", "amax": "max", "amin": "min", "all": "min", "any": "max"}[kind]
@@ -370,7 +379,7 @@ def _init_acc(w: KernelWriter, node: Node) -> list[str]:
 
 def _update(w: KernelWriter, node: Node, x: Code, acc: list[str]) -> None:
     kind = node.kwargs["kind"]
-    tile, _ = _masked(kind, x, ctype(node.outputs[0].dtype))
+    tile, _ = masked(kind, x, ctype(node.outputs[0].dtype))
     if kind in ("argmax", "argmin"):
         better = w.assign("better", f"{tile} {'>' if kind == 'argmax' else '<'} {acc[0]}")
         w.line(f"{acc[1]} = tl.where({better}, col, {acc[1]})")
