@@ -26,10 +26,10 @@ PARAMS = {"BLOCK": 1024, "TILE": 4096, "MAX_FUSED": 1024, "LOOP_BLOCK": 128, "BL
           "BLOCK_R": 8, "num_warps": 4, "num_stages": 2}
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture()
 def _interpreter(monkeypatch):
     if torch.cuda.is_available():
-        pytest.skip("the interpreter's check (the GPU runs these in the traced-family tests)")
+        pytest.skip("the interpreter's check (test_compiled_for_the_gpu runs the same on the GPU)")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
@@ -84,10 +84,15 @@ NORMS = {
 }
 
 
+@pytest.mark.usefixtures("_interpreter")
 @pytest.mark.parametrize("name", list(NORMS))
 def test_looped_norms_read_a_row_twice_and_keep_a_small_variance(name, tmp_path):
     """Rows of mean 1000 and spread 0.5: E[x^2] - E[x]^2 in fp32 is off by tens of percent
     there (LayerNorm's output by ~0.9); Welford's statistics keep it to float rounding."""
+    _check_norm(name, tmp_path, "cpu")
+
+
+def _check_norm(name: str, tmp_path, device: str) -> None:
     build, shape, held_out, loops = NORMS[name]
     torch.manual_seed(0)
     model = build().eval()
@@ -95,10 +100,11 @@ def test_looped_norms_read_a_row_twice_and_keep_a_small_variance(name, tmp_path)
     looped = _function(source, "_k0_reduction_looped")
     assert looped.count("for start in range") == loops, looped
     assert "tl.reduce(" in looped and "def _welford_combine(" in source
+    candidate.to(device)
     for size in (shape, held_out):
         x = torch.randn(size) * 0.5 + 1000.0
         expected = copy.deepcopy(model).double()(x.double()).float()
-        torch.testing.assert_close(candidate(x), expected, atol=5e-3, rtol=1e-4)
+        torch.testing.assert_close(candidate(x.to(device)).cpu(), expected, atol=5e-3, rtol=1e-4)
 
 
 def _mid_sum_mean_max_argmax(m, x):
@@ -116,10 +122,15 @@ MIDDLE = {
 }
 
 
+@pytest.mark.usefixtures("_interpreter")
 @pytest.mark.parametrize("name", list(MIDDLE))
 def test_middle_dim_reductions_are_retiled(name, tmp_path):
     """A reduction over dims followed by kept ones is one [BLOCK_C, ROWS] tile kernel, coalesced
     along the kept dims after them, reduced over axis 0; correct on ragged edges."""
+    _check_middle(name, tmp_path, "cpu")
+
+
+def _check_middle(name: str, tmp_path, device: str) -> None:
     fn, shape, held_out = MIDDLE[name]
     torch.manual_seed(0)
     model = Forward(fn)
@@ -131,8 +142,19 @@ def test_middle_dim_reductions_are_retiled(name, tmp_path):
     assert re.search(r"= outer \* .* \+ col \* .* \+ inner\n", middle), middle
     for size in (shape, held_out):
         x = torch.randn(size)
-        got, expected = candidate(x), model(x)
+        got, expected = candidate(x.to(device)), model(x)
+        got = tuple(g.cpu() for g in got) if isinstance(got, tuple) else got.cpu()
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_compiled_for_the_gpu(tmp_path):
+    """The same Welford and middle-tile kernels compiled by Triton for the GPU (tl.reduce over
+    a tuple with keep_dims has run only under the interpreter before)."""
+    for name in NORMS:
+        _check_norm(name, tmp_path, "cuda")
+    for name in MIDDLE:
+        _check_middle(name, tmp_path, "cuda")
 
 
 def test_middle_tile_tunables_are_free_only_where_a_plan_has_a_middle_reduction(tmp_path):
