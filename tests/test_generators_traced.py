@@ -240,7 +240,7 @@ LLM = {
 def config(tmp_path_factory):
     scratch = tmp_path_factory.mktemp("traced") / "scratch"
     return build_config({"paths": {"scratch_dir": str(scratch)},
-                         "eval_config": {"correctness_seeds": 1}})
+                         "eval_config": {"correctness_seeds": 1, "prestart_workers": True}})
 
 
 def _judge(tmp_path: Path, config, name: str, source: str, branch: int):

@@ -123,16 +123,25 @@ def build(path: Path) -> dict:
     """Run the three jobs into ``path``; returns their events, the LLM job's best id and the
     killed engine's pid."""
     scratch = path.parent / "scratch"
-    llm = _llm_job(path, scratch)
-    first = list(openkernel.optimize(EXAMPLE, overrides=_overrides(
-        path, scratch, OFFLINE_JOB, "max_iters=1", "branches_per_iteration=2")))
-    resumed = list(openkernel.optimize(EXAMPLE, overrides=_overrides(
-        path, scratch, OFFLINE_JOB, "max_iters=2", "branches_per_iteration=2")))
+    llm = _completed(_llm_job(path, scratch))
+    first = _completed(list(openkernel.optimize(EXAMPLE, overrides=_overrides(
+        path, scratch, OFFLINE_JOB, "max_iters=1", "branches_per_iteration=2"))))
+    resumed = _completed(list(openkernel.optimize(EXAMPLE, overrides=_overrides(
+        path, scratch, OFFLINE_JOB, "max_iters=2", "branches_per_iteration=2"))))
     pid = _killed_job(path, scratch)
     with sqlite3.connect(path) as conn:  # the killed engine's WAL into the file: copies hold all
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return {"events": llm, "offline_events": first + resumed, "best": llm[-1].best_program_id,
             "best_speedup": llm[-1].best_speedup, "killed_pid": pid}
+
+
+def _completed(events: list) -> list:
+    """A sample job's events, once it completed (else every dashboard test would fail on a
+    missing job instead of on why the job did not run)."""
+    end = events[-1]
+    assert isinstance(end, ev.RunFinished) and end.reason == "completed", (
+        f"a sample job did not complete: {getattr(end, 'reason', end)}: {getattr(end, 'error', '')}")
+    return events
 
 
 def copy_to(path: Path, url: str) -> str:
