@@ -447,6 +447,11 @@ def test_an_exhausted_sweep_ends_the_job_with_the_critics_word_and_its_traces(
               for c in (r.template_results or {}).get("combinations") or [
                   {"params": {k: v for k, v in r.meta["params"].items() if k != "template"}}]]
     assert len(points) == len(set(points)) == 3
+    # branches propose in branch order, whichever thread runs first: i0-b0's sweep takes two of
+    # the three (its start point and a neighbour), i0-b1 the last; the other way round i0-b1's
+    # start sweeps all three and i0-b0 is left nothing
+    swept = {r.label: len((r.template_results or {}).get("combinations") or [None]) for r in rows}
+    assert swept == {"i0-b0": 2, "i0-b1": 1}, swept
     assert not any(is_template(t["kernel_code"]) for t in traced if t["kernel_code"])
     # `openkernel run` ends its bar at what was done and says why (the run is stored: resume)
     r = _cli("run", str(pointwise_task), *sum((["--set", o] for o in _overrides(

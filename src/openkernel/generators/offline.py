@@ -135,6 +135,10 @@ class OfflineGenerator:
     """Family-based candidates; see the module docstring."""
 
     name = "offline"
+    # Branches propose in branch order (search/loop.py): which combinations each takes then
+    # follows from the seed, not from which thread ran first (a first sweep can take a whole
+    # small space, leaving a sibling nothing).
+    ordered = True
 
     def __init__(self) -> None:
         self._matches: dict[tuple, Match | str] = {}

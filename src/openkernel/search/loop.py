@@ -74,6 +74,22 @@ from openkernel.templating import is_template
 from openkernel.wording import Tally
 
 _DONE = object()
+
+
+class _Turns:
+    """One iteration's branches generating one after another, in branch order (a generator
+    with ``ordered``, the offline one): each waits for the branch before it to have proposed,
+    or to have ended without proposing."""
+
+    def __init__(self, count: int) -> None:
+        self._done = [threading.Event() for _ in range(count)]
+
+    def wait(self, position: int) -> None:
+        if position > 0:
+            self._done[position - 1].wait()
+
+    def done(self, position: int) -> None:
+        self._done[position].set()
 # The worker's phases (evaluation.protocol.PHASES, and "profile") as a candidate's phase.
 _WORKER_PHASES = {"setup": "building", "build": "building", "warmup": "building",
                   "queued": "waiting_for_gpu", "test": "testing", "benchmark": "timing",
@@ -562,9 +578,11 @@ class Search:
         out: queue.Queue = queue.Queue()
         paused_seen = False
         settled = False  # paused, and said so once nothing was left in flight
+        turns = _Turns(len(jobs)) if getattr(self.generator, "ordered", False) else None
         with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="candidate") as pool:
-            for request in jobs:
-                pool.submit(self._candidate, request, slots, out)
+            for position, request in enumerate(jobs):
+                pool.submit(self._candidate, request, slots, out,
+                            turn=(turns, position) if turns else None)
             pending = len(jobs)
             while pending:
                 pending += self._start_external(slots, out)
@@ -590,9 +608,11 @@ class Search:
             yield RunResumed()
 
     def _candidate(self, request: ProposalRequest, slots, out: queue.Queue,
-                   submission: Submission | None = None, label: str = "") -> None:
+                   submission: Submission | None = None, label: str = "",
+                   turn: tuple[_Turns, int] | None = None) -> None:
         """Worker thread: generate (or take a submitted kernel), then evaluate in a confined
-        subprocess. Never writes the db."""
+        subprocess. Never writes the db. ``turn``: (the iteration's turns, this branch's
+        position) when branches generate in order."""
         label = label or f"i{request.iteration}-b{request.branch}"
         why = "the run stopped before it was judged"  # told to a submitter if it is not judged
         asks_model = submission is None or bool(submission.instruction)
@@ -620,9 +640,13 @@ class Search:
                 out.put(CandidatePhaseChanged(label, "generating"))
                 stream = request.on_text = AnswerStream(label, out.put)
                 try:
+                    if turn is not None:
+                        turn[0].wait(turn[1])
                     proposal = self.generator.propose(request)
                 finally:
                     self.spending.end()
+                    if turn is not None:
+                        turn[0].done(turn[1])
                 stream.flush()
             gen_s = time.perf_counter() - t0
             for call in proposal.calls:
@@ -680,6 +704,8 @@ class Search:
             out.put(LogEmitted("error", f"{label}: internal error: {err!r}"))
             out.put(CandidatePhaseChanged(label, "abandoned"))
         finally:
+            if turn is not None:  # ended before proposing (stopped, budget): the next goes on
+                turn[0].done(turn[1])
             if counted:
                 self._flying(-1)
             if submission is not None:
