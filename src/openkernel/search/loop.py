@@ -90,6 +90,8 @@ class _Turns:
 
     def done(self, position: int) -> None:
         self._done[position].set()
+
+
 # The worker's phases (evaluation.protocol.PHASES, and "profile") as a candidate's phase.
 _WORKER_PHASES = {"setup": "building", "build": "building", "warmup": "building",
                   "queued": "waiting_for_gpu", "test": "testing", "benchmark": "timing",

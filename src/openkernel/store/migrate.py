@@ -4,7 +4,8 @@ The revisions live in ``migrations/versions``; the first (``0001``) is the table
 when migrations began, and also upgrades a database written before then (no
 ``alembic_version`` table) in place. Several engines may open one PostgreSQL database at once
 (one per host): an advisory lock held for the migration's transaction makes the others wait,
-then find nothing left to do; on SQLite the migration's transaction takes the write lock first. Only the engine migrates; readers (the dashboard) never do.
+then find nothing left to do; on SQLite the migration's transaction takes the write lock
+first. Only the engine migrates; readers (the dashboard) never do.
 
 A new revision: change ``tables.py`` and write the revision beside ``0001`` (alter tables in
 ``op.batch_alter_table``, so SQLite can); tests/store/test_migrations.py checks that the
