@@ -147,7 +147,9 @@ async def test_withdrawn_branches_pause_and_a_refused_backend(tmp_path, monkeypa
     app = create_app(str(pointwise_task), [
         "max_iters=3", "branches_per_iteration=2", "job_name=words",
         f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}", f"paths.scratch_dir={tmp_path / 's'}"])
-    busy = ("sweeping", "building", "testing", "timing")
+    # both past generating: holding a worker slot (queued while its worker starts) or judged;
+    # the second is busy for only ~0.2 s after its worker started, too short a window to aim at
+    busy = ("queued", "sweeping", "building", "testing", "timing")
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.started is not None, timeout=150)
         await pilot.press("b")

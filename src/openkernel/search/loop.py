@@ -588,18 +588,19 @@ class Search:
             pending = len(jobs)
             while pending:
                 pending += self._start_external(slots, out)
+                if self.control.paused != paused_seen:  # told at once, even while events flow
+                    paused_seen, settled = self.control.paused, False
+                    if not paused_seen:
+                        yield RunResumed()
+                    elif self._in_flight:
+                        yield RunPaused(self._in_flight)
                 try:
                     item = out.get(timeout=0.2)
                 except queue.Empty:
-                    if self.control.paused != paused_seen:
-                        paused_seen, settled = self.control.paused, False
-                        if paused_seen:
-                            yield RunPaused(self._in_flight)
-                            settled = self._in_flight == 0
-                        else:
-                            yield RunResumed()
-                    elif paused_seen and not settled and self._in_flight == 0:
-                        settled = True  # the last candidate in flight is stored: paused now
+                    # "paused" only once the queue is drained: the last candidate's verdict
+                    # is stored (and told) before it
+                    if paused_seen and not settled and self._in_flight == 0:
+                        settled = True
                         yield RunPaused(0)
                     continue
                 if item is _DONE:
