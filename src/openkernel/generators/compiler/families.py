@@ -7,7 +7,8 @@ plans fall into, each with the tunables its kernels use:
 * ``fused_reduction``: row reductions with pointwise prologue and epilogue (softmax,
   log_softmax, logsumexp, LayerNorm, RMSNorm, GroupNorm, BatchNorm, cross-entropy, losses,
   sum/mean/max/min/argmax/argmin/var/std, norms), one pass or looped (online softmax, Welford
-  variance), or over middle dims in tiles coalesced along the dims after them;
+  variance), or over middle dims in tiles coalesced along the dims after them; few long rows
+  split over several programs each (``SPLIT``: kernels/split.py);
 * ``fused_matmul``: nn.Linear, addmm, mm, bmm, matmul and convolutions, each either a Triton
   kernel (a tiled ``tl.dot`` with the pointwise epilogue fused; an implicit-GEMM convolution)
   or a library call (cuBLAS, cuBLASLt with its bias + ReLU epilogue, cuDNN: library.py) with
@@ -51,6 +52,9 @@ MIDDLE = (Tunable("BLOCK_B", (16, 32, 64, 128, 256), (64, 256),
                   "neighbouring outputs per program of a reduction over middle dims"),
           Tunable("BLOCK_R", (4, 8, 16, 32, 64), (16, 64),
                   "reduced rows per step of a reduction over middle dims"))
+SPLIT = Tunable("SPLIT", (0, 256, 512, 1024, 2048), (0, 16, 64),
+                "programs a reduction of few long rows aims for, each row split into parts "
+                "(kernels/split.py); 0: rows are never split")
 LIBRARY = Tunable("LIBRARY", (0, 1), None, "1: GEMMs and convolutions are library calls "
                   "(cuBLAS, cuDNN), the rest Triton kernels around them; 0: all Triton")
 FUSE_ROWS = Tunable("FUSE_ROWS", (0, 1), None, "1: a GEMM whose rows fit one tile (at most "
@@ -67,13 +71,13 @@ _STARTS = {
     "pointwise": ({"BLOCK": 1024, "num_warps": 4}, {"BLOCK": 2048, "num_warps": 8},
                   {"BLOCK": 512, "num_warps": 4}, {"BLOCK": 4096, "num_warps": 8}),
     "reduction": ({"TILE": 4096, "MAX_FUSED": 8192, "LOOP_BLOCK": 1024, "BLOCK_B": 64,
-                   "BLOCK_R": 16, "num_warps": 8},
+                   "BLOCK_R": 16, "SPLIT": 512, "num_warps": 8},
                   {"TILE": 2048, "MAX_FUSED": 4096, "LOOP_BLOCK": 2048, "BLOCK_B": 128,
-                   "BLOCK_R": 8, "num_warps": 4},
+                   "BLOCK_R": 8, "SPLIT": 1024, "num_warps": 4},
                   {"TILE": 8192, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096, "BLOCK_B": 256,
-                   "BLOCK_R": 32, "num_warps": 16},
+                   "BLOCK_R": 32, "SPLIT": 256, "num_warps": 16},
                   {"TILE": 1024, "MAX_FUSED": 2048, "LOOP_BLOCK": 512, "BLOCK_B": 32,
-                   "BLOCK_R": 32, "num_warps": 4}),
+                   "BLOCK_R": 32, "SPLIT": 0, "num_warps": 4}),
     "matmul": ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
                 "num_stages": 4},
                {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
@@ -86,11 +90,11 @@ _STARTS = {
 _CPU_STARTS = {
     "pointwise": ({"BLOCK": 16384}, {"BLOCK": 4096}, {"BLOCK": 1024}),
     "reduction": ({"TILE": 65536, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096, "BLOCK_B": 256,
-                   "BLOCK_R": 64},
+                   "BLOCK_R": 64, "SPLIT": 0},
                   {"TILE": 16384, "MAX_FUSED": 4096, "LOOP_BLOCK": 1024, "BLOCK_B": 64,
-                   "BLOCK_R": 16},
+                   "BLOCK_R": 16, "SPLIT": 16},
                   {"TILE": 4096, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096, "BLOCK_B": 256,
-                   "BLOCK_R": 16}),
+                   "BLOCK_R": 16, "SPLIT": 64}),
     "matmul": ({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8},
                {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4}),
 }
@@ -139,6 +143,8 @@ def _tunables(plan: Plan) -> tuple[Tunable, ...]:
             out += LOOPED
         if any(k.middle for k in plan.kernels):
             out += MIDDLE
+        if any(k.splits for k in plan.kernels):
+            out.append(SPLIT)
     if "pointwise" in kinds:
         out += POINTWISE
     out.append(WARPS)
@@ -218,7 +224,13 @@ class CompiledFamily(Family):
         return Match(fitted, why, {"plans": plans, "labels": labels, "label": labels[(0, 0)]})
 
     def describe(self, match: Match, params: dict) -> str:
-        return match.spec["labels"][_mode(params)]
+        mode = _mode(params)
+        label = match.spec["labels"][mode]
+        if any(k.splits for k in match.spec["plans"][mode].kernels):
+            n = params.get("SPLIT", 0)
+            label += f"; rows split over about {n} programs where the grid has fewer" if n \
+                else "; rows never split (SPLIT 0)"
+        return label
 
     def precision(self, match: Match, params: dict, probe: TaskProbe) -> list[KernelPrecision]:
         hw = probe.hardware
@@ -323,7 +335,7 @@ class FusedReduction(CompiledFamily):
     summary = ("row reductions with pointwise prologue and epilogue (softmax, norms, losses, "
                "sum/mean/max/argmax): one pass, or looped with online softmax and Welford "
                "variance; over middle dims in coalesced tiles")
-    tunables = REDUCTION + LOOPED + MIDDLE + POINTWISE + (WARPS, STAGES)
+    tunables = REDUCTION + LOOPED + MIDDLE + (SPLIT,) + POINTWISE + (WARPS, STAGES)
 
 
 class FusedMatmul(CompiledFamily):
@@ -332,5 +344,5 @@ class FusedMatmul(CompiledFamily):
     summary = ("Linear / addmm / mm / bmm / matmul and convolutions: a tiled tl.dot kernel with "
                "its pointwise epilogue fused, or the library call (cuBLAS, cuDNN) with the rest "
                "fused into Triton kernels around it")
-    tunables = (LIBRARY, FUSE_ROWS) + MATMUL + REDUCTION + LOOPED + MIDDLE + POINTWISE + (
-        WARPS, STAGES)
+    tunables = (LIBRARY, FUSE_ROWS) + MATMUL + REDUCTION + LOOPED + MIDDLE + (SPLIT,) + \
+        POINTWISE + (WARPS, STAGES)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import keyword
 import re
 
-from openkernel.generators.compiler.kernels import conv, welford
+from openkernel.generators.compiler.kernels import conv, split, welford
 from openkernel.generators.compiler.graph import Graph
 from openkernel.generators.compiler.library import VENDOR
 from openkernel.generators.compiler.plan import Kernel, Plan
@@ -44,7 +44,8 @@ def _declare(module, name, shape, dtype, parameter):
 '''
 
 _RESERVED = {"self", "torch", "nn", "triton", "tl", "grid", "n_rows", "n_cols", "n_elements",
-             "block_c", "rows", "device", "M", "N", "K", "B", "a", "b", "n_inner"}
+             "block_c", "rows", "device", "M", "N", "K", "B", "a", "b", "n_inner", "parts",
+             "chunk", "programs"}
 
 
 def leaf_names(graph: Graph, arg_names: list[str]) -> dict[str, str]:
@@ -54,7 +55,7 @@ def leaf_names(graph: Graph, arg_names: list[str]) -> dict[str, str]:
 
     def pick(base: str) -> str:
         base = re.sub(r"\W", "_", base).strip("_") or "t"
-        if base[0].isdigit() or keyword.iskeyword(base) or re.fullmatch(r"(s|d|buf|k)\d+", base):
+        if base[0].isdigit() or keyword.iskeyword(base) or re.fullmatch(r"(s|d|buf|k|part)\d+", base):
             base = "t_" + base
         name, k = base, 2
         while name in used:
@@ -107,7 +108,11 @@ def describe(kernel: Kernel) -> str:
     if kernel.kind == "reduction":
         d = kernel.domain
         dims = ", ".join(str(x) for x in d.dims)
-        return f"reduction over dim{'s' if len(d.dims) > 1 else ''} {dims} ({', '.join(ops)})"
+        text = f"reduction over dim{'s' if len(d.dims) > 1 else ''} {dims} ({', '.join(ops)})"
+        if kernel.split is not None:  # (a kernel of long rows: split.py)
+            text += ", few long rows split" if kernel.splits else \
+                f", rows never split: {kernel.split.why}"
+        return text
     return f"fused pointwise ({', '.join(ops)})" if ops else "copy"
 
 
@@ -118,8 +123,12 @@ def _signature(kernel: Kernel, w: KernelWriter, name: str, variant: str = "") ->
         extra, consts = ["n_elements"], ["BLOCK"]
     elif kernel.kind in ("reduction", "scan"):
         extra, consts = ["n_rows", "n_cols"], ["ROWS", "BLOCK_C"]
-        if variant == "middle":
+        if variant == "middle" or (variant in ("partial", "split") and kernel.middle):
             extra.append("n_inner")
+        if variant in ("partial", "split"):
+            ptrs += kernel.split.pointers
+            extra += ["n_parts", "chunk"]
+            consts += ["SPLITS"] if variant == "split" else []
     else:
         strides = ["stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk", "stride_bn"]
         if kernel.anchor.op == "mm":
@@ -153,6 +162,11 @@ def kernel_source(kernel: Kernel) -> str:
         elif variant == "middle":
             what += (": ROWS neighbouring outputs a program, the reduced dims in BLOCK_C steps "
                      "([BLOCK_C, ROWS] tiles, coalesced)")
+        elif variant == "partial":
+            what += ": few long rows, each split into n_parts parts of chunk columns, one " \
+                "program a part; each part's partial reductions to scratch"
+        elif variant == "split":
+            what += ": each program combines its row's n_parts partials, then writes its part"
         writes = ", ".join(w.names[v.id] for v in kernel.writes)
         out.append("\n".join(_signature(kernel, w, name, variant)
                              + [f'    """{what[:1].upper() + what[1:]}; writes {writes}."""']
@@ -217,14 +231,18 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
             *_call(f"{kernel.name}_looped[(triton.cdiv(n_rows, rows),)]", args
                    + ["ROWS=rows", "BLOCK_C=LOOP_BLOCK", "num_warps=NUM_WARPS"])], d.rows.code())
     if kernel.middle:  # a BLOCK_B-wide tile, deeper where the inner dims are narrower
+        middle = _call(f"{kernel.name}_middle[(programs,)]",
+                       ptrs + ["n_rows", "n_cols", "n_inner"] + syms
+                       + ["ROWS=rows", "BLOCK_C=block_c", "num_warps=NUM_WARPS",
+                          "num_stages=NUM_STAGES"])
+        if kernel.splits:
+            middle = split.launch(kernel.name, kernel.split, ptrs, syms, True, "programs", "rows",
+                                  "block_c", middle, _call)
         return head + _guard([
             f"n_inner = {numel(d.inner).code()}",
             "rows = min(BLOCK_B, triton.next_power_of_2(n_inner))",
             "block_c = min(triton.next_power_of_2(n_cols), BLOCK_R * (BLOCK_B // rows))",
-            *_call(f"{kernel.name}_middle[(n_rows // n_inner * triton.cdiv(n_inner, rows),)]",
-                   ptrs + ["n_rows", "n_cols", "n_inner"] + syms
-                   + ["ROWS=rows", "BLOCK_C=block_c", "num_warps=NUM_WARPS",
-                      "num_stages=NUM_STAGES"])], d.rows.code())
+            "programs = n_rows // n_inner * triton.cdiv(n_inner, rows)", *middle], d.rows.code())
     fused = [
         "block_c = triton.next_power_of_2(n_cols)",
         "rows = min(triton.next_power_of_2(n_rows), max(1, TILE // block_c))",
@@ -239,6 +257,9 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
                   "num_stages=NUM_STAGES"])]
     body = ["if n_cols <= MAX_FUSED:"] + ["    " + x for x in fused] + ["else:"] + \
         ["    " + x for x in looped]
+    if kernel.splits:  # one row a program, each split into parts
+        body = split.launch(kernel.name, kernel.split, ptrs, syms, False, "n_rows", "1",
+                            "LOOP_BLOCK", body, _call)
     return head + _guard(body, d.rows.code())
 
 
@@ -274,6 +295,8 @@ def render(plan: Plan, params: dict) -> str:
            "(openkernel's offline generator)"
            + (", around torch's own kernel for what is left to it" if n < len(plan.kernels) else "")
            + ":"] + [f"{k.name}: {describe(k)}." for k in plan.kernels]
+    if any(k.splits for k in plan.kernels) and "SPLIT" not in params:
+        consts += "SPLIT = 0  # (not given: rows are never split)\n"
     if any(k.kind in ("matmul", "conv") for k in plan.kernels):
         consts += 'INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # Triton on the CPU\n'
     header = HEADER if "INTERPRETED" in consts else HEADER.replace("import os\n\n", "")
@@ -282,6 +305,8 @@ def render(plan: Plan, params: dict) -> str:
     sources = [kernel_source(k) for k in plan.triton]
     if any("_welford_combine" in text for text in sources):
         parts.append(welford.COMBINE)
+    if any(k.splits for k in plan.kernels):
+        parts.append(split.CHOOSE)
     parts += sources
     parts.append(_model(plan, state, constants))
     return head + "\n\n" + "\n\n\n".join(parts) + "\n"

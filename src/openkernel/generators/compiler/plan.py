@@ -39,12 +39,14 @@ from openkernel.generators.compiler.kernels.reductions import (
     write_one_pass,
 )
 from openkernel.generators.compiler.kernels.scan import SCAN_OPS, scan_domain, write_scan
+from openkernel.generators.compiler.kernels.split import Split, write_split
 from openkernel.generators.compiler.sizes import Size
 from openkernel.generators.compiler.views import view_problem
 from openkernel.generators.compiler.writer import KernelWriter
 
 SUPPORTED_REDUCTIONS = {"sum", "amax", "amin", "argmax", "argmin", "all", "any"}
 LOOP_FROM = 1024  # rows of at most this many columns (when static) need no looped variant
+SPLIT_BELOW = 2048  # a reduction of at least this many (static) rows is never split
 ROW_TILE = 256  # a GEMM reduces its own rows when they fit this many columns (the widest BLOCK_N)
 
 
@@ -68,6 +70,7 @@ class Kernel:
     bases: list[Value] = field(default_factory=list)  # what those views are views of
     call: str = ""  # a library kernel's torch call (forward code)
     conv: object = None  # a "conv" kernel's ConvSpec (compiler/kernels/conv.py)
+    split: Split | None = None  # a long-row reduction's split form, or why it has none
 
     @property
     def key(self):
@@ -85,6 +88,11 @@ class Kernel:
     def middle(self) -> bool:
         """A reduction over middle dims, in the middle layout (compiler/kernels/reductions.py)."""
         return "middle" in self.bodies
+
+    @property
+    def splits(self) -> bool:
+        """Its rows may be split over several programs (compiler/kernels/split.py)."""
+        return "split" in self.bodies
 
 
 @dataclass
@@ -297,7 +305,7 @@ def _write(kernel: Kernel, plan: Plan) -> None:
         em.derived = plan.graph.sizes.derived
         return w, em
 
-    kernel.bodies, kernel.bases = {}, []
+    kernel.bodies, kernel.bases, kernel.split = {}, [], None
     if kernel.kind == "library":
         _write_library(kernel, plan)
         return
@@ -334,11 +342,13 @@ def _write(kernel: Kernel, plan: Plan) -> None:
         found = ReductionAnchor(domain)
         write_one_pass(w, em, found, kernel.outputs)
 
+        def deps(v: Value) -> set[int]:
+            return {id(n) for n in found.order if em.reaches(v, n)}
+
         def looped(axis: int) -> KernelWriter:
             w2, em2 = make()
             em2.recompute = em.recompute
-            write_looped(w2, em2, ReductionAnchor(domain, axis=axis), found, kernel.outputs,
-                         lambda v, em=em: {id(n) for n in found.order if em.reaches(v, n)})
+            write_looped(w2, em2, ReductionAnchor(domain, axis=axis), found, kernel.outputs, deps)
             return w2
 
         if domain.middle:
@@ -351,6 +361,11 @@ def _write(kernel: Kernel, plan: Plan) -> None:
             cols = domain.cols
             if not cols.static or cols.coeff > LOOP_FROM:
                 kernel.bodies["looped"] = looped(1)
+        if (kernel.looped or kernel.middle) and not (domain.rows.static and
+                                                      domain.rows.coeff >= SPLIT_BELOW):
+            bodies, kernel.split = write_split(make, em.recompute, domain,
+                                               0 if kernel.middle else 1, found, kernel.outputs, deps)
+            kernel.bodies.update(bodies)
     writers = list(kernel.bodies.values())
     kernel.reads = list(dict.fromkeys(v for w in writers for v in w.reads))
     kernel.writes = list(dict.fromkeys(v for w in writers for v in w.writes))
