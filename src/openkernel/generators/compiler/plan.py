@@ -46,7 +46,7 @@ from openkernel.generators.compiler.writer import KernelWriter
 
 SUPPORTED_REDUCTIONS = {"sum", "amax", "amin", "argmax", "argmin", "all", "any"}
 LOOP_FROM = 1024  # rows of at most this many columns (when static) need no looped variant
-SPLIT_BELOW = 2048  # a reduction of at least this many (static) rows is never split
+SPLIT_BELOW = 2048  # a row-layout reduction of this many (static) rows or more is never split
 ROW_TILE = 256  # a GEMM reduces its own rows when they fit this many columns (the widest BLOCK_N)
 
 
@@ -361,8 +361,9 @@ def _write(kernel: Kernel, plan: Plan) -> None:
             cols = domain.cols
             if not cols.static or cols.coeff > LOOP_FROM:
                 kernel.bodies["looped"] = looped(1)
-        if (kernel.looped or kernel.middle) and not (domain.rows.static and
-                                                      domain.rows.coeff >= SPLIT_BELOW):
+        # (a middle kernel's programs own BLOCK_B rows each: any number of rows may be few)
+        if kernel.middle or kernel.looped and not (domain.rows.static and
+                                                   domain.rows.coeff >= SPLIT_BELOW):
             bodies, kernel.split = write_split(make, em.recompute, domain,
                                                0 if kernel.middle else 1, found, kernel.outputs, deps)
             kernel.bodies.update(bodies)
