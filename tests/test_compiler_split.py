@@ -76,6 +76,14 @@ def _bn(cls, channels):
     return norm
 
 
+def _gn():
+    norm = torch.nn.GroupNorm(2, 4)
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+    return norm
+
+
 def _vector_sum_mean(m, x):
     return x.sum(), x.mean() * 2.0
 
@@ -88,7 +96,10 @@ CASES = {
                       (5, 3, 23), (4, 3, 37)),
     "batch_norm_3d": (lambda: Forward(lambda m, x: m.inner(x), _bn(torch.nn.BatchNorm3d, 2)),
                       (2, 2, 3, 4, 5), (3, 2, 2, 5, 4)),
+    "group_norm": (lambda: Forward(lambda m, x: m.inner(x), _gn()), (2, 4, 5, 9), (3, 4, 6, 7)),
     "vector_sum_mean": (lambda: Forward(_vector_sum_mean), (203,), (131,)),
+    "frobenius_norm": (lambda: Forward(lambda m, x: x / torch.norm(x, p="fro")), (5, 41),
+                       (3, 57)),
     "mean_var_dims_023": (lambda: Forward(lambda m, x: (x.mean(dim=(0, 2, 3)),
                                                         x.var(dim=(0, 2, 3)))), (3, 5, 6, 7),
                           (2, 5, 4, 11)),
