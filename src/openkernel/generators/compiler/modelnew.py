@@ -55,7 +55,8 @@ def leaf_names(graph: Graph, arg_names: list[str]) -> dict[str, str]:
 
     def pick(base: str) -> str:
         base = re.sub(r"\W", "_", base).strip("_") or "t"
-        if base[0].isdigit() or keyword.iskeyword(base) or re.fullmatch(r"(s|d|buf|k|part)\d+", base):
+        if base[0].isdigit() or keyword.iskeyword(base) or \
+                re.fullmatch(r"(s|d|buf|k|part)\d+", base):
             base = "t_" + base
         name, k = base, 2
         while name in used:

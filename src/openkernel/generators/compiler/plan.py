@@ -364,8 +364,9 @@ def _write(kernel: Kernel, plan: Plan) -> None:
         # (a middle kernel's programs own BLOCK_B rows each: any number of rows may be few)
         if kernel.middle or kernel.looped and not (domain.rows.static and
                                                    domain.rows.coeff >= SPLIT_BELOW):
-            bodies, kernel.split = write_split(make, em.recompute, domain,
-                                               0 if kernel.middle else 1, found, kernel.outputs, deps)
+            axis = 0 if kernel.middle else 1
+            bodies, kernel.split = write_split(make, em.recompute, domain, axis, found,
+                                               kernel.outputs, deps)
             kernel.bodies.update(bodies)
     writers = list(kernel.bodies.values())
     kernel.reads = list(dict.fromkeys(v for w in writers for v in w.reads))

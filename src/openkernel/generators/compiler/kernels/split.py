@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from openkernel.generators.compiler.emit import TL_TYPES, Code, Emitter, Frame, Unfusable, ctype
+from openkernel.generators.compiler.emit import Code, Emitter, Frame, Unfusable, ctype
 from openkernel.generators.compiler.graph import Node, Value
 from openkernel.generators.compiler.kernels import welford
 from openkernel.generators.compiler.kernels.reductions import (
@@ -43,7 +43,7 @@ from openkernel.generators.compiler.kernels.reductions import (
 from openkernel.generators.compiler.sizes import numel
 from openkernel.generators.compiler.writer import KernelWriter
 
-MIN_STEPS = 2  # BLOCK_C steps a part walks at least (fewer: the scratch round trip is not paid back)
+MIN_STEPS = 2  # BLOCK_C steps a part walks at least (fewer: not worth the scratch round trip)
 SPLITTABLE = {"sum", "amax", "amin", "all", "any"}
 TORCH = {"f32": "torch.float32", "f64": "torch.float64", "i64": "torch.int64",
          "i32": "torch.int32"}
