@@ -129,8 +129,8 @@ def test_tconv_direct_is_a_tunable_and_the_branches_take_both_forms(tmp_path):
     trace = trace_forward(module, [torch.randn(2, 3, 5)])
     path = tmp_path / "task.py"
     path.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
-                    "        return x\n\n\ndef get_inputs():\n    return [torch.randn(2, 3, 5)]\n\n\n"
-                    "def get_init_inputs():\n    return []\n")  # names only: the trace is ours
+                    "        return x\n\n\ndef get_inputs():\n    return [torch.randn(2, 3, 5)]"
+                    "\n\n\ndef get_init_inputs():\n    return []\n")  # names only: the trace is ours
     task = load_task(path)
     cpu = Hardware(label="CPU (Triton interpreter)", device="cpu", gpu_arch="cpu",
                    interpreter=True)

@@ -33,6 +33,7 @@ import dataclasses
 import itertools
 
 from openkernel.generators.compiler.graph import build_graph
+from openkernel.generators.compiler.kernels import conv_transposed
 from openkernel.generators.compiler.library import fold_epilogues, kernel_precision
 from openkernel.generators.compiler.modelnew import describe, leaf_names, render
 from openkernel.generators.compiler.plan import ROW_TILE, Plan, make_plan
@@ -316,12 +317,15 @@ def _whole_rows(task: Task | None, trace: OpTrace, result: Plan) -> tuple[Plan |
 
 def _direct(plan: Plan) -> Plan | None:
     """The plan with its Triton transposed convolutions in the direct form (None: it has none)."""
-    if not any(k.kind == "conv" and k.conv.transposed for k in plan.kernels):
+    def direct(k) -> bool:  # (its phases share grid axis 2 with the groups: 65535 at most)
+        return k.kind == "conv" and k.conv.transposed and \
+            k.conv.groups * conv_transposed.phases(k.conv) <= 65535
+
+    if not any(direct(k) for k in plan.kernels):
         return None
     out = copy.copy(plan)
-    out.kernels = [k if k.kind != "conv" or not k.conv.transposed else
-                   dataclasses.replace(k, conv=dataclasses.replace(k.conv, direct=True))
-                   for k in plan.kernels]
+    out.kernels = [dataclasses.replace(k, conv=dataclasses.replace(k.conv, direct=True))
+                   if direct(k) else k for k in plan.kernels]
     return out
 
 
@@ -360,5 +364,5 @@ class FusedMatmul(CompiledFamily):
     summary = ("Linear / addmm / mm / bmm / matmul and convolutions: a tiled tl.dot kernel with "
                "its pointwise epilogue fused, or the library call (cuBLAS, cuDNN) with the rest "
                "fused into Triton kernels around it")
-    tunables = (LIBRARY, FUSE_ROWS, TCONV_DIRECT) + MATMUL + REDUCTION + LOOPED + MIDDLE + POINTWISE + (
-        WARPS, STAGES)
+    tunables = (LIBRARY, FUSE_ROWS, TCONV_DIRECT) + MATMUL + REDUCTION + LOOPED + MIDDLE + \
+        POINTWISE + (WARPS, STAGES)

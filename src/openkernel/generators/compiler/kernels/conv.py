@@ -177,7 +177,9 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
     lines.append(f"{y} = torch.empty(({x}.shape[0], {c_out}, *{name}_out), device=device, "
                  f"dtype={x}.dtype)")
     m = " * ".join([f"{x}.shape[0]"] + [f"{name}_out[{j}]" for j in range(nd)])
-    lines.append(f"M = {conv_transposed.rows(spec, f'{x}.shape[0]', f'{name}_out') if spec.direct else m}")
+    if spec.direct:  # (rows of one phase)
+        m = conv_transposed.rows(spec, f"{x}.shape[0]", f"{name}_out")
+    lines.append(f"M = {m}")
     args = [x, w, b or y, y, "M", f"{x}.shape[1]", *sizes_in, f"{y}.shape[1]",
             *[f"{name}_out[{j}]" for j in range(nd)],
             f"IEEE={x}.dtype == torch.float32 and not ({x}.is_cuda and torch.backends.cudnn.allow_tf32)",
