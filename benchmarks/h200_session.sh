@@ -2,7 +2,7 @@
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
-#         kb-bench, kb-walls, inductor-capture, templated, ray-vs-local, memory-heatmap.
+#         kb-bench, kb-walls, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -31,7 +31,8 @@ case "$1" in
       tests/test_profiling.py tests/test_generators_offline.py tests/test_pch.py tests/test_templates.py \
       tests/test_generators_traced.py tests/test_memory_plan.py tests/test_blame.py \
       tests/test_inductor_seeds.py tests/test_inductor_signatures.py tests/test_inductor_store.py tests/test_nvrtc.py \
-      tests/test_gemm_rows.py tests/test_compiler_reductions.py tests/test_compiler_split.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
+      tests/test_gemm_rows.py tests/test_compiler_reductions.py tests/test_conv_transposed.py \
+      tests/test_compiler_split.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
   throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU (ALLONLY=1: only the latter); NOPROF=1: no ncu
     # NOOVERLAP=1: every check holds the GPU alone (eval_config.overlap_checks, on by default), the label says so
     extra="${NOPROF:+--set eval_config.profile=false} ${NOOVERLAP:+--set eval_config.overlap_checks=false}"
@@ -77,6 +78,10 @@ case "$1" in
     kill $smi
     python3 -c "import json,sys; r=json.load(open('$OUT/kb23_eval.json')); m=r['metadata']; print(r['status'], 'eval_s', m.get('evaluation_s'), 'memory', m.get('memory')); print(r['eval_log'][-1500:])"
     sort -n "$OUT/kb23_smi.csv" | tail -1 | sed 's/^/nvidia-smi peak MiB: /' ;;
+  tconv)  # issue 23: direct vs gradient-form Triton transposed convolutions vs cuDNN on the problems
+    # ${KB:-.kbtconv}/level1/${PAT}.py (PAT: a glob; 8 compiled points a problem, ~6 problems a call)
+    timeout "${T:-560}" python3 benchmarks/conv_transposed.py "${KB:-.kbtconv}"/level1/${PAT:-*conv_transposed*}.py \
+      --out "$OUT/tconv.json" ${COMPILE:+--compile} 2>&1 | tail -60 ;;
   kb-bench)  # openkernel bench over ${KB:-.kbsel} (KB=benchmarks/llm_kernels: the LLM kernels), resumable: the database starts from .kbstate/
     # and lives under $OUT (what is there comes back even when the call is cut off; the bench
     # checkpoints it and rewrites its JSON after each problem). Keep T under the call's limit.

@@ -169,7 +169,7 @@ CASES = {
     "conv_transpose3d_alone": ("fused_matmul", reference(
         "return self.conv(x)", "torch.randn(batch, 2, 3, 4, 5)",
         init="self.conv = nn.ConvTranspose3d(2, 3, (2, 3, 2), stride=(2, 1, 2), dilation=(1, 2, 1))",
-        globals_="batch = 2"), 0),
+        globals_="batch = 2"), 1),  # (branch 1: the gradient form; branch 0 is direct)
     "conv2d_relu_bias": ("fused_matmul", reference(
         "return torch.relu(self.conv(x)) + self.bias", "torch.randn(batch, 3, 13, 11)",
         init="self.conv = nn.Conv2d(3, 8, 3, padding=1)\nself.bias = nn.Parameter(torch.randn(8, 1, 1))",

@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -269,21 +270,24 @@ class CompileNotifier:
 
     def __init__(self, ch):
         self.ch = ch
-        self.depth = 0
+        self.depth = 0  # compilations under way, in any thread (a sweep's first calls)
+        self.lock = threading.Lock()
 
     def _wrap(self, fn):
         notifier = self
 
         def wrapped(*args, **kwargs):
-            notifier.depth += 1
-            if notifier.depth == 1:
-                notifier.ch.send(compiling=True)
+            with notifier.lock:
+                notifier.depth += 1
+                if notifier.depth == 1:
+                    notifier.ch.send(compiling=True)
             try:
                 return fn(*args, **kwargs)
             finally:
-                notifier.depth -= 1
-                if notifier.depth == 0:
-                    notifier.ch.send(compiling=False)
+                with notifier.lock:
+                    notifier.depth -= 1
+                    if notifier.depth == 0:
+                        notifier.ch.send(compiling=False)
 
         wrapped.__wrapped__ = fn
         return wrapped

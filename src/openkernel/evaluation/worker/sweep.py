@@ -14,6 +14,7 @@ held-out shapes, integrity) in a worker of its own.
 from __future__ import annotations
 
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -61,32 +62,45 @@ def run_sweep(job: Job, ch) -> dict:
     rows = out["variants"]
     with ThreadPoolExecutor(max_workers=max(1, min(len(rows), job.build_threads))) as pool:
         imported = list(pool.map(lambda i: build_variant(job.variant_paths[i], i), range(len(rows))))
-    models = {}
     ch.phase("warmup")
     with ev.ours("generating inputs"):  # first calls on the screening set: no full-size data yet
         small = rt.small_inputs(0, ev.plan.small_set, ev.ref_model)
         warm = small[0] if small else rt.inputs(0)
         del small
-    for built in imported:
-        i, module = built.idx, built.binary
+    made = {}
+    for built in imported:  # made one at a time: a constructor may draw from the global RNG
+        i = built.idx
         if not built.compile_success:
             rows[i]["error"] = built.error
             continue
         try:
-            model = rt.make_model(module.ModelNew)
-            load_state(ev.ref_model, model)
-            with torch.no_grad():
-                flatten_outputs(model(*warm))
-            if ev.gpu:
-                ev.timer._sync()
+            made[i] = rt.make_model(built.binary.ModelNew)
+            load_state(ev.ref_model, made[i])
         except BaseException as err:
-            compiled = not is_compile_error(err)
-            rows[i]["built"] = compiled
-            rows[i]["error"] = ("first call failed" if compiled else "kernel compilation failed") \
-                + f":\n{_tail(err)}"
+            _failed(rows[i], err)
+
+    def first_call(i: int) -> None:
+        with torch.no_grad():
+            flatten_outputs(made[i](*warm))
+        if ev.gpu:
+            ev.timer._sync()
+
+    t0 = time.perf_counter()
+    # Triton compiles at a kernel's first launch, with the GIL released: on a GPU the first
+    # calls run side by side, one thread each. The interpreter patches triton.language while a
+    # kernel runs, so under it they take turns.
+    threads = max(1, min(len(made), job.build_threads)) if ev.gpu else 1
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        calls = {i: pool.submit(first_call, i) for i in made}
+    models = {}
+    for i, call in calls.items():
+        if call.exception() is not None:
+            _failed(rows[i], call.exception())
             continue
         rows[i]["built"] = True
-        models[i] = model
+        models[i] = made[i]
+    out["first_calls_s"] = round(time.perf_counter() - t0, 3)
+    del made
     del warm
     if ev.gpu:
         torch.cuda.empty_cache()
@@ -142,6 +156,14 @@ def run_sweep(job: Job, ch) -> dict:
         out["patched"] = changed
     out["memory"] = ev.memory_report()
     return out
+
+
+def _failed(row: dict, err: BaseException) -> None:
+    """A variant whose model could not be made or whose first call raised."""
+    compiled = not is_compile_error(err)
+    row["built"] = compiled
+    row["error"] = ("first call failed" if compiled else "kernel compilation failed") \
+        + f":\n{_tail(err)}"
 
 
 def build_variant(path: str, index: int) -> CompilationResult:

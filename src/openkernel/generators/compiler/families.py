@@ -17,7 +17,10 @@ plans fall into, each with the tunables its kernels use:
   plan (that would be the reference's own call, not a kernel). Where a GEMM's rows are
   reduced after it (softmax, logsumexp, mean over its output features) and fit one tile, the
   tunable ``FUSE_ROWS`` picks between one kernel that reduces them in the GEMM's epilogue and
-  the GEMM followed by a reduction kernel reading its result back.
+  the GEMM followed by a reduction kernel reading its result back. A Triton transposed
+  convolution is written in two forms, the tunable ``TCONV_DIRECT`` picking: the gradient form
+  (every tap, those the stride skips masked) or directly, one dense GEMM per output phase over
+  only that phase's taps (kernels/conv_transposed.py).
 
 A graph with an op no kernel knows is refused naming those ops and their place in the trace.
 Tunables that a plan does not use are pinned (:meth:`CompiledFamily.clean`), so no two points
@@ -27,9 +30,11 @@ of a family's space write the same code.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 
 from openkernel.generators.compiler.graph import build_graph
+from openkernel.generators.compiler.kernels import conv_transposed
 from openkernel.generators.compiler.library import fold_epilogues, kernel_precision
 from openkernel.generators.compiler.modelnew import describe, leaf_names, render
 from openkernel.generators.compiler.plan import ROW_TILE, Plan, make_plan
@@ -60,7 +65,10 @@ LIBRARY = Tunable("LIBRARY", (0, 1), None, "1: GEMMs and convolutions are librar
 FUSE_ROWS = Tunable("FUSE_ROWS", (0, 1), None, "1: a GEMM whose rows fit one tile (at most "
                     f"{ROW_TILE} columns) reduces them in its own epilogue (softmax, logsumexp: "
                     "one kernel); 0: the reduction is a kernel of its own, reading C back")
-MODES = ("LIBRARY", "FUSE_ROWS")  # the tunables that pick a plan, not a kernel's launch
+TCONV_DIRECT = Tunable("TCONV_DIRECT", (0, 1), None, "1: a transposed convolution computes "
+                       "directly, each output phase (o mod stride) a GEMM over only its own taps; "
+                       "0: in the gradient form, every tap, those the stride skips masked")
+MODES = ("LIBRARY", "FUSE_ROWS", "TCONV_DIRECT")  # the tunables that pick a plan, not a launch
 MATMUL = (Tunable("BLOCK_M", (16, 32, 64, 128), (32, 64), "rows of C per program"),
           Tunable("BLOCK_N", (16, 32, 64, 128, 256), (32, 64), "columns of C per program"),
           Tunable("BLOCK_K", (16, 32, 64), (32, 64), "depth of one tl.dot step"),
@@ -187,41 +195,48 @@ class CompiledFamily(Family):
             return None
         if backend != "triton":
             return f"the {self.name} family is Triton only"
-        plans = {(0, 0): result}
+        plans = {(0, 0, 0): result}
         library = plan_for(task, trace, library=True)
         if not isinstance(library, str) and _kernel_kinds(library) != _kernel_kinds(result):
-            plans[(1, 0)] = library
+            plans[(1, 0, 0)] = library
         rows, notes = _whole_rows(task, trace, result)
         if rows is not None:
-            plans[(0, 1)] = rows
+            plans[(0, 1, 0)] = rows
+        for mode in [m for m in plans if m[0] == 0]:  # (a library plan calls cuDNN instead)
+            direct = _direct(plans[mode])
+            if direct is not None:
+                plans[mode[:2] + (1,)] = direct
         fitted = copy.copy(self)
         fitted.plans = plans
         per_plan = {mode: _tunables(plan) for mode, plan in plans.items()}
         union = list(dict.fromkeys(t for mode in plans for t in per_plan[mode]))
-        picks = [t for t, k in ((LIBRARY, 0), (FUSE_ROWS, 1)) if len({m[k] for m in plans}) > 1]
+        picks = [t for k, t in enumerate((LIBRARY, FUSE_ROWS, TCONV_DIRECT))
+                 if len({m[k] for m in plans}) > 1]
         fitted.tunables = tuple(picks + union)
         fitted.used = {mode: {t.name for t in ts} | set(MODES) for mode, ts in per_plan.items()}
         kinds = set().union(*(_kinds(plan) for plan in plans.values()))
         fitted.starts, fitted.cpu_starts = _merged(_STARTS, kinds), _merged(_CPU_STARTS, kinds)
         # Start points take the plans in turn: library-backed first, then whole rows, then the
-        # GEMM and its reduction apart.
-        modes = sorted(plans, key=lambda m: (-m[0], -m[1]))
+        # GEMM and its reduction apart (each with a direct transposed convolution first).
+        modes = sorted(plans, key=lambda m: tuple(-x for x in m))
         if len(plans) > 1:
             fitted.starts, fitted.cpu_starts = (
                 tuple({**p, **dict(zip(MODES, modes[k % len(modes)]))}
                       for k, p in enumerate(starts))
                 for starts in (fitted.starts, fitted.cpu_starts))
         labels = {mode: _label(plan) for mode, plan in plans.items()}
-        if notes:  # why no GEMM reduces its own rows (read in every candidate's description)
-            labels[(0, 0)] += f" ({notes})"
+        for mode in [m for m in labels if notes and m[:2] == (0, 0)]:
+            labels[mode] += f" ({notes})"  # why no GEMM reduces its own rows
         n = len(result.kernels)
         why = (f"the traced graph ({len(trace.top_ops)} aten ops) is {n} kernel"
-               f"{'s' if n > 1 else ''}: {labels[(0, 0)]}")
-        if (1, 0) in plans:
-            why += f"; or, library-backed: {labels[(1, 0)]}"
-        if (0, 1) in plans:
-            why += f"; or, with whole rows in the GEMM: {labels[(0, 1)]}"
-        return Match(fitted, why, {"plans": plans, "labels": labels, "label": labels[(0, 0)]})
+               f"{'s' if n > 1 else ''}: {labels[(0, 0, 0)]}")
+        if (1, 0, 0) in plans:
+            why += f"; or, library-backed: {labels[(1, 0, 0)]}"
+        if (0, 1, 0) in plans:
+            why += f"; or, with whole rows in the GEMM: {labels[(0, 1, 0)]}"
+        if (0, 0, 1) in plans:
+            why += f"; or, with direct transposed convolutions: {labels[(0, 0, 1)]}"
+        return Match(fitted, why, {"plans": plans, "labels": labels, "label": labels[(0, 0, 0)]})
 
     def describe(self, match: Match, params: dict) -> str:
         mode = _mode(params)
@@ -252,8 +267,11 @@ class CompiledFamily(Family):
 
     def clean(self, params: dict, interpreter: bool, backend: str) -> dict:
         out = super().clean(params, interpreter, backend)
-        if self.plans and _mode(out) not in self.plans and "FUSE_ROWS" in out:
-            out["FUSE_ROWS"] = 0  # (whole rows are a plan of Triton GEMMs only)
+        for name in MODES[1:]:  # (whole rows, direct forms: plans of Triton kernels only)
+            if not self.plans or _mode(out) in self.plans:
+                break
+            if name in out:
+                out[name] = 0
         used = self.used.get(_mode(out))
         if used is not None:
             for t in self.tunables_for(backend):
@@ -309,7 +327,21 @@ def _whole_rows(task: Task | None, trace: OpTrace, result: Plan) -> tuple[Plan |
     return None, "; ".join(rows.notes.values())
 
 
-def _mode(params: dict) -> tuple[int, int]:
+def _direct(plan: Plan) -> Plan | None:
+    """The plan with its Triton transposed convolutions in the direct form (None: it has none)."""
+    def direct(k) -> bool:  # (its phases share grid axis 2 with the groups: 65535 at most)
+        return k.kind == "conv" and k.conv.transposed and \
+            k.conv.groups * conv_transposed.phases(k.conv) <= 65535
+
+    if not any(direct(k) for k in plan.kernels):
+        return None
+    out = copy.copy(plan)
+    out.kernels = [dataclasses.replace(k, conv=dataclasses.replace(k.conv, direct=True))
+                   if direct(k) else k for k in plan.kernels]
+    return out
+
+
+def _mode(params: dict) -> tuple[int, int, int]:
     """The plan a point of the space renders: its MODES' values."""
     return tuple(params.get(name, 0) for name in MODES)
 
@@ -344,5 +376,5 @@ class FusedMatmul(CompiledFamily):
     summary = ("Linear / addmm / mm / bmm / matmul and convolutions: a tiled tl.dot kernel with "
                "its pointwise epilogue fused, or the library call (cuBLAS, cuDNN) with the rest "
                "fused into Triton kernels around it")
-    tunables = (LIBRARY, FUSE_ROWS) + MATMUL + REDUCTION + LOOPED + MIDDLE + (SPLIT,) + \
-        POINTWISE + (WARPS, STAGES)
+    tunables = (LIBRARY, FUSE_ROWS, TCONV_DIRECT) + MATMUL + REDUCTION + LOOPED + MIDDLE + \
+        (SPLIT,) + POINTWISE + (WARPS, STAGES)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from openkernel.generators.compiler.graph import Node, Value, int_list
+from openkernel.generators.compiler.kernels import conv_transposed
 
 _DIMS = ("d", "h", "w")  # the last nd of them name the spatial dims
 
@@ -31,6 +32,9 @@ class ConvSpec:
     output_padding: list[int]
     groups: int
     bias: bool
+    # a transposed convolution computed directly, phase by phase (conv_transposed.py), not
+    # in the gradient form below
+    direct: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -62,6 +66,8 @@ def conv_spec(node: Node) -> ConvSpec | str:
 
 def source(name: str, spec: ConvSpec) -> str:
     """The kernel: one BLOCK_M x BLOCK_N tile of one group's output per program."""
+    if spec.direct:
+        return conv_transposed.source(name, spec)
     nd, dims, ks = spec.nd, spec.names, spec.kernel
     sp_in = ", ".join(f"{d.upper()}_in" for d in dims)
     sp_out = ", ".join(f"{d.upper()}_out" for d in dims)
@@ -153,7 +159,8 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
     formulas, so held-out sizes follow), its buffer, the launch."""
     nd = spec.nd
     x, w, b = f"{name}_x", f"{name}_w", (f"{name}_b" if b_expr else None)
-    lines = [f"{x}, {w} = {x_expr}.contiguous(), {w_expr}.contiguous()"]
+    w_read = conv_transposed.weight(spec, w_expr) if spec.direct else f"{w_expr}.contiguous()"
+    lines = [f"{x}, {w} = {x_expr}.contiguous(), {w_read}"]
     if b_expr:
         lines.append(f"{b} = {b_expr}.contiguous()")
     sizes_in = [f"{x}.shape[{2 + j}]" for j in range(nd)]
@@ -165,11 +172,13 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
                         f"+ {spec.output_padding[j]} + 1")
         else:
             outs.append(f"({sizes_in[j]} + {2 * p} - {dil * (k - 1)} - 1) // {s} + 1")
-    c_out = f"{w}.shape[1] * {spec.groups}" if spec.transposed else f"{w}.shape[0]"
+    c_out = f"{w_expr}.shape[1] * {spec.groups}" if spec.transposed else f"{w}.shape[0]"
     lines.append(f"{name}_out = ({', '.join(outs)},)")
     lines.append(f"{y} = torch.empty(({x}.shape[0], {c_out}, *{name}_out), device=device, "
                  f"dtype={x}.dtype)")
     m = " * ".join([f"{x}.shape[0]"] + [f"{name}_out[{j}]" for j in range(nd)])
+    if spec.direct:  # (rows of one phase)
+        m = conv_transposed.rows(spec, f"{x}.shape[0]", f"{name}_out")
     lines.append(f"M = {m}")
     args = [x, w, b or y, y, "M", f"{x}.shape[1]", *sizes_in, f"{y}.shape[1]",
             *[f"{name}_out[{j}]" for j in range(nd)],
@@ -177,14 +186,20 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
             f"UPCAST=INTERPRETED and {x}.dtype == torch.bfloat16", "BLOCK_M=BLOCK_M",
             "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", "GROUP_M=GROUP_M", "num_warps=NUM_WARPS",
             "num_stages=NUM_STAGES"]
+    z = spec.groups * (conv_transposed.phases(spec) if spec.direct else 1)  # (x phases)
     lines.append(f"grid = (triton.cdiv(M, BLOCK_M), triton.cdiv({y}.shape[1] // {spec.groups}, "
-                 f"BLOCK_N), {spec.groups})")
+                 f"BLOCK_N), {z})")
     lines.append(f"if M > 0 and {y}.shape[1] > 0:")
     lines.append(f"    {name}[grid](" + ", ".join(args) + ")")
     return lines
 
 
 def describe(spec: ConvSpec) -> str:
+    if spec.direct:
+        return conv_transposed.describe(spec)
+    if spec.transposed and any(s > 1 for s in spec.stride):
+        return (f"{spec.nd}-d transposed convolution as a Triton implicit GEMM in the gradient "
+                "form (every tap, those its stride skips masked)")
     kind = "transposed convolution" if spec.transposed else "convolution"
     return f"{spec.nd}-d {kind} as a Triton implicit GEMM"
 
