@@ -90,6 +90,8 @@ def run_sweep(job: Job, ch) -> dict:
     # calls run side by side, one thread each. The interpreter patches triton.language while a
     # kernel runs, so under it they take turns.
     threads = max(1, min(len(made), job.build_threads)) if ev.gpu else 1
+    if threads > 1:
+        _start_triton()
     with ThreadPoolExecutor(max_workers=threads) as pool:
         calls = {i: pool.submit(first_call, i) for i in made}
     models = {}
@@ -156,6 +158,17 @@ def run_sweep(job: Job, ch) -> dict:
         out["patched"] = changed
     out["memory"] = ev.memory_report()
     return out
+
+
+def _start_triton() -> None:
+    """Make Triton's driver (built lazily, with a helper module compiled on first use) before
+    the threads of the first calls would all race to make it."""
+    try:
+        from triton.runtime import driver
+
+        driver.active.get_current_target()
+    except Exception:  # no Triton, or no usable driver: each first call meets it and says so
+        pass
 
 
 def _failed(row: dict, err: BaseException) -> None:
