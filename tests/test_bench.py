@@ -207,8 +207,9 @@ def test_bench_with_an_unknown_key_is_one_message(tmp_path, suite_dir):
 
 def test_reference_is_timed_under_max_autotune_beside_eager_and_default(tmp_path):
     """The reference job compiles the reference in three torch.compile modes (default,
-    max-autotune, reduce-overhead: CUDA graphs) and times the four in the same interleaved rounds (a real worker; on the CPU Inductor makes C++, on a GPU
-    Triton: the mode handling is the same)."""
+    max-autotune, reduce-overhead: CUDA graphs) and times the four in the same interleaved
+    rounds (a real worker; on the CPU Inductor makes C++ and reduce-overhead skips its graphs,
+    on a GPU Triton: the mode handling is the same)."""
     from openkernel.config import build_config
     from openkernel.evaluation.host.executor import Evaluator
     from openkernel.task import load_task

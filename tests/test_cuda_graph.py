@@ -82,6 +82,29 @@ def _probe(trace, nbytes: float, device: str = "cuda") -> TaskProbe:
 
 
 @pytest.fixture
+def counter():
+    """A launch counter made in this process (as a worker makes one), its class-level wrappers
+    undone afterwards so later tests run the launchers as they were."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    from openkernel.evaluation.worker import integrity as ig
+    from openkernel.nvrtc import RawKernel
+
+    targets = [(JITFunction, "run"), (InterpretedFunction, "run"), (RawKernel, "launch")] + [
+        (torch.cuda.CUDAGraph, m) for m in ("capture_begin", "capture_end", "replay")]
+    before = {(owner, name): owner.__dict__.get(name) for owner, name in targets}
+    made = ig.LaunchCounter()
+    assert set(made.wrapped) <= set(before)  # every launcher it wraps is put back below
+    yield made
+    for (owner, name), kept in before.items():
+        if kept is None:  # (it was inherited)
+            delattr(owner, name)
+        else:
+            setattr(owner, name, kept)
+
+
+@pytest.fixture
 def interpreter(monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("the interpreter's check (the GPU runs the gpu tests below)")
@@ -106,7 +129,8 @@ def test_cuda_graph_is_offered_where_launches_matter_and_pinned_under_the_interp
     # On a GPU each plan is replayed in its first start and launched kernel by kernel later;
     # a neighbour flips it, and the two forwards are different code.
     starts = [family.start(random.Random(0), False, k, "triton") for k in range(4)]
-    assert [s["CUDA_GRAPH"] for s in starts][:2] == [1, 1] and 0 in [s["CUDA_GRAPH"] for s in starts]
+    graphs = [s["CUDA_GRAPH"] for s in starts]
+    assert graphs[:2] == [1, 1] and 0 in graphs
     graph = starts[0]
     flipped = next(p for p in family.neighbours(graph, False, "triton") if p["CUDA_GRAPH"] == 0)
     code, plain = family.render(match, graph, "triton"), family.render(match, flipped, "triton")
@@ -159,11 +183,10 @@ def test_a_graph_capable_module_runs_its_kernels_eagerly_under_the_interpreter(i
     torch.testing.assert_close(seed(*inputs), reference(*inputs), atol=1e-4, rtol=1e-4)
 
 
-def test_the_launch_counter_guards_the_graph_methods_it_wraps():
+def test_the_launch_counter_guards_the_graph_methods_it_wraps(counter):
     """A candidate that replaced CUDAGraph.replay (to hide what a replay runs) is caught."""
     from openkernel.evaluation.worker import integrity as ig
 
-    counter = ig.LaunchCounter()
     guard = ig.Guard(extra=list(counter.wrapped))
     assert {(torch.cuda.CUDAGraph, m) for m in ("capture_begin", "capture_end", "replay")} <= \
         set(counter.wrapped)
@@ -192,7 +215,7 @@ def test_the_cudagraphs_baseline_is_a_config_key_and_a_bench_ratio():
             ProblemResult("b", correct=True, speedup=3.0, over_cudagraphs=0.6),
             ProblemResult("c", correct=True, speedup=1.0)]
     summary = summarize("s", rows)
-    assert summary.n_cudagraphs == 2 and summary.geomean_cudagraphs == pytest.approx(0.9 ** 0.5 * 1.0)
+    assert summary.n_cudagraphs == 2 and summary.geomean_cudagraphs == pytest.approx(0.9 ** 0.5)
     assert summary.n_cuda_graph == 1 and summary.to_json()["n_cuda_graph"] == 1
 
 
@@ -211,7 +234,7 @@ def test_a_replaying_candidate_is_judged_correct_by_the_evaluator(tmp_path):
     ev = Evaluator(task, config)
     try:
         probe = ev.probe()
-        assert probe.ok and probe.hardware.device == "cuda", probe.error
+        assert probe.ok and torch.cuda.is_available(), probe.error
         match = FusedMatmul().match(task, probe, "triton")
         family = match.family
         params = family.start(random.Random(0), False, 0, "triton")
@@ -229,13 +252,14 @@ def test_a_replaying_candidate_is_judged_correct_by_the_evaluator(tmp_path):
 
 
 @pytest.mark.gpu
-def test_a_replay_keeps_earlier_outputs_follows_weights_and_counts_its_launches(tmp_path):
+def test_a_replay_keeps_earlier_outputs_follows_weights_and_counts_its_launches(tmp_path,
+                                                                                counter):
     from openkernel.evaluation.worker import integrity as ig
 
     torch.manual_seed(0)
-    model = GeluSoftmax().eval().cuda()
-    trace = trace_forward(model, [torch.randn(32, 64, device="cuda")])
-    counter = ig.LaunchCounter()  # before any capture, as in a worker
+    model = GeluSoftmax().eval()
+    trace = trace_forward(model, [torch.randn(32, 64)])
+    model = model.cuda()
     stream = torch.cuda.current_stream().cuda_stream
     for library in (False, True):
         plan = plan_for(None, trace, library=library)

@@ -7,7 +7,8 @@ timed in the same interleaved rounds as eager and the default mode: a kernel's s
 its speedup over eager times (autotune time / eager time). torch.compile's reduce-overhead mode
 (``cudagraphs``: its kernels replayed from CUDA graphs) is timed in the same rounds too: the
 like-for-like yardstick for a best kernel that replays a CUDA graph itself (``cuda_graph``, read
-from its code), whose ratio over the modes without graphs is labelled so. Over the suite, KernelBench's ``fast_p``: the share of *all* problems with a correct
+from its code), whose ratio over the modes without graphs is labelled so. Over the suite,
+KernelBench's ``fast_p``: the share of *all* problems with a correct
 kernel faster than ``p`` times the reference (fast_0 is the share with a correct kernel), for
 p = 0, 1, 1.5, 2; and the geometric means of the best speedups over eager, over
 torch.compile, over max-autotune and over cudagraphs, over the problems with a correct kernel
