@@ -7,9 +7,12 @@ parameters and buffers live), then copy each call's inputs into the graph's stat
 replay it. What the written module does, and why:
 
 * warm-up: the first call of a signature runs the kernels once eagerly on the caller's stream,
-  so Triton compiles outside the capture (as torch.compile's CUDA-graph trees warm up; a side
-  stream's launches would be work the evaluator's timer cannot see joined), then captures on a
-  capture stream of the inputs' device, then replays;
+  so Triton compiles outside the capture, then captures them on one capture stream per device
+  and replays. torch's examples warm up on the capture stream instead, so that state made
+  lazily per stream exists before the capture; here the only such state is a library call's
+  cuBLAS workspace, which is then made inside the capture, from the graph's pool (as
+  torch.compile's CUDA-graph trees make theirs on purpose), and launches on a stream the caller
+  does not time would read as hidden work to the evaluator;
 * outputs: a replay overwrites the graph's static outputs, so each call returns clones (one
   copy an output); a caller holding an earlier output never sees it change, and the copies are
   timed with the rest;
@@ -42,6 +45,7 @@ LAUNCH_FLOPS = 1e9
 REPLAY = '''
 
 _GRAPHS = 4  # input signatures whose CUDA graphs are kept (the least recently used one goes)
+_CAPTURE_STREAMS = {}  # device -> its capture stream (one: a cuBLAS workspace is kept per stream)
 
 
 def _replayed(module, kernels, inputs):
@@ -73,14 +77,16 @@ def _replayed(module, kernels, inputs):
 
 def _capture(kernels, inputs, device):
     """Warm up on the caller's stream (Triton compiles there, never inside a capture), then
-    capture the launches on a capture stream of the inputs' device."""
+    capture the launches on the capture stream of the inputs' device."""
     with torch.cuda.device(device):
         static_inputs = [torch.empty_like(t).copy_(t) if isinstance(t, torch.Tensor) else t
                          for t in inputs]
         kernels(*static_inputs)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=torch.cuda.Stream(device),
-                              capture_error_mode="thread_local"):
+        if device not in _CAPTURE_STREAMS:
+            _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
+        stream = _CAPTURE_STREAMS[device]
+        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
             static_outputs = kernels(*static_inputs)
     return graph, static_inputs, static_outputs
 
