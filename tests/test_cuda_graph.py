@@ -146,6 +146,29 @@ def test_cuda_graph_is_offered_where_launches_matter_and_pinned_under_the_interp
     assert family.clean(graph, True, "triton")["CUDA_GRAPH"] == 0
 
 
+def test_an_inductor_seed_offers_cuda_graph_too():
+    from openkernel.generators.seeds.family import InductorSeed
+
+    spec = importlib.util.spec_from_file_location("seed_lgs_cpu", SEEDS / "linear_gelu_softmax.py")
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    model = ref.Model(*ref.get_init_inputs()).eval()
+    captured = json.loads((SEEDS / "linear_gelu_softmax.json").read_text())
+    probe = _probe(trace_forward(model, ref.get_inputs()), 1 << 20)
+    probe.inductor = [captured]
+    match = InductorSeed().match(None, probe, "triton")
+    family = match.family
+    assert family.tunables[-1].name == "CUDA_GRAPH"
+    assert [s["CUDA_GRAPH"] for s in family.starts][:2] == [1, 0]
+    point = family.clean(family.starts[0], False, "triton")
+    assert replays_graph(family.render(match, point, "triton"))
+    assert family.describe(match, point).endswith("; replayed as a CUDA graph")
+    assert family.clean(point, True, "triton")["CUDA_GRAPH"] == 0  # the interpreter's
+    probe.bytes_moved = 1 << 34  # too much work for its launches: not offered
+    assert "CUDA_GRAPH" not in [t.name for t in InductorSeed().match(None, probe, "triton")
+                                .family.tunables]
+
+
 def test_a_graph_capable_module_runs_its_kernels_eagerly_under_the_interpreter(interpreter,
                                                                               tmp_path):
     """The compiler's module and an Inductor seed, each with CUDA_GRAPH=1: on the CPU the
