@@ -111,17 +111,21 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
 
     with store.engine.connect() as conn:  # the bench asks for the strongest baseline
         configs = conn.execute(select(Run.config)).scalars().all()
-    assert configs and all(c["eval_config"]["max_autotune_baseline"] for c in configs)
+    assert configs and all(c["eval_config"]["max_autotune_baseline"] and
+                           c["eval_config"]["cudagraphs_baseline"] for c in configs)
     relu = rows["level1/19_ReLU"]
     with store.engine.connect() as conn:
         digest = conn.execute(select(SuiteProblem.task_digest).where(
             SuiteProblem.task_name == "level1/19_ReLU")).scalar_one()
     store.put_reference_timing(digest, relu["hardware"], "compile", 1.0, {
-        "eager": {"median": 2.0}, "compile": {"median": 1.0}, "autotune": {"median": 0.5}})
+        "eager": {"median": 2.0}, "compile": {"median": 1.0}, "autotune": {"median": 0.5},
+        "cudagraphs": {"median": 0.25}})
     summary = suite_summary(store.engine, "kb-test")
     row = {p.name: p for p in summary.problems}["level1/19_ReLU"]
     assert row.autotune_ms == 0.5 and row.over_autotune == pytest.approx(relu["speedup"] / 4)
     assert summary.n_autotune == 1 and summary.geomean_autotune == pytest.approx(relu["speedup"] / 4)
+    assert row.cudagraphs_ms == 0.25 and row.over_cudagraphs == pytest.approx(relu["speedup"] / 8)
+    assert summary.n_cudagraphs == 1 and not row.cuda_graph  # (the CPU's kernels launch)
 
     # Resume by name with one more problem: the completed two are skipped, the new one runs.
     _problem(suite_dir / "level1", "20_LeakyReLU", "torch.nn.functional.leaky_relu(x, 0.01)")
@@ -131,6 +135,7 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
              if line.strip().startswith("level1/") and "judged" in line}
     assert "skipped" in lines["level1/19_ReLU"] and "skipped" in lines["level1/23_Softmax"]
     assert "completed" in lines["level1/20_LeakyReLU"]
+    assert "over cudagraphs" in again.stdout and "cudagraphs ms" in again.stdout
     assert "skipped" in lines["level1/89_sort"]  # refused before: not again unless --retry-failed
     data = json.loads(out.read_text())
     assert [p["name"] for p in data["problems"]][:3] == ["level1/19_ReLU", "level1/20_LeakyReLU",
@@ -201,25 +206,29 @@ def test_bench_with_an_unknown_key_is_one_message(tmp_path, suite_dir):
 
 
 def test_reference_is_timed_under_max_autotune_beside_eager_and_default(tmp_path):
-    """The reference job compiles the reference in both torch.compile modes and times the three
-    in the same interleaved rounds (a real worker; on the CPU Inductor makes C++, on a GPU
-    Triton: the mode handling is the same)."""
+    """The reference job compiles the reference in three torch.compile modes (default,
+    max-autotune, reduce-overhead: CUDA graphs) and times the four in the same interleaved
+    rounds (a real worker; on the CPU Inductor makes C++ and reduce-overhead skips its graphs,
+    on a GPU Triton: the mode handling is the same)."""
     from openkernel.config import build_config
     from openkernel.evaluation.host.executor import Evaluator
     from openkernel.task import load_task
 
     config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
-                           "eval_config": {"baselines": ["eager", "compile", "autotune"],
+                           "eval_config": {"baselines": ["eager", "compile", "autotune",
+                                                         "cudagraphs"],
                                            "baseline_timeout_s": 400}})
     ev = Evaluator(load_task(Path(__file__).parents[1] / "examples" / "gelu"), config,
                    bench_budget_s=0.2)
     stats = ev.baselines()
     assert stats is not None and not stats["timed_out"], (ev.baseline_error, stats)
     assert stats.get("autotune_mode") == "max-autotune-no-cudagraphs", stats.get("autotune_error")
-    for kind in ("eager", "compile", "autotune"):
+    assert stats.get("cudagraphs_mode") == "reduce-overhead", stats.get("cudagraphs_error")
+    for kind in ("eager", "compile", "autotune", "cudagraphs"):
         assert stats[kind]["median"] > 0 and stats[kind]["n_trials"] >= 3, stats[kind]
     # interleaved: each kind was timed in every round
     assert stats["eager"]["n_trials"] == stats["compile"]["n_trials"] == stats["autotune"]["n_trials"]
+    assert stats["cudagraphs"]["n_trials"] == stats["eager"]["n_trials"]
 
 
 def test_the_llm_kernels_suite_loads_and_its_references_run_on_the_cpu():

@@ -646,21 +646,26 @@ def _seconds(value: float | None) -> str:
 
 def _print_suite(summary) -> None:
     table = Table("problem", "status", "correct", "speedup", "vs compile", "vs autotune",
-                  "eager ms", "compile ms", "autotune ms", "judged", "faults", "time s",
+                  "vs cudagraphs", "eager ms", "compile ms", "autotune ms", "cudagraphs ms",
+                  "judged", "faults", "time s",
                   "fixed s", "own s", "note", title=f"suite {summary.suite}: {summary.precision}")
     for p in summary.problems:
         note = [(p.error.splitlines() or [""])[0][:70]] if not p.correct else []
         table.add_row(p.name, p.status, "yes" if p.correct else "no", _ratio(p.speedup),
-                      _ratio(p.over_compile), _ratio(p.over_autotune),
+                      _ratio(p.over_compile), _ratio(p.over_autotune), _ratio(p.over_cudagraphs),
                       f"{p.eager_ms:.4g}" if p.eager_ms else "-",
                       f"{p.compile_ms:.4g}" if p.compile_ms else "-",
-                      f"{p.autotune_ms:.4g}" if p.autotune_ms else "-", str(p.candidates),
+                      f"{p.autotune_ms:.4g}" if p.autotune_ms else "-",
+                      f"{p.cudagraphs_ms:.4g}" if p.cudagraphs_ms else "-", str(p.candidates),
                       str(p.evaluator_faults), f"{p.time_s:.1f}",
                       _seconds(p.fixed_s) + (" stored" if p.baselines_stored else ""),
                       _seconds(p.candidate_s),
                       "; ".join(x for x in note + [p.baseline_note] if x) if not p.correct else
-                      f"library-bound ({p.library_bound}): our own kernel" if p.library_bound
-                      else p.baseline_note)
+                      "; ".join(x for x in [
+                          f"library-bound ({p.library_bound}): our own kernel"
+                          if p.library_bound else p.baseline_note,
+                          "replays a CUDA graph: like for like vs cudagraphs" if p.cuda_graph
+                          else ""] if x))
     # Piped: wide enough that no problem name is cut (a terminal shows what fits it).
     width = console.width
     if not console.is_terminal:
@@ -673,7 +678,10 @@ def _print_suite(summary) -> None:
     console.print(f"{fast}  |  geomean over eager {_ratio(summary.geomean_eager)} "
                   f"({summary.n_correct} correct of {len(summary.problems)}), over torch.compile "
                   f"{_ratio(summary.geomean_compile)} ({summary.n_compile}), over max-autotune "
-                  f"{_ratio(summary.geomean_autotune)} ({summary.n_autotune})", highlight=False)
+                  f"{_ratio(summary.geomean_autotune)} ({summary.n_autotune}), over cudagraphs "
+                  f"{_ratio(summary.geomean_cudagraphs)} ({summary.n_cudagraphs})"
+                  + (f"; {summary.n_cuda_graph} best kernel(s) replay a CUDA graph"
+                     if summary.n_cuda_graph else ""), highlight=False)
     if summary.library_bound:
         console.print(f"library-bound (the reference is a lone GEMM or convolution; our own "
                       f"kernel's ratio): {len(summary.library_bound)}, geomean over torch.compile "

@@ -55,7 +55,7 @@ class ModelConfig(_Strict):
                                      "without either, calls cost $0 and are labelled unknown).")
 
 
-BASELINES = ("eager", "compile", "autotune")  # the reference timings, in the order they are made
+BASELINES = ("eager", "compile", "autotune", "cudagraphs")  # the reference timings, in order
 
 
 class BaselineTimeouts(_Strict):
@@ -70,6 +70,9 @@ class BaselineTimeouts(_Strict):
     autotune: float = Field(180.0, gt=0, description="torch.compile max-autotune-no-cudagraphs "
                             "of the reference (it benchmarks GEMM/convolution choices on the "
                             "GPU) and its first call.")
+    cudagraphs: float = Field(60.0, gt=0, description="torch.compile(mode='reduce-overhead') "
+                              "of the reference and its first calls (warm-up, then the CUDA "
+                              "graph's capture).")
 
 
 class EvalConfig(_Strict):
@@ -115,21 +118,28 @@ class EvalConfig(_Strict):
                                         "the strongest compiler baseline, beside eager and the "
                                         "default mode (`openkernel bench` turns it on: its table "
                                         "reports speedups over it).")
+    cudagraphs_baseline: bool = Field(False, description="On a GPU, also time the reference "
+                                      "under torch.compile(mode='reduce-overhead'): the default "
+                                      "mode's kernels replayed as CUDA graphs, the fair yardstick "
+                                      "for a candidate that replays one (`openkernel bench` "
+                                      "turns it on: its table reports speedups over it).")
     allow_tf32: bool = Field(False, description="Opt in to TF32 for float32 GEMMs "
                              "(torch.backends.cuda.matmul.allow_tf32) in every worker: the "
                              "reference, torch.compile's baselines and the candidates all run "
                              "under it, and every suite table says so. Off: float32 GEMMs "
                              "compute in full float32, PyTorch's default (convolutions follow "
                              "cuDNN's own default, TF32 on).")
-    baselines: list[Literal["eager", "compile", "autotune"]] | None = Field(
+    baselines: list[Literal["eager", "compile", "autotune", "cudagraphs"]] | None = Field(
         None, description="Which reference timings to make, each under its own wall "
         "(baseline_timeout_s): eager, compile (torch.compile's default mode), autotune "
-        "(max-autotune-no-cudagraphs). Default: eager and compile on a GPU, plus autotune with "
-        "max_autotune_baseline; none on the CPU, where torch.compile makes C++, not what a "
+        "(max-autotune-no-cudagraphs), cudagraphs (reduce-overhead). Default: eager and compile "
+        "on a GPU, plus autotune with max_autotune_baseline and cudagraphs with "
+        "cudagraphs_baseline; none on the CPU, where torch.compile makes C++, not what a "
         "GPU kernel competes with. [] makes none.")
     baseline_timeout_s: BaselineTimeouts = Field(
         default_factory=BaselineTimeouts, description="The wall of each reference timing: "
-        "{eager: 60, compile: 45, autotune: 180} seconds (one number sets all three).")
+        "{eager: 60, compile: 45, autotune: 180, cudagraphs: 60} seconds (one number sets "
+        "all four).")
     fresh_baselines: bool = Field(False, description="Time the reference again even when its "
                                   "timings for this task, hardware and software are stored, "
                                   "and capture Inductor's code for it again "

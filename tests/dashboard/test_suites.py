@@ -64,6 +64,7 @@ def test_suite_page_agrees_with_the_bench_json(bench_db):
         assert problem["name"] in page
     fast = bench_db["json"]["fast_p"]
     assert f"fast<sub>0</sub> {fast['0']:.2f}" in page and "no kernel" in page
+    assert "vs cudagraphs" in page and "over cudagraphs" in page  # reduce-overhead's column
     assert "Unknown suite" in str(route(src, "/suite/nope", ""))
     runs = str(route(src, "/", ""))
     assert "suites-section" in runs and "kb level1" in runs

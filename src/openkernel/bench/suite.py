@@ -85,8 +85,9 @@ def run_suite(problems: list[Problem], suite: str, overrides: list[str], store: 
     for position, problem in enumerate(problems):
         if control is not None and control.stopped:
             return
-        # The table's strongest baseline is on unless the user's overrides say otherwise.
+        # The table's strongest baselines are on unless the user's overrides say otherwise.
         task, config = resolve_run(problem.path, ["eval_config.max_autotune_baseline=true",
+                                                  "eval_config.cudagraphs_baseline=true",
                                                   *overrides, f"job_name={suite}",
                                                   f"task_name={problem.name}"])
         store.add_suite_problem(suite=suite, task_name=problem.name, job_name=suite,

@@ -4,10 +4,15 @@ Per problem: how its job ended, whether it has a correct kernel, the best correc
 speedup over the eager reference and over torch.compile, candidates judged, time, evaluator
 faults. The strongest compiler baseline is torch.compile's max-autotune-no-cudagraphs mode,
 timed in the same interleaved rounds as eager and the default mode: a kernel's speedup over it is
-its speedup over eager times (autotune time / eager time). Over the suite, KernelBench's ``fast_p``: the share of *all* problems with a correct
+its speedup over eager times (autotune time / eager time). torch.compile's reduce-overhead mode
+(``cudagraphs``: its kernels replayed from CUDA graphs) is timed in the same rounds too: the
+like-for-like yardstick for a best kernel that replays a CUDA graph itself (``cuda_graph``, read
+from its code), whose ratio over the modes without graphs is labelled so. Over the suite,
+KernelBench's ``fast_p``: the share of *all* problems with a correct
 kernel faster than ``p`` times the reference (fast_0 is the share with a correct kernel), for
 p = 0, 1, 1.5, 2; and the geometric means of the best speedups over eager, over
-torch.compile and over max-autotune, over the problems with a correct kernel (with their counts).
+torch.compile, over max-autotune and over cudagraphs, over the problems with a correct kernel
+(with their counts).
 
 A problem whose reference is nothing but library GEMMs or convolutions (one GEMM, one
 convolution) is *library-bound*: no kernel of ours can be "the library call with more around
@@ -56,6 +61,9 @@ class ProblemResult:
     eager_ms: float | None = None
     compile_ms: float | None = None
     autotune_ms: float | None = None
+    over_cudagraphs: float | None = None  # ... over torch.compile reduce-overhead (CUDA graphs)
+    cudagraphs_ms: float | None = None
+    cuda_graph: bool = False  # the best kernel replays a CUDA graph (compare over cudagraphs)
     best_kernel: str | None = None
     footprint_bytes: int = 0  # the reference's own footprint (the probe's)
     peak_over_footprint: float | None = None  # the worst candidate's worker peak over it
@@ -87,6 +95,9 @@ class SuiteSummary:
     n_correct: int = 0
     n_compile: int = 0  # problems with a correct kernel and a torch.compile timing
     n_autotune: int = 0  # ... and a max-autotune timing
+    geomean_cudagraphs: float | None = None
+    n_cudagraphs: int = 0  # ... and a reduce-overhead timing
+    n_cuda_graph: int = 0  # problems whose best kernel replays a CUDA graph
     library_bound: list[str] = field(default_factory=list)  # their names, listed apart
     geomean_compile_library_bound: float | None = None  # over those with a compile ratio
     precision: str = ""  # what float32 GEMMs ran in, for every table's label
@@ -100,7 +111,9 @@ class SuiteSummary:
                 "geomean_compile": self.geomean_compile,
                 "geomean_autotune": self.geomean_autotune, "n_problems": len(self.problems),
                 "n_correct": self.n_correct, "n_compile": self.n_compile,
-                "n_autotune": self.n_autotune, "library_bound": self.library_bound,
+                "n_autotune": self.n_autotune, "geomean_cudagraphs": self.geomean_cudagraphs,
+                "n_cudagraphs": self.n_cudagraphs, "n_cuda_graph": self.n_cuda_graph,
+                "library_bound": self.library_bound,
                 "geomean_compile_library_bound": self.geomean_compile_library_bound,
                 "precision": self.precision, "n_timed_out": self.n_timed_out,
                 "fixed_s_median": self.fixed_s_median,
@@ -136,6 +149,7 @@ def summarize(suite: str, problems: list[ProblemResult]) -> SuiteSummary:
     correct = [p for p in problems if p.correct and p.speedup]
     with_compile = [p for p in correct if p.over_compile]
     with_autotune = [p for p in correct if p.over_autotune]
+    with_cudagraphs = [p for p in correct if p.over_cudagraphs]
     bound = [p for p in problems if p.library_bound]
     return SuiteSummary(
         library_bound=[p.name for p in bound], precision=precision_label(problems),
@@ -148,9 +162,18 @@ def summarize(suite: str, problems: list[ProblemResult]) -> SuiteSummary:
         geomean_compile=geomean([p.over_compile for p in with_compile]),
         geomean_autotune=geomean([p.over_autotune for p in with_autotune]),
         n_correct=len(correct), n_compile=len(with_compile), n_autotune=len(with_autotune),
+        geomean_cudagraphs=geomean([p.over_cudagraphs for p in with_cudagraphs]),
+        n_cudagraphs=len(with_cudagraphs), n_cuda_graph=sum(p.cuda_graph for p in correct),
         n_timed_out=sum(p.status == "timed_out" for p in problems),
         fixed_s_median=median([p.fixed_s for p in problems if p.fixed_s is not None]),
         candidate_s_median=median([t for p in problems for t in p.candidate_times_s]))
+
+
+def replays_graph(code: str) -> bool:
+    """Whether a kernel's code replays a CUDA graph (the offline generator's CUDA_GRAPH, or any
+    candidate that captures one)."""
+    return any(mark in code for mark in ("torch.cuda.CUDAGraph", "torch.cuda.graph(",
+                                         "make_graphed_callables"))
 
 
 def has_suites(engine: Engine) -> bool:
@@ -246,6 +269,8 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
         row.correct, row.best_kernel = True, best.id
         row.speedup = best.runtime_improvement if best.runtime_improvement > 0 else None
         row.over_compile = best.improve_over_compile if best.improve_over_compile > 0 else None
+        row.cuda_graph = replays_graph(conn.execute(select(Kernel.code).where(
+            Kernel.id == best.id)).scalar() or "")
     stats = _baselines(conn, entry.task_digest, row.hardware, runs[-1].config if runs else None,
                        keyed, baseline_kind(row.allow_tf32))
     if stats:
@@ -257,6 +282,9 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
         row.autotune_ms = (stats.get("autotune") or {}).get("median")
         if row.speedup and row.autotune_ms and row.eager_ms:
             row.over_autotune = row.speedup * row.autotune_ms / row.eager_ms
+        row.cudagraphs_ms = (stats.get("cudagraphs") or {}).get("median")
+        if row.speedup and row.cudagraphs_ms and row.eager_ms:
+            row.over_cudagraphs = row.speedup * row.cudagraphs_ms / row.eager_ms
     if row.eager_ms is None and correct:  # no cached baseline (the CPU): the reference timed
         stats = best.runtime_stats if isinstance(best.runtime_stats, dict) else {}  # beside it
         row.eager_ms = (stats.get("reference") or {}).get("median")

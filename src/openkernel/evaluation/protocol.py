@@ -33,7 +33,7 @@ from typing import Any
 MODES = ("hardware", "probe", "evaluate", "sweep", "reference", "profile", "pch")
 PHASES = ("setup", "build", "warmup", "queued", "test", "benchmark")
 BUILD_PHASES = ("setup", "build")  # plus compilations inside later phases
-BASELINE_PHASES = ("eager", "compile", "autotune")  # reference mode: one wall each
+BASELINE_PHASES = ("eager", "compile", "autotune", "cudagraphs")  # reference mode: a wall each
 GO = "go"
 
 NVTX_RANGE = "openkernel_candidate"  # the profiled region of a profile run

@@ -47,7 +47,8 @@ def figures(summary) -> str:
             f"{_x(summary.geomean_eager)} ({summary.n_correct} correct of "
             f"{len(summary.problems)}) &middot; over torch.compile {_x(summary.geomean_compile)} "
             f"({summary.n_compile}) &middot; over max-autotune {_x(summary.geomean_autotune)} "
-            f"({summary.n_autotune}) &middot; fixed cost median {_s(summary.fixed_s_median)} s "
+            f"({summary.n_autotune}) &middot; over cudagraphs {_x(summary.geomean_cudagraphs)} "
+            f"({summary.n_cudagraphs}) &middot; fixed cost median {_s(summary.fixed_s_median)} s "
             f"&middot; a candidate's own time median {_s(summary.candidate_s_median)} s"
             + (f" &middot; {summary.n_timed_out} timed out" if summary.n_timed_out else "")
             + f" &middot; {escape(summary.precision)}"
@@ -61,7 +62,8 @@ def problems_table(summary) -> str:
 
     head = "".join(f"<th>{h}</th>" for h in ("problem", "status", "correct", "speedup",
                                              "vs torch.compile", "vs max-autotune",
-                                             "eager ms", "compile ms", "autotune ms",
+                                             "vs cudagraphs", "eager ms", "compile ms",
+                                             "autotune ms", "cudagraphs ms",
                                              "judged", "evaluator faults", "time s", "fixed s",
                                              "own s", "note"))
     body = []
@@ -70,11 +72,13 @@ def problems_table(summary) -> str:
         note = "; ".join(x for x in ("" if p.correct else (p.error.splitlines() or [""])[0][:160],
                                      f"library-bound ({p.library_bound}): our own kernel"
                                      if p.correct and p.library_bound else "",
-                                     p.baseline_note) if x)
+                                     p.baseline_note, "replays a CUDA graph: like for like "
+                                     "vs cudagraphs" if p.correct and p.cuda_graph else "") if x)
         cells = [f'<a class="job-link" href="{escape(job_path(p.name, summary.suite))}">{escape(p.name)}</a>',
                  f'<span class="badge" style="background-color:{color}">{escape(p.status)}</span>',
                  "yes" if p.correct else "no", _x(p.speedup), _x(p.over_compile),
-                 _x(p.over_autotune), _ms(p.eager_ms), _ms(p.compile_ms), _ms(p.autotune_ms),
+                 _x(p.over_autotune), _x(p.over_cudagraphs), _ms(p.eager_ms), _ms(p.compile_ms),
+                 _ms(p.autotune_ms), _ms(p.cudagraphs_ms),
                  str(p.candidates),
                  f'<span class="flag-bad">{p.evaluator_faults}</span>' if p.evaluator_faults else "0",
                  f"{p.time_s:.0f}",

@@ -1,5 +1,5 @@
-"""The reference's baselines: its eager, torch.compile and max-autotune timings, each under a
-wall of its own, paid once per task, hardware and software.
+"""The reference's baselines: its eager, torch.compile, max-autotune and reduce-overhead (CUDA
+graphs) timings, each under a wall of its own, paid once per task, hardware and software.
 
 What determines a baseline is the task's code (its digest), the hardware (its label) and the
 software of the workers (torch, Triton and CUDA versions, TF32 and cuDNN flags, Inductor and
@@ -33,12 +33,14 @@ def environment_key(hw: Hardware) -> str:
 
 def wanted(ec: EvalConfig, hw: Hardware) -> list[str]:
     """The baselines to make: ``eval_config.baselines``, or eager and compile on a GPU (and
-    max-autotune with ``max_autotune_baseline``), none on the CPU."""
+    max-autotune with ``max_autotune_baseline``, reduce-overhead with ``cudagraphs_baseline``),
+    none on the CPU."""
     if ec.baselines is not None:
         return list(ec.baselines)
     if hw.device != "cuda":
         return []
-    return ["eager", "compile"] + (["autotune"] if ec.max_autotune_baseline else [])
+    return ["eager", "compile"] + (["autotune"] if ec.max_autotune_baseline else []) + (
+        ["cudagraphs"] if ec.cudagraphs_baseline else [])
 
 
 def walls(ec: EvalConfig, kinds: list[str]) -> dict[str, float]:

@@ -176,7 +176,7 @@ class RayEvaluator:
         # the node's worker(s) make each baseline under its wall, once more per one timed out
         walls = ec.baseline_timeout_s
         wait = 3 * (ec.build_timeout_s + ec.test_timeout_s) + walls.eager + walls.compile + \
-            walls.autotune + 60
+            walls.autotune + walls.cudagraphs + 60
         try:
             stats, why = self.ray.get(actor.handle.baselines.remote(), timeout=wait)
         except Exception as err:  # noqa: BLE001 - the node was lost meanwhile

@@ -8,7 +8,8 @@ Dynamic checks decide; they run inside the worker around the candidate's calls:
   by wrapping ``JITFunction.run`` / the interpreter's ``run``, NVRTC launches by wrapping
   ``RawKernel.launch``; on a GPU the profiler's CUDA kernels for CUDA C++, NVRTC kernels
   included: they are driver launches the profiler sees like any other), so a decoy-free
-  PyTorch answer is caught;
+  PyTorch answer is caught; a Triton launch made while a CUDA graph is captured runs at each
+  replay of that graph, so it is counted there, on the replaying stream;
 * ``torch_compute``: the forward must not run every compute op of the reference in PyTorch
   (recorded with a ``TorchDispatchMode``), so a decoy kernel plus PyTorch math is caught;
 * ``patched_functions``: timers, synchronisation, RNG and comparison functions must be the
@@ -32,6 +33,7 @@ import builtins
 import statistics
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -139,8 +141,15 @@ class LaunchCounter:
         for cls in classes:
             self._wrap(cls)
         self._wrap_raw(RawKernel)
+        # CUDA graphs: per graph, the Triton launches and aten ops its capture recorded.
+        self.captures: list[tuple[list[int], OpRecorder]] = []
+        self.graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._wrap_graphs(torch.cuda.CUDAGraph)
 
     def _seen(self) -> None:
+        if self.captures and torch.cuda.is_current_stream_capturing():
+            self.captures[-1][0][0] += 1  # captured, not run: counted at each replay
+            return
         self.count += 1
         if torch.cuda.is_initialized():
             self.streams.add(torch.cuda.current_stream().cuda_stream)
@@ -171,6 +180,49 @@ class LaunchCounter:
         self.wrapped.append((cls, "launch"))
 
 
+    def _wrap_graphs(self, cls: type) -> None:
+        """A capture records the Triton launches and aten ops made in it; a replay counts those
+        launches on the replaying stream and hands the ops to the recorders then active (so a
+        replayed graph of PyTorch calls is still PyTorch compute to ``torch_compute``)."""
+        begin, end, replay = cls.capture_begin, cls.capture_end, cls.replay
+        counter = self
+
+        def capture_begin(graph, *args, **kwargs):
+            recorder = OpRecorder(active=False)
+            counter.captures.append(([0], recorder))
+            recorder.__enter__()
+            try:
+                return begin(graph, *args, **kwargs)
+            except BaseException:
+                recorder.__exit__(None, None, None)
+                counter.captures.pop()
+                raise
+
+        def capture_end(graph, *args, **kwargs):
+            try:
+                return end(graph, *args, **kwargs)  # (an inner wrapper's recorder exits first)
+            finally:
+                if counter.captures:
+                    (launches,), recorder = counter.captures.pop()
+                    recorder.__exit__(None, None, None)
+                    counter.graphs[graph] = (launches, recorder.ops)
+
+        def replay_(graph, *args, **kwargs):
+            result = replay(graph, *args, **kwargs)
+            launches, ops = counter.graphs.get(graph, (0, []))
+            if launches:
+                counter.count += launches
+                counter.streams.add(torch.cuda.current_stream().cuda_stream)
+            for recorder in OpRecorder.recording:
+                recorder.ops.extend(ops)
+            return result
+
+        for name, fn in (("capture_begin", capture_begin), ("capture_end", capture_end),
+                         ("replay", replay_)):
+            setattr(cls, name, fn)
+            self.wrapped.append((cls, name))
+
+
 # --- aten ops --------------------------------------------------------------------------------
 _NON_COMPUTE = {
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
@@ -184,11 +236,25 @@ _NON_COMPUTE = {
 
 
 class OpRecorder(TorchDispatchMode):
-    """Records the base names of the aten ops dispatched while active."""
+    """Records the base names of the aten ops dispatched while active; ``recording`` holds the
+    active ones that a graph replay's ops are added to (not a capture's own, ``active=False``)."""
 
-    def __init__(self) -> None:
+    recording: list["OpRecorder"] = []
+
+    def __init__(self, active: bool = True) -> None:
         super().__init__()
         self.ops: list[str] = []
+        self.active = active
+
+    def __enter__(self):
+        if self.active:
+            OpRecorder.recording.append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        if self in OpRecorder.recording:
+            OpRecorder.recording.remove(self)
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops.append(str(func))

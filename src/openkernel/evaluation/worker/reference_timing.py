@@ -4,7 +4,13 @@ Each baseline is made in a phase of its own, so the engine holds it to its own w
 (``eval_config.baseline_timeout_s``): ``eager`` (the first eager call), ``compile``
 (``torch.compile`` in its default mode, and its first call) and ``autotune`` (the reference
 compiled with ``mode="max-autotune-no-cudagraphs"``: Inductor's GEMM/convolution templates and
-autotuned Triton configs, without CUDA graphs, which would hide launch cost the candidates pay).
+autotuned Triton configs, without CUDA graphs, which would hide launch cost the candidates pay)
+and ``cudagraphs`` (``mode="reduce-overhead"``: the default mode's kernels replayed from CUDA
+graphs, the yardstick for a candidate that replays one: generators/compiler/replay.py). CUDA-graph
+trees warm up on a first call and record on a later one, and each replay overwrites the previous
+outputs, so that baseline marks a new step before every call
+(``torch.compiler.cudagraph_mark_step_begin``) and is called ``CUDAGRAPH_CALLS`` times before it
+is timed.
 The engine kills a worker whose phase runs past its wall and asks again without that baseline.
 Then all of them are timed in the same interleaved rounds, so they see the same GPU state. The
 autotune compile never runs beside a timed trial (it benchmarks kernels on the GPU). A baseline
@@ -20,6 +26,8 @@ from openkernel.evaluation.worker.task_runtime import TaskRuntime
 from openkernel.evaluation.worker.timing import Timer, summarize
 
 AUTOTUNE_MODE = "max-autotune-no-cudagraphs"
+CUDAGRAPHS_MODE = "reduce-overhead"
+CUDAGRAPH_CALLS = 3  # warm-up, record, a first replay
 
 
 def run_reference_timing(job: Job, ch) -> dict:
@@ -49,6 +57,15 @@ def run_reference_timing(job: Job, ch) -> dict:
             ch.phase("autotune")
             _compiled(fns, result, "autotune", torch.compile(model, mode=AUTOTUNE_MODE), inputs,
                       sync)
+        if "cudagraphs" in job.baselines:
+            ch.phase("cudagraphs")
+            graphed = torch.compile(model, mode=CUDAGRAPHS_MODE)
+
+            def step(*args):  # a new step: the previous call's outputs may be overwritten
+                torch.compiler.cudagraph_mark_step_begin()
+                return graphed(*args)
+
+            _compiled(fns, result, "cudagraphs", step, inputs, sync, CUDAGRAPH_CALLS)
         ch.wait_turn()  # compiled side by side with other work; timed alone on its GPU
         ch.phase("benchmark")
         timer = Timer(device)
@@ -58,13 +75,16 @@ def run_reference_timing(job: Job, ch) -> dict:
     result["timing_method"] = timer.method
     if "autotune" in fns:
         result["autotune_mode"] = AUTOTUNE_MODE
+    if "cudagraphs" in fns:
+        result["cudagraphs_mode"] = CUDAGRAPHS_MODE
     return result
 
 
-def _compiled(fns: dict, result: dict, name: str, compiled, inputs, sync) -> None:
-    """Compile by a first call; a failure is that baseline's alone."""
+def _compiled(fns: dict, result: dict, name: str, compiled, inputs, sync, calls: int = 1) -> None:
+    """Compile by a first call (``calls`` of them); a failure is that baseline's alone."""
     try:
-        compiled(*inputs)
+        for _ in range(calls):
+            compiled(*inputs)
         sync()
     except Exception as err:  # the other baselines stand without it
         result[f"{name}_error"] = f"{type(err).__name__}: {err}"[:2000]

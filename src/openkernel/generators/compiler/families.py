@@ -22,6 +22,8 @@ plans fall into, each with the tunables its kernels use:
   (every tap, those the stride skips masked) or directly, one dense GEMM per output phase over
   only that phase's taps (kernels/conv_transposed.py).
 
+Where a call's work is small beside what its launches cost, the tunable ``CUDA_GRAPH`` picks
+between launching the kernels one by one and replaying them as a CUDA graph (replay.py).
 A graph with an op no kernel knows is refused naming those ops and their place in the trace.
 Tunables that a plan does not use are pinned (:meth:`CompiledFamily.clean`), so no two points
 of a family's space write the same code.
@@ -38,6 +40,7 @@ from openkernel.generators.compiler.kernels import conv_transposed
 from openkernel.generators.compiler.library import fold_epilogues, kernel_precision
 from openkernel.generators.compiler.modelnew import describe, leaf_names, render
 from openkernel.generators.compiler.plan import ROW_TILE, Plan, make_plan
+from openkernel.generators.compiler.replay import CUDA_GRAPH, offered
 from openkernel.generators.family import Family, Match, Tunable
 from openkernel.generators.refparse import parse_reference
 from openkernel.records import KernelPrecision, OpTrace, TaskProbe
@@ -212,8 +215,12 @@ class CompiledFamily(Family):
         union = list(dict.fromkeys(t for mode in plans for t in per_plan[mode]))
         picks = [t for k, t in enumerate((LIBRARY, FUSE_ROWS, TCONV_DIRECT))
                  if len({m[k] for m in plans}) > 1]
-        fitted.tunables = tuple(picks + union)
-        fitted.used = {mode: {t.name for t in ts} | set(MODES) for mode, ts in per_plan.items()}
+        # CUDA_GRAPH where a plan's launches can cost as much as its work (replay.py).
+        graphs = {mode: offered(probe, len(plan.kernels)) for mode, plan in plans.items()}
+        fitted.tunables = tuple(picks + union + ([CUDA_GRAPH] if any(graphs.values()) else []))
+        fitted.used = {mode: {t.name for t in ts} | set(MODES)
+                       | ({CUDA_GRAPH.name} if graphs[mode] else set())
+                       for mode, ts in per_plan.items()}
         kinds = set().union(*(_kinds(plan) for plan in plans.values()))
         fitted.starts, fitted.cpu_starts = _merged(_STARTS, kinds), _merged(_CPU_STARTS, kinds)
         # Start points take the plans in turn: library-backed first, then whole rows, then the
@@ -224,6 +231,9 @@ class CompiledFamily(Family):
                 tuple({**p, **dict(zip(MODES, modes[k % len(modes)]))}
                       for k, p in enumerate(starts))
                 for starts in (fitted.starts, fitted.cpu_starts))
+        if any(graphs.values()):  # each plan replayed first, then launched kernel by kernel
+            fitted.starts = tuple({**p, CUDA_GRAPH.name: 1 - k // len(modes) % 2}
+                                  for k, p in enumerate(fitted.starts))
         labels = {mode: _label(plan) for mode, plan in plans.items()}
         for mode in [m for m in labels if notes and m[:2] == (0, 0)]:
             labels[mode] += f" ({notes})"  # why no GEMM reduces its own rows
@@ -245,7 +255,8 @@ class CompiledFamily(Family):
             n = params.get("SPLIT", 0)
             label += f"; rows split over about {n} programs where the grid has fewer" if n \
                 else "; rows never split (SPLIT 0)"
-        return label
+        replayed = params.get(CUDA_GRAPH.name) and CUDA_GRAPH.name in self.used.get(mode, ())
+        return label + ("; replayed as a CUDA graph" if replayed else "")
 
     def precision(self, match: Match, params: dict, probe: TaskProbe) -> list[KernelPrecision]:
         hw = probe.hardware
@@ -260,6 +271,8 @@ class CompiledFamily(Family):
 
     # -- the space: a tunable its plan does not use is pinned ------------------------------
     def _pin(self, t: Tunable, interpreter: bool):
+        if t is CUDA_GRAPH:
+            return 0  # (a plan that no graph is offered for launches its kernels)
         values = t.values(interpreter)
         starts = self.cpu_starts if interpreter and self.cpu_starts else self.starts
         value = starts[0].get(t.name) if starts else None

@@ -16,6 +16,7 @@ from openkernel.generators.compiler.kernels import conv, split, welford
 from openkernel.generators.compiler.graph import Graph
 from openkernel.generators.compiler.library import VENDOR
 from openkernel.generators.compiler.plan import Kernel, Plan
+from openkernel.generators.compiler.replay import NOTE, REPLAY, graphed
 from openkernel.generators.compiler.sizes import Size, numel
 from openkernel.generators.compiler.writer import KernelWriter
 
@@ -286,7 +287,8 @@ def _guard(lines: list[str], n: str) -> list[str]:
 def render(plan: Plan, params: dict) -> str:
     """The candidate module for ``params`` (the tunables: module constants)."""
     graph = plan.graph
-    consts = "".join(f"{k} = {params[k]}\n" for k in params if k.isupper())
+    replayed = bool(params.get("CUDA_GRAPH"))  # (written as the code it picks, not a constant)
+    consts = "".join(f"{k} = {params[k]}\n" for k in params if k.isupper() and k != "CUDA_GRAPH")
     consts += "".join(f"{k.upper()} = {params[k]}\n" for k in ("num_warps", "num_stages")
                       if k in params)
     state = [v for v in graph.values.values() if v.kind == "state"]
@@ -295,12 +297,12 @@ def render(plan: Plan, params: dict) -> str:
     doc = [f"{n} Triton kernel{'s' if n > 1 else ''} written from the reference's traced aten graph "
            "(openkernel's offline generator)"
            + (", around torch's own kernel for what is left to it" if n < len(plan.kernels) else "")
-           + ":"] + [f"{k.name}: {describe(k)}." for k in plan.kernels]
+           + (NOTE if replayed else "") + ":"] + [f"{k.name}: {describe(k)}." for k in plan.kernels]
     if any(k.splits for k in plan.kernels) and "SPLIT" not in params:
         consts += "SPLIT = 0  # (not given: rows are never split)\n"
     if any(k.kind in ("matmul", "conv") for k in plan.kernels):
         consts += 'INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # Triton on the CPU\n'
-    header = HEADER if "INTERPRETED" in consts else HEADER.replace("import os\n\n", "")
+    header = HEADER if "INTERPRETED" in consts or replayed else HEADER.replace("import os\n\n", "")
     head = '"""' + "\n".join(doc) + '\n"""\n\n' + header + "\n" + consts
     parts = [DECLARE.strip("\n")] if state else []
     sources = [kernel_source(k) for k in plan.triton]
@@ -309,7 +311,10 @@ def render(plan: Plan, params: dict) -> str:
     if any(k.splits for k in plan.kernels):
         parts.append(split.CHOOSE)
     parts += sources
-    parts.append(_model(plan, state, constants))
+    if replayed:
+        parts.append(REPLAY.strip("\n"))
+    model = _model(plan, state, constants)
+    parts.append("\n".join(graphed(model.split("\n"))) if replayed else model)
     return head + "\n\n" + "\n\n\n".join(parts) + "\n"
 
 

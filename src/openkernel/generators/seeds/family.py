@@ -18,6 +18,7 @@ task Inductor compiles has a candidate.
 
 from __future__ import annotations
 
+from openkernel.generators.compiler.replay import CUDA_GRAPH, offered
 from openkernel.generators.family import Family, Match, Tunable
 from openkernel.generators.seeds.render import render, render_signatures
 from openkernel.generators.seeds.rewrite import (
@@ -71,6 +72,11 @@ class InductorSeed(Family):
                               for i in range(max((len(t.choices) for t in fitted.tunables),
                                                  default=1)))
         extern = [e for _, seed in seeds for e in seed.extern]
+        if offered(probe, len(seeds[0][1].kernels) + len(seeds[0][1].extern)):
+            # replayed first, then launched one by one (CUDA graphs: compiler/replay.py)
+            fitted.tunables += (CUDA_GRAPH,)
+            fitted.starts = tuple({**p, CUDA_GRAPH.name: 1 - k % 2}
+                                  for k, p in enumerate(fitted.starts * 2))
         label = (f"Inductor's {len(kernels)} Triton kernel{'s' if len(kernels) > 1 else ''}"
                  + (f" around {', '.join(dict.fromkeys(extern))}" if extern else ""))
         spec = {"seed": seeds[0][1], "label": label, "trace": probe.trace}
@@ -86,6 +92,10 @@ class InductorSeed(Family):
             why += (f"; {len(fixed.seed.kernels)} of them specialised to the benchmark shapes "
                     f"({shapes(fixed.shapes)}), run on those alone")
         return Match(fitted, why + (f"; left out: {left}" if left else ""), spec)
+
+    def describe(self, match: Match, params: dict) -> str:
+        return match.spec["label"] + ("; replayed as a CUDA graph"
+                                      if params.get(CUDA_GRAPH.name) else "")
 
     def render(self, match: Match, params: dict, backend: str) -> str:
         if "static" in match.spec:

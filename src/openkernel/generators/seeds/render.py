@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from openkernel.generators.compiler.modelnew import DECLARE
+from openkernel.generators.compiler.replay import NOTE, REPLAY, graphed
 from openkernel.generators.seeds.rewrite import Seed, StaticSeed, _prefix, describe, shapes
 from openkernel.records import OpTrace
 
@@ -66,6 +67,8 @@ def render_signatures(seeds: list[tuple[list, Seed]], params: dict, trace: OpTra
 
 
 def _module(seed: Seed, params: dict, model, note: str = "") -> str:
+    replayed = bool(params.get("CUDA_GRAPH"))  # (the tunable of compiler/replay.py)
+    note += NOTE if replayed else ""
     lines = ['"""' + f"{len(seed.kernels)} Triton kernel{'s' if len(seed.kernels) > 1 else ''}"
              f" written by {seed.made}, rewritten as a standalone module (openkernel's offline "
              "generator): the kernels as Inductor wrote them, launched on explicit grids with "
@@ -101,7 +104,10 @@ def _module(seed: Seed, params: dict, model, note: str = "") -> str:
     state = [a.split(":", 1)[1] for a in seed.args if a.startswith("state:")]
     if state:
         parts.append(DECLARE.strip("\n"))
-    parts.append(model(state))
+    if replayed:
+        parts += [REPLAY.strip("\n"), "\n".join(graphed(model(state).split("\n")))]
+    else:
+        parts.append(model(state))
     return "\n\n\n".join(p.strip("\n") for p in parts) + "\n"
 
 

@@ -1,0 +1,127 @@
+"""A forward replayed as a CUDA graph: the tunable ``CUDA_GRAPH`` and the code it writes.
+
+Where launch overhead can matter (a call's work is small beside what its launches cost), a
+candidate's forward may capture its kernels into a ``torch.cuda.CUDAGraph`` on the first call
+for an input signature (each input's shape, strides, dtype and device, and where the module's
+parameters and buffers live), then copy each call's inputs into the graph's static buffers and
+replay it. What the written module does, and why:
+
+* warm-up: the first call of a signature runs the kernels once eagerly on the caller's stream,
+  so Triton compiles outside the capture, then captures them on one capture stream per device
+  and replays. torch's examples warm up on the capture stream instead, so that state made
+  lazily per stream exists before the capture; here the only such state is a library call's
+  cuBLAS workspace, which is then made inside the capture, from the graph's pool (as
+  torch.compile's CUDA-graph trees make theirs on purpose), and launches on a stream the caller
+  does not time would read as hidden work to the evaluator;
+* outputs: a replay overwrites the graph's static outputs, so each call returns clones (one
+  copy an output); a caller holding an earlier output never sees it change, and the copies are
+  timed with the rest;
+* weights: the graph reads the parameters and buffers where they live, so ``load_state_dict``
+  (an in-place copy) is seen by the next replay; a module whose tensors moved captures anew;
+* a new signature (held-out sizes) captures a new graph; at most ``_GRAPHS`` are kept, the
+  least recently used one dropped;
+* on the CPU, under the Triton interpreter, with autograd recording, or inside another capture:
+  the plain eager forward.
+
+The tunable is offered only where a call's work is small beside its launches (:func:`offered`),
+so timing decides between the two forwards; under the interpreter it is pinned to 0 (there is
+no graph to replay).
+"""
+
+from __future__ import annotations
+
+from openkernel.generators.family import Tunable
+from openkernel.records import TaskProbe
+
+CUDA_GRAPH = Tunable("CUDA_GRAPH", (0, 1), (0,), "1: on a GPU the forward is captured as a CUDA "
+                     "graph per input signature and replayed (inputs copied into its buffers, "
+                     "outputs cloned); 0: the kernels are launched one by one")
+
+# Work one launch's cost hides, on an H200: a Triton launch costs ~10-20 us of host time, in
+# which HBM moves ~32 MiB and the SMs do ~1 GFLOP of fp32.
+LAUNCH_BYTES = 32 << 20
+LAUNCH_FLOPS = 1e9
+
+REPLAY = '''
+
+_GRAPHS = 4  # input signatures whose CUDA graphs are kept (the least recently used one goes)
+_CAPTURE_STREAMS = {}  # device -> its capture stream (one: a cuBLAS workspace is kept per stream)
+
+
+def _replayed(module, kernels, inputs):
+    """``kernels(*inputs)`` replayed from a CUDA graph of its launches (captured on the first call
+    of the inputs' signature), the outputs cloned; eager where no graph can be replayed."""
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    if (not tensors or not all(t.is_cuda for t in tensors)
+            or os.environ.get("TRITON_INTERPRET") == "1"
+            or torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+            or torch.cuda.is_current_stream_capturing()):
+        return kernels(*inputs)
+    state = [*module.parameters(), *module.buffers()]  # read in place by the graph
+    key = (tuple((tuple(t.shape), t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor)
+                 else repr(t) for t in inputs), tuple(t.data_ptr() for t in state))
+    graphs = module.__dict__.setdefault("_cuda_graphs", {})
+    entry = graphs.pop(key, None)
+    if entry is None:
+        while len(graphs) >= _GRAPHS:
+            graphs.pop(next(iter(graphs)))
+        entry = _capture(kernels, inputs, tensors[0].device)
+    graphs[key] = entry  # the most recently used last
+    graph, static_inputs, static_outputs = entry
+    for buffer, t in zip(static_inputs, inputs):
+        if isinstance(t, torch.Tensor):
+            buffer.copy_(t)
+    graph.replay()
+    return _cloned(static_outputs)  # the next replay overwrites the static outputs
+
+
+def _capture(kernels, inputs, device):
+    """Warm up on the caller's stream (Triton compiles there, never inside a capture), then
+    capture the launches on the capture stream of the inputs' device."""
+    with torch.cuda.device(device):
+        static_inputs = [torch.empty_like(t).copy_(t) if isinstance(t, torch.Tensor) else t
+                         for t in inputs]
+        kernels(*static_inputs)
+        graph = torch.cuda.CUDAGraph()
+        if device not in _CAPTURE_STREAMS:
+            _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
+        stream = _CAPTURE_STREAMS[device]
+        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+            static_outputs = kernels(*static_inputs)
+    return graph, static_inputs, static_outputs
+
+
+def _cloned(out):
+    if isinstance(out, torch.Tensor):
+        return out.clone()
+    if isinstance(out, (list, tuple)):
+        return type(out)(_cloned(o) for o in out)
+    return out
+'''
+
+FORWARD = ['    def forward(self, *inputs):',
+           '        """The kernels (_kernels) replayed from a CUDA graph on a GPU (_replayed)."""',
+           '        return _replayed(self, self._kernels, inputs)', '']
+
+NOTE = "; on a GPU replayed as a CUDA graph per input signature (inputs copied in, outputs cloned)"
+
+
+def offered(probe: TaskProbe | None, launches: int) -> bool:
+    """Whether launch overhead can matter for a forward of ``launches`` kernels and library
+    calls: the reference's work per call (the probe's bytes moved and FLOPs) is at most what
+    that many launches' cost hides (``LAUNCH_BYTES``, ``LAUNCH_FLOPS`` each)."""
+    if probe is None or probe.bytes_moved <= 0 or launches < 1:
+        return False
+    return probe.bytes_moved <= launches * LAUNCH_BYTES and probe.flops <= launches * LAUNCH_FLOPS
+
+
+def graphed(lines: list[str], forward: str = "    def forward(") -> list[str]:
+    """A ModelNew's lines with its forward renamed ``_kernels`` and a replaying forward before
+    it (the module must also hold :data:`REPLAY` and import ``os``)."""
+    out = []
+    for line in lines:
+        if line.startswith(forward):
+            out += FORWARD + [line.replace("def forward(", "def _kernels(", 1)]
+        else:
+            out.append(line)
+    return out
