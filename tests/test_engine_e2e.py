@@ -37,7 +37,10 @@ def _trouble(events) -> str:
     lines += [f"withdrawn {e.label}: {e.reason}" for e in events if isinstance(e, ev.CandidateWithdrawn)]
     lines += [f"abandoned {e.label}" for e in events
               if isinstance(e, ev.CandidatePhaseChanged) and e.phase == "abandoned"]
-    return "\n".join(lines) or "nothing"
+    # nothing said: every event that names a candidate, in order, to show where one was lost
+    return "\n".join(lines) or "nothing said; the candidates' events:\n" + "\n".join(
+        f"{type(e).__name__} {e.label} {getattr(e, 'phase', '')}" for e in events
+        if isinstance(getattr(e, "label", None), str))
 
 
 def test_event_stream_shape(gelu_run):
@@ -166,7 +169,7 @@ def test_resume_runs_only_what_is_missing(gelu_run, examples_dir):
     resumed = [e.message for e in events if isinstance(e, ev.LogEmitted) and "Resuming" in e.message]
     assert resumed and "4 candidates stored" in resumed[0]
     labels = [e.label for e in events if isinstance(e, ev.CandidateEvaluated)]
-    assert sorted(labels) == ["i2-b0", "i2-b1"]
+    assert sorted(labels) == ["i2-b0", "i2-b1"], _trouble(events)
     assert (events[-1].candidates, events[-1].new_candidates) == (6, 2)  # the job's, this run's
     rows = Store(tmp / "k.sqlite3").job_kernels("gelu", "e2e")
     assert len(rows) == 7 and sum(r.is_program0 for r in rows) == 1

@@ -700,7 +700,8 @@ class Search:
             out.put(LogEmitted("error", f"{label}: {err}"))
             out.put(CandidatePhaseChanged(label, "abandoned"))
             self.control.stop()
-        except Aborted:  # stopped from outside while in flight: no verdict, nobody's fault
+        except Aborted as err:  # stopped from outside while in flight: no verdict, nobody's fault
+            out.put(LogEmitted("warning", f"{label}: stopped before its verdict ({err})"))
             out.put(CandidatePhaseChanged(label, "abandoned"))
         except Exception as err:  # a generator or evaluator bug: say so, keep the run going
             why = f"internal error: {err!r}"

@@ -90,14 +90,23 @@ def run_sweep(job: Job, ch) -> dict:
     # calls run side by side, one thread each. The interpreter patches triton.language while a
     # kernel runs, so under it they take turns.
     threads = max(1, min(len(made), job.build_threads)) if ev.gpu else 1
+    errors: dict[int, BaseException | None] = {}
     if threads > 1:
         _start_triton()
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        calls = {i: pool.submit(first_call, i) for i in made}
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            calls = {i: pool.submit(first_call, i) for i in made}
+        errors = {i: call.exception() for i, call in calls.items()}
+    else:  # in this (the main) thread, as a plain candidate's first call
+        for i in made:
+            try:
+                first_call(i)
+                errors[i] = None
+            except BaseException as err:
+                errors[i] = err
     models = {}
-    for i, call in calls.items():
-        if call.exception() is not None:
-            _failed(rows[i], call.exception())
+    for i, err in errors.items():
+        if err is not None:
+            _failed(rows[i], err)
             continue
         rows[i]["built"] = True
         models[i] = made[i]
