@@ -122,6 +122,10 @@ def test_overlapping_checks_of_real_workers_never_meet_a_timed_turn(tmp_path):
     ev = _evaluator(tmp_path)
     pool = DevicePool([0], per_device=2, check_slots=2)
     spans, lock = [], threading.Lock()
+    # Both checks wait, inside the shared hold, until the other is in it too: they overlap
+    # whatever the load (a worker slow to start cannot leave its check after the other's), and
+    # a pool that let only one in would break the barrier.
+    both = threading.Barrier(2, timeout=180)
 
     def recorded(kind, factory):
         import contextlib
@@ -129,6 +133,8 @@ def test_overlapping_checks_of_real_workers_never_meet_a_timed_turn(tmp_path):
         @contextlib.contextmanager
         def cm():
             with factory():
+                if kind == "check":
+                    both.wait()
                 start = time.monotonic()
                 try:
                     yield
