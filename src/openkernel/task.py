@@ -21,6 +21,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from openkernel import syntax
 from openkernel.errors import TaskError
 
 REFERENCE_NAMES = ("reference.py", "model.py")
@@ -64,7 +65,7 @@ def _top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
 
 def _parse(path: Path, code: str) -> ast.Module:
     try:
-        return ast.parse(code, filename=str(path))
+        return syntax.parse(code, filename=str(path))
     except SyntaxError as err:
         raise TaskError(f"{path}: not valid Python (line {err.lineno}: {err.msg})") from None
 

@@ -18,6 +18,8 @@ import itertools
 import random
 from dataclasses import dataclass, field
 
+from openkernel import syntax
+
 MARKER = "TEMPLATE_PARAMS"
 _LITERALS = (int, float, str, bool)
 
@@ -68,7 +70,7 @@ def parse(code: str) -> Space | None:
     code to read, a default that is not a literal.
     """
     try:
-        tree = ast.parse(code)
+        tree = syntax.parse(code)
     except SyntaxError:
         return None  # the build reports it, with its line
     assigns = _top_assignments(tree)
@@ -119,7 +121,7 @@ def is_template(code: str) -> bool:
 def instantiate(code: str, params: dict) -> str:
     """The concrete code of one combination: each parameter's assignment line rewritten, the
     options dict replaced by a comment naming the combination."""
-    tree = ast.parse(code)
+    tree = syntax.parse(code)
     assigns = _top_assignments(tree)
     lines = code.splitlines(keepends=True)
     edits = []  # (first line, last line, replacement), applied bottom-up

@@ -15,6 +15,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from openkernel import syntax
+
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([\w+.#-]*)[^\n`]*$")
 _PYTHON_TAGS = {"", "python", "py", "python3", "py3", "pytorch"}
 _IDEA = re.compile(r"^\s*(?:\*\*)?(?:idea|summary|plan)(?:\*\*)?\s*:\s*(?:\*\*)?\s*(.+)$",
@@ -112,7 +114,7 @@ def extract_code(answer: str) -> Extraction:
                       "by max_tokens)")
     result.log = "\n".join(notes)
     try:
-        tree = ast.parse(result.code)
+        tree = syntax.parse(result.code)
     except SyntaxError as err:
         result.error = syntax_message(err, result.code)
         return result

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from openkernel import syntax
+
 # Namespaces whose calls are the functional form (tensor first): torch.softmax, F.softmax.
 _FUNCTIONAL_OWNERS = {"torch", "F", "nn.functional", "torch.nn.functional", "functional", "fn"}
 
@@ -126,7 +128,7 @@ def _signature(fn: ast.FunctionDef) -> tuple[str, list[str]]:
 def parse_reference(code: str) -> Reference | None:
     """Parse a KernelBench reference; None when it has no ``class Model``."""
     try:
-        tree = ast.parse(code)
+        tree = syntax.parse(code)
     except SyntaxError:
         return None
     ref = Reference(tree=tree)

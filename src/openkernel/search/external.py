@@ -19,6 +19,7 @@ import re
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from openkernel import syntax
 from openkernel.errors import OpenKernelError
 
 USER = "user"
@@ -40,7 +41,7 @@ def check_code(code: str) -> str:
     if not code.strip():
         raise OpenKernelError("the code is empty: send the whole kernel module (ModelNew)")
     try:
-        ast.parse(code)
+        syntax.parse(code)
     except SyntaxError as err:
         raise OpenKernelError(f"the code does not parse: line {err.lineno}: {err.msg}") from None
     return code

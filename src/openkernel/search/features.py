@@ -25,6 +25,8 @@ import ast
 import math
 import re
 
+from openkernel import syntax
+
 _BLOCK = re.compile(r"\b(BLOCK[A-Z_]*|UNROLL|TILE|MAX_FUSED|ELEMS)\s*[:=]\s*(\d+)")
 _WARPS = re.compile(r"\bnum_warps\s*[:=]\s*(\d+)")
 _THREADS = re.compile(r"<<<[^,>]+,\s*(\d+)")
@@ -51,7 +53,7 @@ def _code_only(code: str) -> str:
     """Python code without its comments and docstrings ("C = act(A @ B)" in a docstring is no
     library call); code that does not parse is read as it is."""
     try:
-        tree = ast.parse(code)
+        tree = syntax.parse(code)
     except (SyntaxError, ValueError):
         return code
     for node in ast.walk(tree):

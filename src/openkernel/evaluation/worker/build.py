@@ -30,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from openkernel import syntax
 from openkernel.evaluation.protocol import Job
 from openkernel.evaluation.worker.task_runtime import load_module
 from openkernel.nvrtc import ARCHS_VAR, COMPILED, KernelCompileError, KernelSourceError, RawKernel
@@ -198,7 +199,7 @@ def lean_load_inline(load_inline):
 def static_cuda_sources(code: str) -> str:
     """String constants of the candidate that hold a ``__global__`` kernel."""
     try:
-        tree = ast.parse(code)
+        tree = syntax.parse(code)
     except SyntaxError:
         return ""
     return "\n".join(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)

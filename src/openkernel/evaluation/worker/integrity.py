@@ -39,6 +39,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from openkernel import syntax
 from openkernel.evaluation.worker.correctness import (
     flatten_outputs,
     relative_error,
@@ -101,7 +102,7 @@ def _fallback_calls(handler: ast.ExceptHandler) -> list[str]:
 def static_scan(code: str) -> list[tuple[str, str]]:
     """Decisive static findings as (check, message); empty when the source looks honest."""
     try:
-        tree = ast.parse(code)
+        tree = syntax.parse(code)
     except SyntaxError:
         return []  # the build reports syntax errors with their line
     findings = []

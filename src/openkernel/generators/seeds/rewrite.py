@@ -26,6 +26,8 @@ import textwrap
 from dataclasses import dataclass, field
 from unittest import mock
 
+from openkernel import syntax
+
 _GRIDS = {"Grid1D": ("x",), "Grid2D": ("x", "y"), "Grid3D": ("x", "y", "z")}
 _DROPPED_CALLS = {"assert_size_stride", "assert_alignment", "get_raw_stream", "set_device",
                   "copy_if_misaligned", "run_intermediate_hooks"}
@@ -83,7 +85,7 @@ def _kernel_configs(source: str) -> tuple[list[dict], str]:
 
     from torch._inductor.runtime import hints
 
-    decorator = next((d for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)
+    decorator = next((d for n in syntax.parse(source).body if isinstance(n, ast.FunctionDef)
                       for d in n.decorator_list if isinstance(d, ast.Call)
                       and ast.unparse(d.func).startswith("triton_heuristics.")), None)
     if decorator is None:
@@ -101,7 +103,7 @@ def _kernel_configs(source: str) -> tuple[list[dict], str]:
 
 
 def _jit_function(source: str) -> tuple[ast.FunctionDef, dict]:
-    tree = ast.parse(source)
+    tree = syntax.parse(source)
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
             meta = {}
@@ -121,7 +123,7 @@ def _strip_sets(node: ast.expr) -> ast.expr:
             if isinstance(call.func, ast.Name) and call.func.id == "set" and not call.args:
                 return ast.Tuple(elts=[], ctx=ast.Load())
             return self.generic_visit(call)
-    return Sets().visit(ast.parse(ast.unparse(node), mode="eval").body)
+    return Sets().visit(syntax.parse(ast.unparse(node), mode="eval").body)
 
 
 def _helpers(text: str, found: dict[str, str]) -> str:
@@ -168,7 +170,7 @@ def parse(captured: dict, tag: str = "", first: int | None = None) -> Seed:
         first: number the kernels' constants from here (``K<first>``, ``K<first + 1>``, ...)
             instead of by their names' own index, so that they stay distinct across captures.
     """
-    tree = ast.parse(captured["code"])
+    tree = syntax.parse(captured["code"])
     kernels: dict[str, SeedKernel] = {}
     helpers: dict[str, str] = {}
     libdevice = False
@@ -270,7 +272,7 @@ class _Plain(ast.NodeTransformer):
 
 
 def _parse(text: str) -> ast.expr:
-    return ast.parse(text, mode="eval").body
+    return syntax.parse(text, mode="eval").body
 
 
 def _launch(kernel: SeedKernel, call: ast.Call) -> list[str]:
