@@ -69,7 +69,8 @@ def test_least_loaded_placement_and_exclusive_turns():
     assert not overlap
     busy = pool.busy()
     assert busy[1]["turns"] == 4 and busy[1]["busy_s"] >= 0.2
-    assert busy[0] == {"busy_s": 0.0, "turns": 0, "intervals": []}
+    assert busy[0] == {"busy_s": 0.0, "turns": 0, "intervals": [], "timed": []}
+    assert len(busy[1]["timed"]) == 4
 
 
 def test_checks_share_a_device_and_timing_holds_it_alone():
@@ -114,6 +115,10 @@ def test_checks_share_a_device_and_timing_holds_it_alone():
     assert busy["turns"] == 6
     # overlaps counted once: the 3 long checks two at a time, then the turn, then the rest
     assert 0.7 <= busy["busy_s"] < 0.3 * 3 + 0.1 + 0.2, busy
+    # the timed turn is told apart from the checks, and nothing else was held beside it
+    assert len(busy["timed"]) == 1, busy
+    (t0, t1), = busy["timed"]
+    assert all(z <= t0 or a >= t1 for a, z in busy["intervals"] if (a, z) != (t0, t1)), busy
 
 
 def test_overlapping_checks_of_real_workers_never_meet_a_timed_turn(tmp_path):
@@ -375,10 +380,11 @@ def test_gpu_pipeline_turns_spares_and_build_cache(tmp_path):
         assert r.correctness, r.eval_log
     busy = ev.gpu_busy()
     assert sum(b["turns"] for b in busy.values()) >= 4
-    for b in busy.values():  # on each GPU, one timed turn at a time (GPUs run side by side)
-        spans = sorted(b["intervals"])
-        for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
-            assert b0 >= a1 - 1e-6, spans
+    for b in busy.values():  # on each GPU a timed turn overlaps nothing (checks share)
+        assert len(b["timed"]) >= 1, b
+        for t0, t1 in b["timed"]:
+            others = [(a, z) for a, z in b["intervals"] if (a, z) != (t0, t1)]
+            assert all(z <= t0 + 1e-6 or a >= t1 - 1e-6 for a, z in others), (t0, t1, others)
     assert any(r.metadata["prestarted"] for r in results)
     if find_ncu() is not None:  # later profiles find workers already started under ncu
         assert any(r.profiler_data.get("profile_prestarted") for r in results), [

@@ -59,6 +59,7 @@ class DevicePool:
         self._timing: set[int] = set()  # devices a worker holds alone (timing, a profile)
         self._want_turn = {d: 0 for d in self.devices}  # workers waiting for the turn
         self._busy: dict[int, list[tuple[float, float]]] = {d: [] for d in self.devices}
+        self._timed: dict[int, list[tuple[float, float]]] = {d: [] for d in self.devices}
         self.failed: dict[int, str] = {}
         self.created = time.monotonic()
 
@@ -124,7 +125,9 @@ class DevicePool:
         finally:
             with self._cond:
                 self._timing.discard(device)
-                self._busy[device].append((start, time.monotonic()))
+                span = (start, time.monotonic())
+                self._busy[device].append(span)
+                self._timed[device].append(span)
                 self._cond.notify_all()
 
     @contextmanager
@@ -146,7 +149,8 @@ class DevicePool:
 
     def busy(self, since: float | None = None) -> dict[int, dict]:
         """Per device: seconds it was held (turns and checks, overlaps counted once), the
-        number of holds and their intervals."""
+        number of holds, their intervals, and the timed turns' intervals alone (``timed``:
+        checks overlap one another by design, timed turns never overlap anything)."""
         out = {}
         for d in self.devices:
             spans = [(a, b) for a, b in self._busy[d] if since is None or b > since]
@@ -156,5 +160,7 @@ class DevicePool:
                     held, end = held + (b - a), b
                 elif b > end:
                     held, end = held + (b - end), b
-            out[d] = {"busy_s": round(held, 3), "turns": len(spans), "intervals": spans}
+            timed = [(a, b) for a, b in self._timed[d] if since is None or b > since]
+            out[d] = {"busy_s": round(held, 3), "turns": len(spans), "intervals": spans,
+                      "timed": timed}
         return out

@@ -157,7 +157,8 @@ class RayEvaluator:
             except Exception:  # noqa: BLE001 - a node gone by the end: no report for it
                 continue
             for entry in busy.values():  # one GPU per actor
-                entry["intervals"] = [(a - shift, b - shift) for a, b in entry["intervals"]]
+                for key in ("intervals", "timed"):
+                    entry[key] = [(a - shift, b - shift) for a, b in entry.get(key, [])]
                 out[actor.index] = entry
         return out
 

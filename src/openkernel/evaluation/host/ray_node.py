@@ -173,7 +173,8 @@ class GpuActor:
         since = None if wall_since is None else wall_since - shift
         out = self.evaluator.gpu_busy(since)
         for entry in out.values():
-            entry["intervals"] = [(a + shift, b + shift) for a, b in entry["intervals"]]
+            for key in ("intervals", "timed"):
+                entry[key] = [(a + shift, b + shift) for a, b in entry[key]]
         return out
 
     def close(self) -> None:
