@@ -93,6 +93,10 @@ class TaskProbe:
     memory: Footprint | None = None  # what the reference holds on its device (the memory plan's input)
     trace: OpTrace | None = None  # the forward's aten ops with their arguments (graph templates)
     flags: PrecisionFlags | None = None  # the TF32 flags the reference ran under
+    # On a GPU with cuDNN's TF32 allowed: the reference's float32 convolutions computed
+    # exactly all the same (its output moved less than TF32's rounding with TF32 off: cuDNN
+    # picks non-TF32 kernels for some shapes, e.g. small groups), so ours may not round to TF32.
+    conv_exact: bool = False
     # The reference's compute ops when they are all GEMMs or convolutions (e.g. "mm"): a lone
     # library call, which no kernel of ours can be "the library call with more around it".
     library_bound: str = ""

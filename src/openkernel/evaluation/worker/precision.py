@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from typing import Callable
+
 from openkernel.records import PrecisionFlags
 
 # The reference's ops that are a vendor library's call (cuBLAS, cuDNN) as a whole.
@@ -20,6 +22,45 @@ LIBRARY_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "m
                "dot", "vdot", "_addmm_activation", "convolution", "_convolution",
                "cudnn_convolution", "cudnn_convolution_transpose", "conv1d", "conv2d", "conv3d",
                "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"}
+
+
+_CONV_OPS = {"convolution", "_convolution", "cudnn_convolution", "cudnn_convolution_transpose",
+             "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+             "conv_transpose3d"}
+# TF32 keeps 10 of float32's 23 mantissa bits: a convolution's sums of TF32 products move by
+# ~1e-4 of the output's scale, two float32 kernels' sums by ~1e-7.
+EXACT_BELOW = 1e-5
+
+
+def conv_exact(forward: Callable[[], list[torch.Tensor]], compute_ops: set[str]) -> bool:
+    """Whether the reference's float32 convolutions computed exactly though cuDNN's TF32 is
+    allowed: its outputs (``forward()``, run with TF32 as it is, then off) move by less than
+    TF32's rounding. cuDNN picks non-TF32 kernels for some shapes (small groups among them),
+    and a candidate's convolutions may not compute below the reference's own."""
+    if not (compute_ops & _CONV_OPS) or not torch.backends.cudnn.allow_tf32:
+        return False
+    allowed = forward()
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        exact = forward()
+    finally:
+        torch.backends.cudnn.allow_tf32 = True
+    pairs = [(a, b) for a, b in zip(allowed, exact)
+             if a.dtype == torch.float32 and a.shape == b.shape and a.numel()]
+    if not pairs or len(allowed) != len(exact):
+        return False
+    return all(_moved(a, b) < EXACT_BELOW for a, b in pairs)
+
+
+def _moved(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| over max |b|, a chunk at a time (outputs can be gigabytes)."""
+    diff = scale = 0.0
+    for x, y in zip(a.reshape(-1).split(1 << 24), b.reshape(-1).split(1 << 24)):
+        d = float((x - y).abs().max())
+        if d != d:  # NaN: not comparable, so not shown exact
+            return float("inf")
+        diff, scale = max(diff, d), max(scale, float(y.abs().max()))
+    return diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
 
 
 def apply(allow_tf32: bool) -> PrecisionFlags:

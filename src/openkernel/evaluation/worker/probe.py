@@ -261,6 +261,13 @@ def run_probe(job: Job, ch) -> dict:
                   for d in dict.fromkeys(output_dtypes)}
     reference_ms = _time_reference(model, inputs, gpu)
     step("timing")
+    try:
+        conv_exact = gpu and precision.conv_exact(lambda: _forward(model, inputs), compute_ops(ops))
+    except Exception as err:  # our own measurement failed: TF32 stays as the flags allow
+        conv_exact = False
+        warnings.append(f"measuring the reference's convolution precision failed "
+                        f"({type(err).__name__}: {err})")
+    step("precision")
     probe = TaskProbe(
         ok=True, aten_ops=ops,
         input_shapes=[list(t.shape) for t in tensors_in(inputs)],
@@ -271,6 +278,7 @@ def run_probe(job: Job, ch) -> dict:
         warnings=warnings, hardware=hw, memory=footprint, trace=trace, tolerances=tolerances,
         heldout=heldout, reference_ms=reference_ms, steps_s=steps,
         flags=precision.current(), library_bound=precision.library_bound(compute_ops(ops)),
+        conv_exact=conv_exact,
         inductor=seeds,
         log=(f"device {device}; held-out inputs: {source}; output dtypes "
              f"{', '.join(d.removeprefix('torch.') for d in output_dtypes)}"),
@@ -280,6 +288,11 @@ def run_probe(job: Job, ch) -> dict:
     if footprint is not None:
         probe.log += "; " + describe_footprint(footprint)
     return {"probe": asdict(probe), **({"captured": captured} if captured else {})}
+
+
+def _forward(model, inputs) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return flatten_outputs(model(*clone(inputs)))
 
 
 def _time_reference(model, inputs, gpu: bool, calls: int = 3, budget_s: float = 2.0) -> float:

@@ -209,6 +209,8 @@ class CompiledFamily(Family):
             direct = _direct(plans[mode])
             if direct is not None:
                 plans[mode[:2] + (1,)] = direct
+        if probe.conv_exact:  # the reference's cuDNN kernels computed float32 exactly
+            plans = {mode: _exact(plan) for mode, plan in plans.items()}
         fitted = copy.copy(self)
         fitted.plans = plans
         per_plan = {mode: _tunables(plan) for mode, plan in plans.items()}
@@ -261,7 +263,8 @@ class CompiledFamily(Family):
     def precision(self, match: Match, params: dict, probe: TaskProbe) -> list[KernelPrecision]:
         hw = probe.hardware
         return kernel_precision(match.spec["plans"][_mode(params)],
-                                hw is not None and hw.device == "cuda", probe.flags)
+                                hw is not None and hw.device == "cuda", probe.flags,
+                                probe.conv_exact)
 
     def render(self, match: Match, params: dict, backend: str) -> str:
         mode = _mode(params)
@@ -351,6 +354,16 @@ def _direct(plan: Plan) -> Plan | None:
     out = copy.copy(plan)
     out.kernels = [dataclasses.replace(k, conv=dataclasses.replace(k.conv, direct=True))
                    if direct(k) else k for k in plan.kernels]
+    return out
+
+
+def _exact(plan: Plan) -> Plan:
+    """The plan with its float32 Triton convolutions near-exact (3xTF32) under cuDNN's TF32."""
+    if not any(k.kind == "conv" for k in plan.kernels):
+        return plan
+    out = copy.copy(plan)
+    out.kernels = [dataclasses.replace(k, conv=dataclasses.replace(k.conv, exact=True))
+                   if k.kind == "conv" else k for k in plan.kernels]
     return out
 
 

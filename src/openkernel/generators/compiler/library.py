@@ -27,10 +27,13 @@ VENDOR = {"convolution": "cuDNN", "mm": "cuBLAS", "bmm": "cuBLAS", "addmm": "cuB
           "_addmm_activation": "cuBLASLt"}
 
 
-def kernel_precision(plan: "Plan", gpu: bool, flags: PrecisionFlags | None) -> list[KernelPrecision]:
+def kernel_precision(plan: "Plan", gpu: bool, flags: PrecisionFlags | None,
+                     conv_exact: bool = False) -> list[KernelPrecision]:
     """How each GEMM and convolution of ``plan`` computes on this device under these flags:
     a float32 one in TF32 only on a GPU whose flag allows it (the Triton kernels read the same
-    flags at run time as cuBLAS and cuDNN do), other dtypes in their own."""
+    flags at run time as cuBLAS and cuDNN do) and, for a convolution, only where the
+    reference's cuDNN kernels were not measured exact (``conv_exact``: cuDNN computes such
+    shapes in float32, our Triton convolutions in 3xTF32), other dtypes in their own."""
     flags = flags or PrecisionFlags()
     out = []
     for kernel in plan.kernels:
@@ -42,7 +45,7 @@ def kernel_precision(plan: "Plan", gpu: bool, flags: PrecisionFlags | None) -> l
                  node.outputs[0])
         dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
                  "float64": "fp64"}.get(x.dtype, x.dtype)
-        if dtype == "fp32" and gpu and (flags.conv_tf32 if conv else flags.matmul_tf32):
+        if dtype == "fp32" and gpu and not (conv and conv_exact) and (flags.conv_tf32 if conv else flags.matmul_tf32):
             dtype = "tf32"
         by = VENDOR.get(node.op, "torch") if kernel.kind == "library" else "triton"
         out.append(KernelPrecision(kernel.name, node.op, by, dtype))

@@ -35,6 +35,9 @@ class ConvSpec:
     # a transposed convolution computed directly, phase by phase (conv_transposed.py), not
     # in the gradient form below
     direct: bool = False
+    # float32 near-exactly (3xTF32) though cuDNN's TF32 is on: the reference's own cuDNN
+    # kernels measured exact at the probe (TaskProbe.conv_exact), so TF32 would be below them
+    exact: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -77,7 +80,8 @@ def source(name: str, spec: ConvSpec) -> str:
     lines = [
         "@triton.jit",
         f"def {name}(x_ptr, w_ptr, b_ptr, y_ptr, M, C_in, {sp_in}, C_out, {sp_out},",
-        f"{' ' * (len(name) + 5)}IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,",
+        f"{' ' * (len(name) + 5)}IEEE: tl.constexpr, TF32X3: tl.constexpr, UPCAST: tl.constexpr,",
+        f"{' ' * (len(name) + 5)}BLOCK_M: tl.constexpr,",
         f"{' ' * (len(name) + 5)}BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):",
         f'    """{"Transposed c" if spec.transposed else "C"}onvolution ({nd}-d, '
         f'kernel {"x".join(map(str, ks))}, groups {spec.groups}) as an implicit GEMM."""',
@@ -136,6 +140,8 @@ def source(name: str, spec: ConvSpec) -> str:
         "            a, b = a.to(tl.float32), b.to(tl.float32)",
         "        if IEEE:  # float32 in full precision (TF32 only where cuDNN's would be)",
         "            acc = tl.dot(a, b, acc, input_precision=\"ieee\")",
+        "        elif TF32X3:  # near float32 on tensor cores: the reference's cuDNN kernels were exact",
+        "            acc = tl.dot(a, b, acc, input_precision=\"tf32x3\")",
         "        else:",
         "            acc = tl.dot(a, b, acc)",
     ]
@@ -183,6 +189,7 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
     args = [x, w, b or y, y, "M", f"{x}.shape[1]", *sizes_in, f"{y}.shape[1]",
             *[f"{name}_out[{j}]" for j in range(nd)],
             f"IEEE={x}.dtype == torch.float32 and not ({x}.is_cuda and torch.backends.cudnn.allow_tf32)",
+            f"TF32X3={x}.dtype == torch.float32" if spec.exact else "TF32X3=False",
             f"UPCAST=INTERPRETED and {x}.dtype == torch.bfloat16", "BLOCK_M=BLOCK_M",
             "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", "GROUP_M=GROUP_M", "num_warps=NUM_WARPS",
             "num_stages=NUM_STAGES"]

@@ -47,7 +47,8 @@ def source(name: str, spec: ConvSpec) -> str:
     lines = [
         "@triton.jit",
         f"def {name}(x_ptr, w_ptr, b_ptr, y_ptr, M, C_in, {sp_in}, C_out, {sp_out},",
-        f"{pad}IEEE: tl.constexpr, UPCAST: tl.constexpr, BLOCK_M: tl.constexpr,",
+        f"{pad}IEEE: tl.constexpr, TF32X3: tl.constexpr, UPCAST: tl.constexpr,",
+        f"{pad}BLOCK_M: tl.constexpr,",
         f"{pad}BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):",
         f'    """Transposed convolution ({nd}-d, kernel {"x".join(map(str, spec.kernel))}, '
         f'stride {stride}, groups {spec.groups}), direct: {phases(spec)} output phase'
@@ -125,6 +126,8 @@ def source(name: str, spec: ConvSpec) -> str:
         "            a, b = a.to(tl.float32), b.to(tl.float32)",
         "        if IEEE:  # float32 in full precision (TF32 only where cuDNN's would be)",
         "            acc = tl.dot(a, b, acc, input_precision=\"ieee\")",
+        "        elif TF32X3:  # near float32 on tensor cores: the reference's cuDNN kernels were exact",
+        "            acc = tl.dot(a, b, acc, input_precision=\"tf32x3\")",
         "        else:",
         "            acc = tl.dot(a, b, acc)",
     ]
