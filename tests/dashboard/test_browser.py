@@ -77,8 +77,9 @@ def page(browser):
     pg.close()
 
 
-def _nodes(page, n: int) -> None:
-    page.wait_for_function(f"() => {{ try {{ return {CY}.nodes().length === {n}; }} catch (e) {{ return false; }} }}")
+def _nodes(page, n: int, timeout_ms: float = 30_000) -> None:
+    page.wait_for_function(f"() => {{ try {{ return {CY}.nodes().length === {n}; }} catch (e) {{ return false; }} }}",
+                           timeout=timeout_ms)
 
 
 N_KERNELS = sample_db.ITERS * sample_db.BRANCHES + 1  # the LLM job's candidates and the reference
@@ -295,7 +296,7 @@ def test_live_job_page_grows_by_itself(sample, tmp_path, page):
     engine.start()
     page.wait_for_function("() => document.querySelector('#job-live').innerText.startsWith('running')")
     control.resume()
-    _nodes(page, 8)
+    _nodes(page, 8, timeout_ms=240_000)  # as long as the engine may run: its three candidates
     engine.join(timeout=240)
     assert done and done[-1].reason == "completed"
     page.wait_for_function("() => document.querySelector('#job-facts').innerText.includes('7 candidates')")

@@ -232,3 +232,23 @@ def test_engines_opening_one_new_database_at_once_migrate_it_once(tmp_path):
         assert _revision(store.engine) == migrate.head()
         assert _differences(store.engine) == []
         store.close()
+
+
+def test_an_engine_waits_out_a_write_lock_held_past_busy_timeout(tmp_path):
+    """Another process holding the new file's write lock longer than SQLite's busy_timeout
+    (10 s; a first migration on a loaded machine once did) is waited for, not an error."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "k.sqlite3"
+    holder = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(11.0, lambda: holder.execute("COMMIT"))
+    release.start()
+    try:
+        store = Store(path)  # each try waits busy_timeout; the second finds the lock free
+    finally:
+        release.join()
+        holder.close()
+    assert _revision(store.engine) == migrate.head()
+    store.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
@@ -42,6 +43,11 @@ from openkernel.store.tables import (
     SuiteProblem,
 )
 
+# How long an engine opening a database waits for others migrating it (each try waits
+# busy_timeout): a first migration of a new file takes seconds, more on a loaded machine.
+MIGRATION_WAIT_S = 120.0
+
+
 class Store:
     """The engine's handle on the database: the only writer."""
 
@@ -64,14 +70,21 @@ class Store:
                     "`show`, the dashboards) open it read-only where it is.")
         self.engine = engines.writer(path_or_url)
         self.postgres = self.engine.dialect.name == "postgresql"
-        try:
-            migrate.upgrade(self.engine)
-        except DatabaseError as err:
-            self.engine.dispose()
-            if "database is locked" in str(err.orig):  # another engine held it past busy_timeout
+        deadline = time.monotonic() + MIGRATION_WAIT_S
+        while True:
+            try:
+                migrate.upgrade(self.engine)
+                break
+            except DatabaseError as err:
+                locked = "database is locked" in str(err.orig)
+                if locked and time.monotonic() < deadline:
+                    continue  # another engine is migrating this file: each try waits busy_timeout
+                self.engine.dispose()
+                if not locked:
+                    raise OpenKernelError(f"{self.shown}: not an openkernel database "
+                                          f"({err.orig})") from None
                 raise OpenKernelError(f"{self.shown}: busy: another process kept its write lock "
                                       "too long to open it; try again") from None
-            raise OpenKernelError(f"{self.shown}: not an openkernel database ({err.orig})") from None
         self.session = sessionmaker(self.engine, expire_on_commit=False)
 
     @property
