@@ -24,9 +24,7 @@ LIBRARY_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "m
                "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"}
 
 
-_CONV_OPS = {"convolution", "_convolution", "cudnn_convolution", "cudnn_convolution_transpose",
-             "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-             "conv_transpose3d"}
+_CONV_OPS = {op for op in LIBRARY_OPS if "conv" in op}  # (cuDNN's)
 # TF32 keeps 10 of float32's 23 mantissa bits: a convolution's sums of TF32 products move by
 # ~1e-4 of the output's scale, two float32 kernels' sums by ~1e-7.
 EXACT_BELOW = 1e-5
