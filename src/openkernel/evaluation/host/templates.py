@@ -131,7 +131,8 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
                "bound": bound, "sampled": sampled, "combinations": [], "winner": None,
                "sweep_s": round(run.wall_s, 2), "timing_method": payload.get("timing_method", ""),
                "sweep_queued_s": run.phase_seconds().get("queued", 0.0),
-               "first_calls_s": payload.get("first_calls_s")}  # the variants' compiles, mostly
+               "first_calls_s": payload.get("first_calls_s"),  # the variants' compiles, mostly
+               "steps_s": (payload.get("memory") or {}).get("steps_s")}
     if not payload.get("variants"):
         over = (f"ran past its wall (eval_config.sweep_timeout_s = "
                 f"{evaluator.ec.sweep_timeout_s:g} s) in {run.phase}" if run.timed_out == "total"

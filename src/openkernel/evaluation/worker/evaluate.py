@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
@@ -141,6 +142,8 @@ class Evaluation:
         self.cand_ran = False
         self.cand_kept = 0  # bytes the candidate keeps allocated across its last call
         self.peaks: dict[str, int] = {}
+        self.steps_s: dict[str, float] = {}  # seconds of each step that mark() ends
+        self._step_t0 = time.perf_counter()
 
     # -- bookkeeping ------------------------------------------------------------------------
     def violation(self, check: str, message: str) -> dict:
@@ -155,7 +158,10 @@ class Evaluation:
                 self.payload["integrity_checks"].append(n)
 
     def mark(self, phase: str) -> None:
-        """Record the device memory peak of the phase that ends here."""
+        """Record the device memory peak and the seconds of the step that ends here."""
+        now = time.perf_counter()
+        self.steps_s[phase] = round(now - self._step_t0, 3)
+        self._step_t0 = now
         if self.gpu:
             self.peaks[phase] = int(torch.cuda.max_memory_reserved())
             torch.cuda.reset_peak_memory_stats()
@@ -163,8 +169,9 @@ class Evaluation:
     def memory_report(self) -> dict:
         report = {"footprint_bytes": self.plan.footprint_bytes, "plan_level": self.plan.level,
                   "precision_set": self.plan.precision_set}
+        self.mark("end")
+        report["steps_s"] = dict(self.steps_s)
         if self.gpu:
-            self.mark("end")
             peak = max(self.peaks.values(), default=0)
             # The timer's L2 flush buffer is a fixed cost of honest timing, not of the problem.
             fixed = FLUSH_BYTES

@@ -62,6 +62,7 @@ def run_sweep(job: Job, ch) -> dict:
     rows = out["variants"]
     with ThreadPoolExecutor(max_workers=max(1, min(len(rows), job.build_threads))) as pool:
         imported = list(pool.map(lambda i: build_variant(job.variant_paths[i], i), range(len(rows))))
+    ev.mark("build")
     ch.phase("warmup")
     with ev.ours("generating inputs"):  # first calls on the screening set: no full-size data yet
         small = rt.small_inputs(0, ev.plan.small_set, ev.ref_model)
@@ -115,6 +116,7 @@ def run_sweep(job: Job, ch) -> dict:
     del warm
     if ev.gpu:
         torch.cuda.empty_cache()
+    ev.mark("first_calls")
     ch.wait_turn()
     ch.phase("test")
     try:
@@ -125,6 +127,7 @@ def run_sweep(job: Job, ch) -> dict:
             del small
         out["screen"] = {"set": where}
         _check(ev, rt, models, rows, inputs, where if reduced else "")
+        ev.mark("check")
         if models:
             ch.phase("benchmark")
             with torch.no_grad():
@@ -137,11 +140,13 @@ def run_sweep(job: Job, ch) -> dict:
             for i, drop in found.dropped.items():
                 rows[i]["dropped"] = drop
                 models.pop(i)
+            ev.mark("screen")
             if reduced:  # the finalists at full size: checked, then timed
                 del inputs
                 with ev.ours("generating inputs"):
                     inputs = rt.inputs(1)
                 _check(ev, rt, models, rows, inputs, "")
+                ev.mark("finalists_check")
         if models:
             ref_in = inputs
 
@@ -160,6 +165,7 @@ def run_sweep(job: Job, ch) -> dict:
             for key, values in samples.items():
                 # the same rounds as the reference: the speedup's interval and the tie rule
                 rows[int(key[1:])]["stats"] = {**summarize(values), **verdict(ref_samples, values)}
+            ev.mark("timing")
     except EvaluatorFault as fault:
         out["fault"] = {"where": fault.where, "kind": fault.kind, "error": fault.error}
     changed = ev.guard.changed()
