@@ -111,3 +111,23 @@ def test_a_judged_candidate_keeps_its_interval_and_why_timing_stopped(tmp_path, 
         assert stats["tie"] == (lo <= 1.0 <= hi)
         if result.get_status() is Status.FASTER:
             assert not stats["tie"]
+
+
+def test_screening_is_settled_once_no_combination_can_be_dropped_or_overtake():
+    """Screening (and the finalists' timing) stops when the best is known to within the drop
+    rule: every other combination clearly slower, or within 10% of the best."""
+    import random
+
+    from openkernel.evaluation.worker.screening import settled
+
+    rng = random.Random(0)
+    noise = [rng.uniform(0.99, 1.01) for _ in range(40)]
+    best = [1.0 * e for e in noise]
+    near = [1.03 * e for e in reversed(noise)]  # 3% slower: can never be dropped
+    slow = [1.5 * e for e in noise]  # clearly slower
+    assert settled({"a": best, "b": near, "c": slow})
+    assert settled({"a": best})  # one finalist: nothing to rank
+    # 5% slower but noisy: its interval holds 1.0 and 1.10, so it could still be either
+    wide = [1.05 * rng.uniform(0.7, 1.4) for _ in range(40)]
+    assert not settled({"a": best, "b": wide})
+    assert not settled({"a": best[:5], "b": slow[:5]})  # too few rounds for an interval

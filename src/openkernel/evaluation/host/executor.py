@@ -213,18 +213,20 @@ class Evaluator:
 
     def evaluate(self, code: str, backend: str, label: str = "", *,
                  on_phase: Callable[[str], None] | None = None,
-                 source_name: str | None = None) -> EvalResult:
+                 source_name: str | None = None, build_cache: Path | None = None) -> EvalResult:
         """Build, check and time one candidate; never raises for candidate faults.
 
         ``on_phase`` hears each phase the worker enters (``protocol.PHASES``, then "profile");
-        ``source_name`` replaces the scratch copy's path in the log (the user's file, say)."""
+        ``source_name`` replaces the scratch copy's path in the log (the user's file, say);
+        ``build_cache``: the folder to build in instead of the code's own (a sweep's winner
+        finds its kernels where the sweep compiled them)."""
         hw, primary = self.hardware, self.targets.primary
         job = self._task_job(hw.device, "evaluate", backend=backend,
                              correctness_seeds=self.ec.correctness_seeds, gpu_arch=primary,
                              build_timeout_s=self.ec.build_timeout_s,
                              gpu_memory_fraction=self.ec.gpu_memory_fraction,
                              **self._bench_params(hw))
-        cache = self.build_cache(code, backend)
+        cache = build_cache if build_cache is not None else self.build_cache(code, backend)
         plan = self.plan
         run, slot, requeued = self._judge(replace(job, plan=plan.to_json()), code, label, cache,
                                           primary, on_phase)

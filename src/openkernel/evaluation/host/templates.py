@@ -132,7 +132,9 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
                "sweep_s": round(run.wall_s, 2), "timing_method": payload.get("timing_method", ""),
                "sweep_queued_s": run.phase_seconds().get("queued", 0.0),
                "first_calls_s": payload.get("first_calls_s"),  # the variants' compiles, mostly
-               "steps_s": (payload.get("memory") or {}).get("steps_s")}
+               "steps_s": (payload.get("memory") or {}).get("steps_s"),
+               "phase_s": run.phase_seconds(), "worker": payload.get("worker_timing"),
+               "timing_stop": payload.get("timing_stop")}
     if not payload.get("variants"):
         over = (f"ran past its wall (eval_config.sweep_timeout_s = "
                 f"{evaluator.ec.sweep_timeout_s:g} s) in {run.phase}" if run.timed_out == "total"
@@ -171,7 +173,10 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
         return result, None
     best_row, best = max(correct, key=lambda rv: rv[0]["speedup"])
     results["winner"] = best.params
-    result = evaluator.evaluate(best.code, backend, label=label_, on_phase=on_phase)
+    # In the sweep's build folder: the winner's kernels are there already (the same template,
+    # so the same candidate's own files), and its first call loads them instead of compiling.
+    result = evaluator.evaluate(best.code, backend, label=label_, on_phase=on_phase,
+                                build_cache=cache)
     result.template_results = results
     result.metadata["template"] = {"params": best.params, "combinations": n,
                                    "space_size": space.size, "sampled": sampled}

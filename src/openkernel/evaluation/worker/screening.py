@@ -9,8 +9,10 @@ their times: the median ratio has a distribution-free interval from the order st
 (``stopping.median_interval``, at the strict level ``Z_EARLY`` because it is looked at again
 and again), and a combination whose whole interval lies above ``1 + DROP_MARGIN`` is dropped:
 it is at least 10% slower than the best, at 99.5% confidence, on this set. Screening ends when
-``keep`` combinations are left, or at its budget (on a GPU never before ``MIN_PAIRS`` rounds, so
-the rule can act) or round cap; the ``keep`` fastest by median
+``keep`` combinations are left; when it is settled: every one left is within 10% of the best at
+that confidence (the rule can drop none of them however long it times, so more rounds would only
+rank near-equals); or at its budget (on a GPU never before ``MIN_PAIRS`` rounds, so the rule can
+act) or round cap; the ``keep`` fastest by median
 are the finalists, which alone are checked and timed at full size against the reference by the
 usual interleaved method (``timing.py``). Every combination's row says where it was screened,
 how it did and, when it was dropped, why.
@@ -77,10 +79,15 @@ def screen(timer, fns: dict[Any, Callable[[], Any]], budget_s: float, max_rounds
             out.samples[key].append(timer.time_once(fns[key]))
         timer._sync()
         out.rounds += 1
-        if out.rounds >= MIN_PAIRS and (out.rounds - MIN_PAIRS) % LOOK_EVERY == 0:
+        looked = out.rounds >= MIN_PAIRS and (out.rounds - MIN_PAIRS) % LOOK_EVERY == 0
+        if looked:
             alive = _drop(out, alive)
         if len(alive) <= keep:
             out.stop_reason = f"{len(alive)} left"
+            break
+        if looked and settled({k: out.samples[k] for k in alive}):
+            out.stop_reason = f"settled: the {len(alive)} left are within " \
+                f"{DROP_MARGIN:.0%} of the best"
             break
         if out.rounds >= min_rounds and _perf_counter() > deadline:
             out.stop_reason = "budget"
@@ -107,3 +114,21 @@ def _drop(out: Screen, alive: list) -> list:
         else:
             kept.append(key)
     return kept
+
+
+def settled(samples: dict[Any, list[float]]) -> bool:
+    """True when the fastest by median is known to within the drop rule: every other one is
+    either clearly slower (its whole interval of per-round ratios above 1) or within
+    ``DROP_MARGIN`` of it (the whole interval below ``1 + DROP_MARGIN``). Samples are per
+    round, the same rounds for every key."""
+    if len(samples) < 2:
+        return True
+    best = min(samples, key=lambda k: statistics.median(samples[k]))
+    for key, values in samples.items():
+        if key == best:
+            continue
+        ratios = [c / b for c, b in zip(values, samples[best]) if b > 0]
+        interval = median_interval(ratios, Z_EARLY)
+        if interval is None or not (interval[0] > 1.0 or interval[1] < 1 + DROP_MARGIN):
+            return False
+    return True

@@ -22,7 +22,7 @@ import torch
 
 from openkernel.evaluation.protocol import Job
 from openkernel.evaluation.worker import integrity as ig
-from openkernel.evaluation.worker import screening
+from openkernel.evaluation.worker import screening, stopping
 from openkernel.evaluation.worker.build import CompileNotifier, is_compile_error, set_cuda_targets
 from openkernel.evaluation.worker.correctness import compare_outputs, flatten_outputs
 from openkernel.evaluation.worker.evaluate import Evaluation, EvaluatorFault, _tail
@@ -156,10 +156,16 @@ def run_sweep(job: Job, ch) -> dict:
 
             fns = {"reference": reference}
             fns.update({f"v{i}": (lambda m=m: m(*inputs)) for i, m in models.items()})
+            def ranked(s: dict) -> str | None:  # the winner is known: no more rounds needed
+                ours = {k: v for k, v in s.items() if k != "reference"}
+                return "the finalists' order is settled" if screening.settled(ours) else None
+
             with torch.no_grad():
                 samples = ev.timer.interleaved(
                     fns, budget_s=job.bench_budget_s * max(1.0, len(models) / 2),
-                    min_trials=job.min_trials, max_trials=job.max_trials)
+                    min_trials=job.min_trials, max_trials=job.max_trials,
+                    stop=ranked, check_every=stopping.CHECK_EVERY)
+            out["timing_stop"] = ev.timer.stop_reason
             ref_samples = samples.pop("reference")
             out["ref_stats"] = summarize(ref_samples)
             for key, values in samples.items():

@@ -166,9 +166,11 @@ def _tunables(plan: Plan) -> tuple[Tunable, ...]:
 
 def _kinds(plan: Plan) -> set[str]:
     """The kinds whose tunables and start points a plan uses (a Triton convolution tiles as a
-    matmul does; a library call has none)."""
+    matmul does, a depthwise one blocks its outputs as a pointwise kernel does; a library call
+    has none)."""
     alias = {"conv": "matmul", "scan": "reduction"}
-    return {alias.get(k.kind, k.kind) for k in plan.kernels} - {"library"}
+    return {"pointwise" if k.kind == "conv" and k.conv.depthwise else alias.get(k.kind, k.kind)
+            for k in plan.kernels} - {"library"}
 
 
 def _merged(table: dict, kinds: set[str]) -> tuple[dict, ...]:

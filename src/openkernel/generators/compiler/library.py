@@ -45,7 +45,9 @@ def kernel_precision(plan: "Plan", gpu: bool, flags: PrecisionFlags | None,
                  node.outputs[0])
         dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
                  "float64": "fp64"}.get(x.dtype, x.dtype)
-        if dtype == "fp32" and gpu and not (conv and conv_exact) and (flags.conv_tf32 if conv else flags.matmul_tf32):
+        fmas = kernel.kind == "conv" and kernel.conv.depthwise  # float32 FMAs, no tensor cores
+        if dtype == "fp32" and gpu and not (conv and conv_exact) and not fmas and (
+                flags.conv_tf32 if conv else flags.matmul_tf32):
             dtype = "tf32"
         by = VENDOR.get(node.op, "torch") if kernel.kind == "library" else "triton"
         out.append(KernelPrecision(kernel.name, node.op, by, dtype))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from openkernel.generators.compiler.graph import Node, Value, int_list
-from openkernel.generators.compiler.kernels import conv_transposed
+from openkernel.generators.compiler.kernels import conv_transposed, depthwise
 
 _DIMS = ("d", "h", "w")  # the last nd of them name the spatial dims
 
@@ -38,6 +38,9 @@ class ConvSpec:
     # float32 near-exactly (3xTF32) though cuDNN's TF32 is on: the reference's own cuDNN
     # kernels measured exact at the probe (TaskProbe.conv_exact), so TF32 would be below them
     exact: bool = False
+    # each output channel reads one input channel (weight (C_out, 1, *kernel)): computed tap by
+    # tap (depthwise.py), not as a GEMM whose tiles would be nearly all padding
+    depthwise: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -62,6 +65,7 @@ def conv_spec(node: Node) -> ConvSpec | str:
                     output_padding=int_list(node.arg(7, "output_padding"), nd),
                     groups=int(node.arg(8, "groups", 1) or 1),
                     bias=isinstance(node.arg(2, "bias"), Value))
+    spec.depthwise = not spec.transposed and w.shape[1].coeff == 1
     if x.dtype != w.dtype:
         return "a convolution of mixed dtypes"
     return spec
@@ -71,6 +75,8 @@ def source(name: str, spec: ConvSpec) -> str:
     """The kernel: one BLOCK_M x BLOCK_N tile of one group's output per program."""
     if spec.direct:
         return conv_transposed.source(name, spec)
+    if spec.depthwise:
+        return depthwise.source(name, spec)
     nd, dims, ks = spec.nd, spec.names, spec.kernel
     sp_in = ", ".join(f"{d.upper()}_in" for d in dims)
     sp_out = ", ".join(f"{d.upper()}_out" for d in dims)
@@ -182,6 +188,9 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
     lines.append(f"{name}_out = ({', '.join(outs)},)")
     lines.append(f"{y} = torch.empty(({x}.shape[0], {c_out}, *{name}_out), device=device, "
                  f"dtype={x}.dtype)")
+    if spec.depthwise:
+        return lines + depthwise.launch(name, spec, x, w, b, y,
+                                        [f"{name}_out[{j}]" for j in range(nd)])
     m = " * ".join([f"{x}.shape[0]"] + [f"{name}_out[{j}]" for j in range(nd)])
     if spec.direct:  # (rows of one phase)
         m = conv_transposed.rows(spec, f"{x}.shape[0]", f"{name}_out")
@@ -204,6 +213,8 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
 def describe(spec: ConvSpec) -> str:
     if spec.direct:
         return conv_transposed.describe(spec)
+    if spec.depthwise:
+        return depthwise.describe(spec)
     if spec.transposed and any(s > 1 for s in spec.stride):
         return (f"{spec.nd}-d transposed convolution as a Triton implicit GEMM in the gradient "
                 "form (every tap, those its stride skips masked)")
