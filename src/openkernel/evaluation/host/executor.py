@@ -48,7 +48,7 @@ from openkernel.config import Config
 from openkernel.evaluation.host import captures, ceilings, environment, ncu
 from openkernel.evaluation.host.baselines import ReferenceBaselines, compile_ratio, wanted
 from openkernel.evaluation.host.devices import DevicePool, NoDeviceLeft, is_device_fault
-from openkernel.evaluation.host.memplan import describe, plan_memory, retry_plan
+from openkernel.evaluation.host.memplan import SPARES_PER_SLOT, describe, plan_memory, retry_plan
 from openkernel.evaluation.host.process import (
     WorkerProcess,
     WorkerRun,
@@ -614,11 +614,15 @@ class Evaluator:
         """Start spares until as many wait as can run on this device at once (under the lock).
 
         An iteration's burst of candidates all find warm workers, and the next burst finds
-        them again; profiles follow verdicts one by one, so half as many wait under ncu.
+        them again: on a GPU two per slot, since a templated candidate takes two in a row (its
+        sweep, then its winner's evaluation) and a spare takes ~10 s to start on a busy H200;
+        profiles follow verdicts one by one, so half as many wait under ncu.
         """
         if not self._finalizer.alive:
             return
         want = self._slots.per_device if self._slots is not None else 1
+        if device == "cuda":
+            want *= SPARES_PER_SLOT
         if profiler:
             want = max(1, want // 2)
         SPARES.fill(self._spare_key(device, gpu_index, profiler), want,

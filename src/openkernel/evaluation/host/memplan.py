@@ -20,7 +20,8 @@ memory of one forward, ``records.Footprint``). A worker's own checks are planned
 
 Workers per GPU: every worker holds its task data while it builds and runs its first call
 (about F plus the candidate's weights), the one in its turn up to the budget, and each process
-has a CUDA context; a spare holds no task data, only its context. Checks per GPU (with
+has a CUDA context; a spare holds no task data, only its context (``SPARES_PER_SLOT`` of them
+per worker). Checks per GPU (with
 ``eval_config.overlap_checks``): how many of those workers may be at their checks' peak at
 once, each up to the budget, beside the others holding their first call's data. Level 1 (a retry after an
 evaluator fault) has the GPU to itself, smaller chunks and the precision check on the small
@@ -35,6 +36,7 @@ from openkernel.records import Footprint, Hardware, MemoryPlan
 # 47-53) peaked 16% over its estimate and took the worker to 3.01x; 20% slack keeps it under 3x.
 BUDGET_FACTOR = 2.5
 CONTEXT_BYTES = 640 << 20  # a CUDA context and torch's own state, per worker process (H200)
+SPARES_PER_SLOT = 2  # spare workers kept per worker slot on a GPU (executor._fill), each a context
 CHUNK = 1 << 24
 MIN_CHUNK = 1 << 20
 # A comparison holds ~5 float64 temporaries of one block (40 bytes an element): blocks are
@@ -96,11 +98,12 @@ def plan_memory(fp: Footprint | None, hw: Hardware, *, memory_fraction: float = 
         plan.exclusive, plan.workers_per_gpu = True, 1
         return plan
     # One worker at its peak, the others holding their first call's data; each a context.
-    per_worker = footprint + fp.param_bytes + 2 * CONTEXT_BYTES  # its own and a spare's
-    others = max(0, usable - budget - 2 * CONTEXT_BYTES) // per_worker
+    contexts = (1 + SPARES_PER_SLOT) * CONTEXT_BYTES  # its own and its spares'
+    per_worker = footprint + fp.param_bytes + contexts
+    others = max(0, usable - budget - contexts) // per_worker
     plan.workers_per_gpu = max(1, min(max_workers_per_gpu, 1 + int(others)))
     # C checking and W - C waiting: C (budget + contexts) + (W - C) per_worker <= usable.
-    extra = budget + 2 * CONTEXT_BYTES - per_worker
+    extra = budget + contexts - per_worker
     room = usable - plan.workers_per_gpu * per_worker
     plan.checks_per_gpu = plan.workers_per_gpu if extra <= 0 else max(
         1, min(plan.workers_per_gpu, room // extra))
