@@ -17,11 +17,14 @@ import time
 import openkernel
 
 
+_LONG = ("code", "prompt", "answer", "result", "program", "text", "reference_code", "skills")
+
+
 def _fields(event) -> str:
     out = []
     for f in dataclasses.fields(event):
         value = getattr(event, f.name)
-        if f.name in ("code", "prompt", "answer", "result", "program", "text", "reference_code", "skills") or value in (None, "", [], {}):
+        if f.name in _LONG or value in (None, "", [], {}):
             continue
         text = str(value).replace("\n", " ")
         out.append(f"{f.name}={text[:100]}")
