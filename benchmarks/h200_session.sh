@@ -2,7 +2,7 @@
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
-#         kb-bench, kb-walls, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv.
+#         kb-bench, kb-walls, events, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -86,6 +86,13 @@ case "$1" in
     # and lives under $OUT (what is there comes back even when the call is cut off; the bench
     # checkpoints it and rewrites its JSON after each problem). Keep T under the call's limit.
     kb_bench ;;
+  events)  # a run's events with the seconds since its start, and the GPU's memory and the busiest
+    # processes every 10 s beside it (where a problem's time goes): TASK=file, SETS="--set k=v ..."
+    (while sleep 10; do echo "--- $(date +%T)"; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+      ps -eo etimes,pcpu,rss,args --sort=-pcpu | grep -v " ps " | head -6 | cut -c1-160; done) > "$OUT/monitor.txt" 2>&1 &
+    CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 20 "${T:-300}" python3 benchmarks/event_times.py "$TASK" \
+      --set paths.kernels_db_path="$OUT/events.sqlite3" --set eval_config.profile=false ${SETS:-} 2>&1 | tee "$OUT/events.txt" | tail -60
+    kill %1 ;;
   kb-walls)  # issue 22: the 44 problems of benchmarks/kb22_problems.txt (levels 1-3, level1/68 and
     # level1/84 among them) in ${KB:-.kb22} at 1 iteration x 4 branches, each problem under
     # --problem-timeout ${PT:-300}. PASS=fresh (suite kb22-fresh: every baseline timed anew) first,
