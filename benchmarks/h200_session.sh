@@ -87,10 +87,10 @@ case "$1" in
     # checkpoints it and rewrites its JSON after each problem). Keep T under the call's limit.
     kb_bench ;;
   events)  # a run's events with the seconds since its start, and the GPU's memory and the busiest
-    # processes every 10 s beside it (where a problem's time goes): TASK=file, SETS="--set k=v ..."
+    # processes every 10 s beside it (where a problem's time goes): TASK="file ...", SETS="--set k=v ..."
     (while sleep 10; do echo "--- $(date +%T)"; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
       ps -eo etimes,pcpu,rss,args --sort=-pcpu | grep -v " ps " | head -6 | cut -c1-160; done) > "$OUT/monitor.txt" 2>&1 &
-    CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 20 "${T:-300}" python3 benchmarks/event_times.py "$TASK" \
+    CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 20 "${T:-300}" python3 benchmarks/event_times.py $TASK \
       --set paths.kernels_db_path="$OUT/events.sqlite3" --set eval_config.profile=false ${SETS:-} 2>&1 | tee "$OUT/events.txt" | tail -60
     kill %1 ;;
   kb-walls)  # issue 22: the 44 problems of benchmarks/kb22_problems.txt (levels 1-3, level1/68 and
