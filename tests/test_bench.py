@@ -207,28 +207,48 @@ def test_bench_with_an_unknown_key_is_one_message(tmp_path, suite_dir):
 
 def test_reference_is_timed_under_max_autotune_beside_eager_and_default(tmp_path):
     """The reference job compiles the reference in three torch.compile modes (default,
-    max-autotune, reduce-overhead: CUDA graphs) and times the four in the same interleaved
-    rounds (a real worker; on the CPU Inductor makes C++ and reduce-overhead skips its graphs,
-    on a GPU Triton: the mode handling is the same)."""
+    max-autotune, reduce-overhead: CUDA graphs; a real worker; on the CPU Inductor makes C++ and
+    reduce-overhead skips its graphs, on a GPU Triton: the mode handling is the same). Eager and
+    the default mode come first, in the same interleaved rounds: a verdict waits only for them.
+    Max-autotune (it holds the GPU while it benchmarks its choices) and reduce-overhead come
+    later, in rounds of their own beside an eager run (``eager_late``); all of it is stored, and
+    another job reads both stages from the store."""
     from openkernel.config import build_config
+    from openkernel.evaluation.host.baselines import environment_key
     from openkernel.evaluation.host.executor import Evaluator
+    from openkernel.records import baseline_kind
+    from openkernel.store import Store
     from openkernel.task import load_task
 
     config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
                            "eval_config": {"baselines": ["eager", "compile", "autotune",
                                                          "cudagraphs"],
                                            "baseline_timeout_s": 400}})
-    ev = Evaluator(load_task(Path(__file__).parents[1] / "examples" / "gelu"), config,
-                   bench_budget_s=0.2)
+    store = Store(tmp_path / "k.sqlite3")
+    task = load_task(Path(__file__).parents[1] / "examples" / "gelu")
+    ev = Evaluator(task, config, store, bench_budget_s=0.2)
+    first = ev.baselines(late=False)  # what a candidate's verdict waits for
+    assert set(first) >= {"eager", "compile"} and "autotune" not in first
+    assert ev.late_baselines_pending() and "late_baselines_s" not in ev.costs
     stats = ev.baselines()
+    assert not ev.late_baselines_pending() and ev.costs["late_baselines_s"] > 0
+    assert ev.costs["fixed_s"] == ev.costs["baselines_s"]  # the late stage is not fixed cost
     assert stats is not None and not stats["timed_out"], (ev.baseline_error, stats)
     assert stats.get("autotune_mode") == "max-autotune-no-cudagraphs", stats.get("autotune_error")
     assert stats.get("cudagraphs_mode") == "reduce-overhead", stats.get("cudagraphs_error")
-    for kind in ("eager", "compile", "autotune", "cudagraphs"):
+    for kind in ("eager", "compile", "autotune", "cudagraphs", "eager_late"):
         assert stats[kind]["median"] > 0 and stats[kind]["n_trials"] >= 3, stats[kind]
-    # interleaved: each kind was timed in every round
-    assert stats["eager"]["n_trials"] == stats["compile"]["n_trials"] == stats["autotune"]["n_trials"]
-    assert stats["cudagraphs"]["n_trials"] == stats["eager"]["n_trials"]
+    # interleaved: each kind was timed in every round of its stage
+    assert stats["eager"] == first["eager"]
+    assert stats["eager"]["n_trials"] == stats["compile"]["n_trials"]
+    assert stats["eager_late"]["n_trials"] == stats["autotune"]["n_trials"] == \
+        stats["cudagraphs"]["n_trials"]
+    assert store.reference_timing(task.digest, ev.hardware.label, baseline_kind(False),
+                                  environment_key(ev.hardware)).runtime_stats == stats
+    again = Evaluator(task, config, store, bench_budget_s=0.2)  # another job: no worker
+    assert again.baselines() == stats
+    assert again.costs["baselines_stored"] and again.costs["late_baselines_s"] == 0.0
+    store.close()
 
 
 def test_the_llm_kernels_suite_loads_and_its_references_run_on_the_cpu():

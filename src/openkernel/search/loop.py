@@ -311,6 +311,7 @@ class Search:
                 yield from self._seed_archive()
             yield from self._iterations(done)
             yield from self._drain_submissions()
+            yield from self._late_baselines()
         except Aborted:  # the evaluator was stopped (a suite's problem past its wall)
             self.control.stop()
         except Exception as err:  # a bug: keep what is stored, say why, re-raise for the trace
@@ -762,6 +763,17 @@ class Search:
                              args=(request, slots, out, sub, label)).start()
             started += 1
         return started
+
+    def _late_baselines(self) -> Iterator[Event]:
+        """Max-autotune and reduce-overhead, asked for, are timed once the candidates are
+        judged: max-autotune holds the GPU while it benchmarks its choices, so before them it
+        would hold back every verdict (baselines.py)."""
+        pending = getattr(self.evaluator, "late_baselines_pending", None)
+        if self.control.stopped or pending is None or not pending():
+            return
+        yield LogEmitted("info", "Timing the reference's remaining baselines (max-autotune, "
+                         "reduce-overhead) now that the candidates are judged.")
+        self.evaluator.baselines()
 
     def _drain_submissions(self) -> Iterator[Event]:
         """Judge what was submitted while the iterations ended (or, in a run that only judges

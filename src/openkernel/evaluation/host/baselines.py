@@ -16,6 +16,14 @@ wall leaves nothing to compare with, so nothing is timed. The record (stored as 
 ``runtime_stats`` of the "compile" row) holds each baseline's statistics, ``timed_out``
 ({name: {elapsed_s, limit_s}}), ``<name>_error`` for a baseline that failed or timed out, and
 ``measured_s`` (the workers' own seconds).
+
+Two stages. A candidate's verdict needs only eager and compile (its ratio over torch.compile):
+those are timed first, beside the first candidates' builds. Max-autotune (it benchmarks its
+GEMM and convolution choices on the GPU while it compiles, so it holds the GPU from timed
+trials) and reduce-overhead are timed after the search's candidates (``late``): on a 12 GiB
+depthwise convolution max-autotune alone held the GPU past a 180 s problem wall, and no
+candidate had a verdict (KernelBench level1/84 on the H200). The late stage's own eager
+timing (``eager_late``) is what its baselines are compared with: the same interleaved run.
 """
 
 from __future__ import annotations
@@ -120,37 +128,93 @@ def measure(ev, hw: Hardware, kinds: list[str]) -> tuple[dict | None, str, float
     return record, "", own
 
 
+FIRST = ("eager", "compile")  # what a candidate's ratio over torch.compile needs
+
+
 class ReferenceBaselines:
-    """One evaluator's baselines: read from the store or measured, once (thread-safe)."""
+    """One evaluator's baselines: read from the store or measured, once per stage
+    (thread-safe): ``FIRST`` before the verdicts, the rest after the candidates."""
 
     def __init__(self, ev):
         self.ev = ev
         self.record: dict | None = None
         self.error = ""  # why there is no record
-        self.costs: dict = {}  # baselines_s (0 when stored), baselines_stored
+        # baselines_s (0 when stored) and baselines_stored: the first stage, paid before the
+        # verdicts; late_baselines_s: the late stage's
+        self.costs: dict = {}
         self._lock = threading.Lock()
-        self._done = False
+        self._done: set[str] = set()
 
-    def get(self, hw: Hardware) -> dict | None:
-        """The record (None when no baseline is asked for, or timing failed)."""
+    def get(self, hw: Hardware, late: bool = True) -> dict | None:
+        """The record (None when no baseline is asked for, or timing failed); ``late``: with
+        the late stage too (timed now if it was not)."""
         with self._lock:
-            if not self._done:
-                self.record, self.error, self.costs = self._load_or_measure(hw)
-                self._done = True
+            kinds = wanted(self.ev.ec, hw)
+            first = [k for k in kinds if k in FIRST]
+            stages = [("first", first), ("late", [k for k in kinds if k not in FIRST])]
+            for name, stage in stages if late else stages[:1]:
+                if name in self._done or (name == "late" and self.error):
+                    continue  # (a failed first stage leaves nothing to add to)
+                self._done.add(name)
+                if stage:
+                    self._stage(hw, name, stage)
             return self.record
 
-    def _load_or_measure(self, hw: Hardware) -> tuple[dict | None, str, dict]:
-        ev, kinds = self.ev, wanted(self.ev.ec, hw)
-        if not kinds:
-            return None, "", {}
+    def pending(self, hw: Hardware) -> bool:
+        """Whether the late stage is still to be timed."""
+        return "late" not in self._done and any(k not in FIRST for k in wanted(self.ev.ec, hw))
+
+    def _stage(self, hw: Hardware, name: str, kinds: list[str]) -> None:
+        ev = self.ev
         key, store, digest = environment_key(hw), ev.store, ev.task.digest
-        if store is not None and key and not ev.ec.fresh_baselines:
+        row = None
+        if store is not None and key:
             row = store.reference_timing(digest, hw.label, baseline_kind(ev.ec.allow_tf32), key)
-            if row is not None and covers(row.runtime_stats, walls(ev.ec, kinds)):
-                return row.runtime_stats, "", {"baselines_s": 0.0, "baselines_stored": True}
+        stored = row.runtime_stats if row is not None and isinstance(row.runtime_stats, dict) \
+            else None
+        cost = "baselines_s" if name == "first" else "late_baselines_s"
+        if stored is not None and not ev.ec.fresh_baselines and covers(stored, walls(ev.ec, kinds)):
+            self.record = self._merged(stored, kinds, name) if self.record is not None else stored
+            self.costs[cost] = 0.0
+            if name == "first":
+                self.costs["baselines_stored"] = True
+            return
         record, error, own = measure(ev, hw, kinds)
-        if record is not None and store is not None and key:
-            median = (record.get("compile") or record.get("eager") or {}).get("median", -1.0)
+        self.costs[cost] = round(own, 2)
+        if name == "first":
+            self.costs["baselines_stored"] = False
+        if record is None:
+            if name == "first":
+                self.error = error
+            elif self.record is not None:  # the first stage's timings stand
+                for kind in kinds:
+                    self.record[f"{kind}_error"] = error
+            return
+        self.record = record if name == "first" or self.record is None else \
+            self._merged(record, kinds, name)
+        if store is not None and key:  # (the first stage alone, then the whole record)
+            median = (self.record.get("compile") or self.record.get("eager") or {}).get(
+                "median", -1.0)
             store.put_reference_timing(digest, hw.label, baseline_kind(ev.ec.allow_tf32), median,
-                                       record, key)
-        return record, error, {"baselines_s": round(own, 2), "baselines_stored": False}
+                                       self.record, key)
+
+    def _merged(self, late: dict, kinds: list[str], name: str) -> dict:
+        """The first stage's record with ``kinds`` taken from ``late`` (a late record's own
+        eager as ``eager_late``: its baselines' ratios are to the eager timed beside them)."""
+        out = dict(self.record or {})
+        out["baselines"] = list(dict.fromkeys(list(out.get("baselines") or []) + kinds))
+        timed_out = dict(out.get("timed_out") or {})
+        for kind in kinds:
+            for key in (kind, f"{kind}_error"):
+                if key in late:
+                    out[key] = late[key]
+            if kind in (late.get("timed_out") or {}):
+                timed_out[kind] = late["timed_out"][kind]
+        out["timed_out"] = timed_out
+        eager = late.get("eager_late") or late.get("eager")
+        if eager is not None and name == "late":
+            out["eager_late"] = eager
+        for key in ("autotune_mode", "cudagraphs_mode"):
+            if key in late:
+                out[key] = late[key]
+        return out

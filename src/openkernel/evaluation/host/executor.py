@@ -277,7 +277,7 @@ class Evaluator:
         payload = run.payload or {}
         ratio = None
         if hw.device == "cuda" and payload.get("correctness") and not payload.get("integrity_violation"):
-            ratio = compile_ratio(self.baselines())
+            ratio = compile_ratio(self.baselines(late=False))
         return self._result(run, hw, ratio, self._probe)
 
     def _after_fault(self, fault: dict) -> None:
@@ -539,19 +539,25 @@ class Evaluator:
                 shutil.rmtree(scratch, ignore_errors=True)
 
     def _time_baselines(self) -> None:
-        """The baselines thread: an abort ends it with nothing stored."""
+        """The baselines thread (eager and compile: what the verdicts need; the late stage
+        waits for the candidates, ``baselines.py``): an abort ends it with nothing stored."""
         try:
-            self.baselines()
+            self.baselines(late=False)
         except Aborted:
             pass
 
-    def baselines(self) -> dict | None:
+    def baselines(self, late: bool = True) -> dict | None:
         """The reference's baselines on this hardware (``baselines.py``: {"eager": stats,
         "compile": stats, "autotune": stats, "timed_out": {...}, ...} as asked for by
         ``eval_config.baselines``), from the store or timed once, each under its wall; None
         when none is asked for (the CPU by default) or the timing failed (``baseline_error``
-        says why). Works after :meth:`close` too (with a worker of its own)."""
-        return self._reference.get(self.hardware)
+        says why); ``late=False``: eager and compile only (what a verdict needs), the late
+        stage not timed now. Works after :meth:`close` too (with a worker of its own)."""
+        return self._reference.get(self.hardware, late)
+
+    def late_baselines_pending(self) -> bool:
+        """Whether max-autotune or reduce-overhead is still to be timed (after the candidates)."""
+        return self._reference.pending(self.hardware)
 
     @property
     def baseline_error(self) -> str:
@@ -621,10 +627,10 @@ class Evaluator:
         if not self._finalizer.alive:
             return
         want = self._slots.per_device if self._slots is not None else 1
-        if device == "cuda":
-            want *= SPARES_PER_SLOT
         if profiler:
             want = max(1, want // 2)
+        elif device == "cuda":  # (at most 8 a GPU: each a process with torch and a context)
+            want = min(want * SPARES_PER_SLOT, max(want, 8))
         SPARES.fill(self._spare_key(device, gpu_index, profiler), want,
                     lambda: self._spawn(device, gpu_index, profiler))
 
