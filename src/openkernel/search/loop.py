@@ -769,10 +769,13 @@ class Search:
         judged: max-autotune holds the GPU while it benchmarks its choices, so before them it
         would hold back every verdict (baselines.py)."""
         pending = getattr(self.evaluator, "late_baselines_pending", None)
-        if self.control.stopped or pending is None or not pending():
+        kinds = pending() if pending is not None and not self.control.stopped else []
+        if not kinds:
             return
-        yield LogEmitted("info", "Timing the reference's remaining baselines (max-autotune, "
-                         "reduce-overhead) now that the candidates are judged.")
+        names = {"autotune": "max-autotune", "cudagraphs": "reduce-overhead"}
+        yield LogEmitted("info", "Timing the reference under "
+                         + " and ".join(names.get(k, k) for k in kinds)
+                         + " now that the candidates are judged.")
         self.evaluator.baselines()
 
     def _drain_submissions(self) -> Iterator[Event]:

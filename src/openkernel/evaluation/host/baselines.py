@@ -160,9 +160,11 @@ class ReferenceBaselines:
                     self._stage(hw, name, stage)
             return self.record
 
-    def pending(self, hw: Hardware) -> bool:
-        """Whether the late stage is still to be timed."""
-        return "late" not in self._done and any(k not in FIRST for k in wanted(self.ev.ec, hw))
+    def pending(self, hw: Hardware) -> list[str]:
+        """The late stage's baselines while it is still to be timed (else none)."""
+        if "late" in self._done:
+            return []
+        return [k for k in wanted(self.ev.ec, hw) if k not in FIRST]
 
     def _stage(self, hw: Hardware, name: str, kinds: list[str]) -> None:
         ev = self.ev

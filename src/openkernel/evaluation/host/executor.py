@@ -555,8 +555,8 @@ class Evaluator:
         stage not timed now. Works after :meth:`close` too (with a worker of its own)."""
         return self._reference.get(self.hardware, late)
 
-    def late_baselines_pending(self) -> bool:
-        """Whether max-autotune or reduce-overhead is still to be timed (after the candidates)."""
+    def late_baselines_pending(self) -> list[str]:
+        """The baselines still to be timed after the candidates (max-autotune, cudagraphs)."""
         return self._reference.pending(self.hardware)
 
     @property
