@@ -21,11 +21,16 @@ def _overrides(tmp_path, *extra):
             f"paths.scratch_dir={tmp_path / 'scratch'}", "search.seed=1", *extra]
 
 
+# One combination and one seed: a gelu candidate is one worker, not a sweep worker and then a
+# judge (the sweep is covered by test_an_exhausted_sweep..., which keeps `_overrides` alone).
+FAST = ("prompt.max_template_combinations=1", "eval_config.correctness_seeds=1")
+
+
 @pytest.fixture(scope="module")
 def gelu_run(tmp_path_factory, examples_dir):
     tmp = tmp_path_factory.mktemp("gelu")
     events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
-        tmp, "job_name=e2e", "max_iters=2", "branches_per_iteration=2")))
+        tmp, "job_name=e2e", "max_iters=2", "branches_per_iteration=2", *FAST)))
     return tmp, events
 
 
@@ -82,7 +87,7 @@ def test_one_worker_leaves_the_other_candidate_queued(tmp_path, examples_dir):
     """With one worker, the second candidate waits "queued" while the first builds and runs."""
     events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
         tmp_path, "job_name=one-worker", "max_iters=1", "branches_per_iteration=2",
-        "eval_config.max_workers=1")))
+        "eval_config.max_workers=1", *FAST)))
     now: dict[str, str] = {}
     overlap = False
     for e in events:
@@ -164,7 +169,7 @@ def test_each_iteration_stores_its_critic_line(gelu_run):
 def test_resume_runs_only_what_is_missing(gelu_run, examples_dir):
     tmp, _ = gelu_run
     events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
-        tmp, "job_name=e2e", "max_iters=3", "branches_per_iteration=2")))
+        tmp, "job_name=e2e", "max_iters=3", "branches_per_iteration=2", *FAST)))
     assert events[0].resumed_candidates == 4  # the reference is not a candidate
     resumed = [e.message for e in events if isinstance(e, ev.LogEmitted) and "Resuming" in e.message]
     assert resumed and "4 candidates stored" in resumed[0]
@@ -208,7 +213,7 @@ def test_cli_bad_input_is_one_message(tmp_path, examples_dir):
 def test_cli_runs_never_cuts_a_job_name(tmp_path, examples_dir):
     name = "a-long-job-name-that-a-table-would-cut-" + "x" * 40
     list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
-        tmp_path, f"job_name={name}", "max_iters=1", "branches_per_iteration=1")))
+        tmp_path, f"job_name={name}", "max_iters=1", "branches_per_iteration=1", *FAST)))
     r = _cli("runs", "--db", str(tmp_path / "k.sqlite3"))
     assert r.returncode == 0 and f"\t{name}\t" in r.stdout
     # the same in a narrow terminal: folded over lines, never cut with an ellipsis
@@ -250,7 +255,8 @@ def test_cli_show_prints_every_field(gelu_run):
 def test_cli_run_words(tmp_path, examples_dir):
     """One candidate is "1 candidate"; the generator line says what it is, once."""
     args = ["run", str(examples_dir / "gelu"), "--set", "job_name=words", "--set", "max_iters=1",
-            "--set", "branches_per_iteration=1", *sum((["--set", o] for o in _overrides(tmp_path)), [])]
+            "--set", "branches_per_iteration=1",
+            *sum((["--set", o] for o in _overrides(tmp_path, *FAST)), [])]
     r = _cli(*args)
     assert r.returncode == 0, r.stderr
     assert "completed: 1 candidate," in r.stdout and "offline templates" in r.stdout
@@ -357,7 +363,7 @@ def test_start_from_best_and_from_a_file(gelu_run, examples_dir):
     best = max((r for r in Store(tmp / "k.sqlite3").job_kernels("gelu", "e2e")
                 if r.correctness and not r.is_program0), key=lambda r: r.score)
     events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
-        tmp, "job_name=seeded", "max_iters=1", "branches_per_iteration=1", "start_from_best=true")))
+        tmp, "job_name=seeded", "max_iters=1", "branches_per_iteration=1", "start_from_best=true", *FAST)))
     assert events[-1].reason == "completed"
     rows = Store(tmp / "k.sqlite3").job_kernels("gelu", "seeded")
     start = [r for r in rows if r.label == "start"]
@@ -367,7 +373,7 @@ def test_start_from_best_and_from_a_file(gelu_run, examples_dir):
     kernel.write_text(best.code)
     list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
         tmp, "job_name=from-file", "max_iters=1", "branches_per_iteration=1",
-        f"kernels_iter_0_path={kernel}")))
+        f"kernels_iter_0_path={kernel}", *FAST)))
     rows = Store(tmp / "k.sqlite3").job_kernels("gelu", "from-file")
     assert [r.origin for r in rows if r.label == "start"] == ["file"]
 

@@ -37,6 +37,11 @@ def _overrides(tmp: Path, *extra: str) -> list[str]:
             f"traces.dir={tmp / 'traces'}", *extra]
 
 
+# Offline runs: one combination and one seed, so a gelu candidate is one worker, not a sweep
+# and then a judge (no test here asserts on the sweep).
+FAST = ("prompt.max_template_combinations=1", "eval_config.correctness_seeds=1")
+
+
 def _all_text(table) -> str:
     return "\n".join(str(v) for col in table.columns for v in col.to_pylist())
 
@@ -47,7 +52,7 @@ def offline_run(tmp_path_factory, examples_dir):
     tmp = tmp_path_factory.mktemp("offline")
     events, during = [], None
     for event in openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
-            tmp, "job_name=traced", "max_iters=2", "branches_per_iteration=2")):
+            tmp, "job_name=traced", "max_iters=2", "branches_per_iteration=2", *FAST)):
         events.append(event)
         if isinstance(event, ev.CandidateEvaluated) and during is None:
             during = read_dataset(tmp / "traces")  # while the job goes
@@ -222,7 +227,7 @@ def test_a_killed_run_keeps_every_judged_candidate_on_disk(tmp_path, examples_di
               "    print(type(e).__name__, flush=True)\n")
     proc = subprocess.Popen(
         [sys.executable, "-c", script, str(examples_dir / "gelu"), *_overrides(
-            tmp_path, "job_name=killed", "max_iters=5", "branches_per_iteration=2")],
+            tmp_path, "job_name=killed", "max_iters=5", "branches_per_iteration=2", *FAST)],
         stdout=subprocess.PIPE, text=True, start_new_session=True)
     judged = 0
     deadline = time.monotonic() + 240
