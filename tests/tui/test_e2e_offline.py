@@ -12,6 +12,10 @@ from openkernel.events import CandidatePhaseChanged, RunFinished
 
 from .conftest import SIZE, chat_text, wait_until
 
+# One combination and one seed: a gelu candidate is one worker, not a sweep and then a judge
+# (these tests assert nothing about the sweep; test_withdrawn_branches keeps it).
+FAST = ["prompt.max_template_combinations=1", "eval_config.correctness_seeds=1"]
+
 
 @pytest.mark.slow
 async def test_real_offline_run_fills_the_log(tmp_path, monkeypatch):
@@ -19,7 +23,7 @@ async def test_real_offline_run_fills_the_log(tmp_path, monkeypatch):
     db = tmp_path / "kernels.sqlite3"
     app = create_app(None, ["max_iters=1", "branches_per_iteration=2", "job_name=tui-e2e",
                             f"paths.kernels_db_path={db}",
-                            f"paths.scratch_dir={tmp_path / 'scratch'}"])
+                            f"paths.scratch_dir={tmp_path / 'scratch'}", *FAST])
     seen: list[object] = []
     real_apply = app.apply_events
     app.apply_events = lambda batch: (seen.extend(batch), real_apply(batch))[1]
@@ -67,7 +71,7 @@ async def test_real_run_shows_queued_building_testing_timing_never_running(tmp_p
     monkeypatch.chdir(tmp_path)
     app = create_app(None, ["max_iters=2", "branches_per_iteration=2", "job_name=phases",
                             "eval_config.max_workers=1", f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}",
-                            f"paths.scratch_dir={tmp_path / 'scratch'}"])
+                            f"paths.scratch_dir={tmp_path / 'scratch'}", *FAST])
     seen = _watch(app)
     phases: set[str] = set()
     real_apply = app.apply_events
