@@ -242,12 +242,14 @@ def test_the_worked_cuda_example_compiles_at_every_combination(tmp_path):
         if ev.hardware.device != "cpu":
             pytest.skip("a GPU is present: the GPU test runs these for real")
         code = (WORKED / "templated_cuda.py.tmpl").read_text()
-        result, winner = ev.evaluate_template(code, "cuda", "worked-cuda")
+        assert parse(code).size == 6  # the GPU test builds all six; two nvcc builds show it here
+        small = code.replace('"THREADS": [128, 256, 512]', '"THREADS": [256]')
+        result, winner = ev.evaluate_template(small, "cuda", "worked-cuda")
     finally:
         ev.close()
     rows = result.template_results["combinations"]
-    assert len(rows) == 6 and all(r["status"] == "not_run" for r in rows), result.eval_log
-    assert winner is None and "6 compiled" in result.eval_log
+    assert len(rows) == 2 and all(r["status"] == "not_run" for r in rows), result.eval_log
+    assert winner is None and "2 compiled" in result.eval_log
 
 
 @pytest.mark.gpu
