@@ -210,28 +210,6 @@ def test_cli_bad_input_is_one_message(tmp_path, examples_dir):
     assert r.returncode == 2 and "no such database" in r.stderr
 
 
-def test_cli_runs_never_cuts_a_job_name(tmp_path, examples_dir):
-    name = "a-long-job-name-that-a-table-would-cut-" + "x" * 40
-    list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
-        tmp_path, f"job_name={name}", "max_iters=1", "branches_per_iteration=1", *FAST)))
-    r = _cli("runs", "--db", str(tmp_path / "k.sqlite3"))
-    assert r.returncode == 0 and f"\t{name}\t" in r.stdout
-    # the same in a narrow terminal: folded over lines, never cut with an ellipsis
-    from rich.console import Console
-
-    import openkernel.cli as cli
-
-    narrow = Console(width=60, force_terminal=True, record=True)
-    old, cli.console = cli.console, narrow
-    try:
-        assert cli.main(["runs", "--db", str(tmp_path / "k.sqlite3")]) == 0
-    finally:
-        cli.console = old
-    cells = [line.split("│")[2].strip() for line in narrow.export_text().splitlines()
-             if line.startswith("│")]
-    assert "".join(cells) == name  # folded over lines, never cut with an ellipsis
-
-
 def test_cli_show_prints_every_field(gelu_run):
     tmp, events = gelu_run
     kid = next(e.program.id for e in events if isinstance(e, ev.CandidateEvaluated)
@@ -253,14 +231,32 @@ def test_cli_show_prints_every_field(gelu_run):
 
 
 def test_cli_run_words(tmp_path, examples_dir):
-    """One candidate is "1 candidate"; the generator line says what it is, once."""
-    args = ["run", str(examples_dir / "gelu"), "--set", "job_name=words", "--set", "max_iters=1",
+    """One candidate is "1 candidate"; the generator line says what it is, once. `runs` never
+    cuts the job's long name."""
+    name = "a-long-job-name-that-a-table-would-cut-" + "x" * 40
+    args = ["run", str(examples_dir / "gelu"), "--set", f"job_name={name}", "--set", "max_iters=1",
             "--set", "branches_per_iteration=1",
             *sum((["--set", o] for o in _overrides(tmp_path, *FAST)), [])]
     r = _cli(*args)
     assert r.returncode == 0, r.stderr
     assert "completed: 1 candidate," in r.stdout and "offline templates" in r.stdout
     assert "offline (offline)" not in r.stdout
+    r = _cli("runs", "--db", str(tmp_path / "k.sqlite3"))
+    assert r.returncode == 0 and f"\t{name}\t" in r.stdout
+    # the same in a narrow terminal: folded over lines, never cut with an ellipsis
+    from rich.console import Console
+
+    import openkernel.cli as cli
+
+    narrow = Console(width=60, force_terminal=True, record=True)
+    old, cli.console = cli.console, narrow
+    try:
+        assert cli.main(["runs", "--db", str(tmp_path / "k.sqlite3")]) == 0
+    finally:
+        cli.console = old
+    cells = [line.split("│")[2].strip() for line in narrow.export_text().splitlines()
+             if line.startswith("│")]
+    assert "".join(cells) == name  # folded over lines, never cut with an ellipsis
     args[args.index("max_iters=1")] = "max_iters=2"
     r = _cli(*args)  # resumed: the job's count, and this run's
     assert "completed: 2 candidates (1 in this run)," in r.stdout, r.stdout  # "judged": the tally's word
@@ -277,34 +273,45 @@ def test_cli_task_that_fails_to_load_says_so_once(tmp_path):
     assert out.count("no inputs here") == 1, out
 
 
-def test_cli_eval_points_at_the_users_file_and_line(tmp_path, examples_dir):
+def _eval(capsys, *args) -> tuple[int, str]:
+    """`openkernel eval ...` in this process (the candidate still runs in its worker): no
+    interpreter start and hardware worker of a CLI process of its own. Returns (exit, stdout)."""
+    from openkernel.cli import main
+
+    code = main(["eval", *args])
+    return code, capsys.readouterr().out
+
+
+def test_cli_eval_points_at_the_users_file_and_line(tmp_path, examples_dir, capsys):
     """A build error's log names the user's file and line, not the scratch copy, nor
     openkernel's or importlib's frames."""
     cand = tmp_path / "my_kernel.py"
     cand.write_text("import torch\n\n\ndef helper(x:\n    return x\n")
-    r = _cli("eval", str(examples_dir / "gelu"), str(cand), "--set", f"paths.scratch_dir={tmp_path / 's'}")
-    assert r.returncode == 0, r.stderr
-    assert "compile_error" in r.stdout and f'File "{cand}", line 4' in r.stdout, r.stdout
+    code, out = _eval(capsys, str(examples_dir / "gelu"), str(cand), "--set",
+                      f"paths.scratch_dir={tmp_path / 's'}")
+    assert code == 0, out
+    assert "compile_error" in out and f'File "{cand}", line 4' in out, out
     for noise in ("importlib", "/openkernel/", "candidate.py"):
-        assert noise not in r.stdout, noise
+        assert noise not in out, noise
     cand.write_text("import torch\n\n\ndef oops():\n    raise RuntimeError('broken at import')\n\n\noops()\n")
-    r = _cli("eval", str(examples_dir / "gelu"), str(cand), "--set", f"paths.scratch_dir={tmp_path / 's'}")
-    assert f'File "{cand}", line 8' in r.stdout and f'File "{cand}", line 5, in oops' in r.stdout
-    assert "RuntimeError: broken at import" in r.stdout
+    code, out = _eval(capsys, str(examples_dir / "gelu"), str(cand), "--set",
+                      f"paths.scratch_dir={tmp_path / 's'}")
+    assert f'File "{cand}", line 8' in out and f'File "{cand}", line 5, in oops' in out
+    assert "RuntimeError: broken at import" in out
     for noise in ("importlib", "/openkernel/", "candidate.py"):
-        assert noise not in r.stdout, noise
+        assert noise not in out, noise
 
 
-def test_cli_eval_json(tmp_path, gelu_run, examples_dir):
+def test_cli_eval_json(tmp_path, gelu_run, examples_dir, capsys):
     tmp, events = gelu_run
     program = next(e.program for e in events if isinstance(e, ev.CandidateEvaluated)
                    and e.program.kernel_exec_result.correctness)
     cand = tmp_path / "cand.py"
     cand.write_text(program.code)
-    r = _cli("eval", str(examples_dir / "gelu"), str(cand), "--json",
-             "--set", f"paths.scratch_dir={tmp_path / 's'}")
-    assert r.returncode == 0, r.stderr
-    data = json.loads(r.stdout)
+    code, out = _eval(capsys, str(examples_dir / "gelu"), str(cand), "--json",
+                      "--set", f"paths.scratch_dir={tmp_path / 's'}")
+    assert code == 0, out
+    data = json.loads(out)
     assert data["status"] in ("faster", "correct") and data["correctness"] is True
     assert data["runtime_stats"]["n_trials"] >= 1
     # the roofline estimate the search adds, labelled an estimate, on this path too
