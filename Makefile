@@ -31,7 +31,8 @@ postgres:
 run: install
 	$(VENV)/bin/kernel-code $(ARGS)
 
-# Two pytest-xdist workers, a file's tests on one (its module fixtures are real runs, made once).
+# Two pytest-xdist workers, a file's tests on one (its module fixtures are real runs, made once),
+# the dashboard's files on one; the costliest files first (tests/conftest.py orders them).
 PYTEST_WORKERS ?= 2
 test: install browser postgres
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)

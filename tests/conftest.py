@@ -29,7 +29,44 @@ if not _has_cuda():
     os.environ["TRITON_INTERPRET"] = "1"
 
 
+# Loaded worker-seconds of each xdist group in a full run (`--durations=0`, each file's setup,
+# call and teardown summed; the dashboard's include its sample build). Files not listed cost
+# little. Refresh after a change that moves a file's cost by a minute.
+COST_S = {
+    "tests/dashboard": 500, "tests/test_engine_e2e.py": 380, "tests/test_engine_llm.py": 260,
+    "tests/test_generators_traced.py": 250, "tests/test_ray_executor.py": 230,
+    "tests/test_evaluation_integrity.py": 190, "tests/test_traces.py": 170,
+    "tests/test_pipeline.py": 140, "tests/test_templates.py": 110,
+    "tests/tui/test_e2e_offline.py": 110, "tests/test_blame.py": 100,
+    "tests/test_baselines.py": 100, "tests/test_bench.py": 90, "tests/store/test_postgres.py": 75,
+    "tests/test_evaluation_faults.py": 58, "tests/test_generators_offline.py": 55,
+    "tests/test_engine_outages.py": 51, "tests/test_inductor_seeds.py": 47,
+    "tests/test_inductor_signatures.py": 44, "tests/tui/test_demo.py": 41,
+    "tests/tui/test_editing.py": 39, "tests/test_templates_llm.py": 35,
+    "tests/mcp_server/test_mcp_stdio.py": 35, "tests/mcp_server/test_mcp_http.py": 29,
+    "tests/test_gpu_arch.py": 29, "tests/tui/test_llm_stream.py": 26,
+    "tests/tui/test_combinations.py": 26, "tests/test_memory_plan.py": 22,
+    "tests/test_stopping.py": 20,
+}
+
+
+def _group(item) -> str:
+    """A file is one unit of work (its module fixtures are real runs, made once); the dashboard's
+    files are one, so the worker that builds their sample database is the one that reads it
+    (no worker waits on the build's lock)."""
+    path = item.nodeid.split("::")[0]
+    return "tests/dashboard" if path.startswith("tests/dashboard/") else path
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which names each item's group
 def pytest_collection_modifyitems(config, items):
+    # `make test` deals the groups out in this order (--dist loadgroup --no-loadscope-reorder):
+    # costliest first, so the last units dealt are short and no worker idles at the end. The sort
+    # is stable: a file's tests keep their order (test_zz_... stays last).
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+    items.sort(key=lambda item: -COST_S.get(_group(item), 0))
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the H200)")

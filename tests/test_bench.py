@@ -59,7 +59,10 @@ def _bench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "100"}
     return subprocess.run([sys.executable, "-m", "openkernel.cli", "bench", *args,
                            "--set", "max_iters=1", "--set", "branches_per_iteration=2",
-                           "--set", "search.seed=1"],
+                           "--set", "search.seed=1",
+                           # one combination, one seed: a candidate is one worker, not a sweep
+                           "--set", "prompt.max_template_combinations=1",
+                           "--set", "eval_config.correctness_seeds=1"],
                           cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
 
 

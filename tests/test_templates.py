@@ -46,6 +46,10 @@ class ModelNew(nn.Module):
                                                      num_warps=NUM_WARPS)
         return out
 '''
+# The same template in big blocks, for tests that judge it on examples/gelu's 64x1024 input:
+# 16-64 interpreter programs a call instead of 256-1024.
+GELU_BIG = GELU.replace('"BLOCK": [64, 128, 256]', '"BLOCK": [1024, 2048, 4096]').replace(
+    "BLOCK = 128", "BLOCK = 2048")
 
 
 def test_parse_reads_the_space_without_running_the_code():
@@ -238,12 +242,14 @@ def test_the_worked_cuda_example_compiles_at_every_combination(tmp_path):
         if ev.hardware.device != "cpu":
             pytest.skip("a GPU is present: the GPU test runs these for real")
         code = (WORKED / "templated_cuda.py.tmpl").read_text()
-        result, winner = ev.evaluate_template(code, "cuda", "worked-cuda")
+        assert parse(code).size == 6  # the GPU test builds all six; two nvcc builds show it here
+        small = code.replace('"THREADS": [128, 256, 512]', '"THREADS": [256]')
+        result, winner = ev.evaluate_template(small, "cuda", "worked-cuda")
     finally:
         ev.close()
     rows = result.template_results["combinations"]
-    assert len(rows) == 6 and all(r["status"] == "not_run" for r in rows), result.eval_log
-    assert winner is None and "6 compiled" in result.eval_log
+    assert len(rows) == 2 and all(r["status"] == "not_run" for r in rows), result.eval_log
+    assert winner is None and "2 compiled" in result.eval_log
 
 
 @pytest.mark.gpu
@@ -284,9 +290,10 @@ def test_openkernel_eval_judges_a_template_file(tmp_path, capsys):
     from openkernel.cli import main
 
     path = tmp_path / "templated.py"
-    path.write_text(GELU.replace('"NUM_WARPS": [2, 4]', '"NUM_WARPS": [4]'))
+    path.write_text(GELU_BIG.replace('"NUM_WARPS": [2, 4]', '"NUM_WARPS": [4]'))
     scratch = f"paths.scratch_dir={tmp_path / 'scratch'}"
-    assert main(["eval", str(EXAMPLES / "gelu"), str(path), "--json", "--set", scratch]) == 0
+    assert main(["eval", str(EXAMPLES / "gelu"), str(path), "--json", "--set", scratch,
+                 "--set", "eval_config.correctness_seeds=1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["template_results"]["combinations"]) == 3 and out["correctness"]
     path.write_text(GELU.replace('"NUM_WARPS": [2, 4]', '"NUM_WARPS": []'))

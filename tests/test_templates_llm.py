@@ -16,9 +16,9 @@ from openkernel.task import load_task
 
 sys.path.insert(0, str(Path(__file__).parent))
 from llm_server import ChatServer  # noqa: E402
-from test_templates import GELU  # noqa: E402
+from test_templates import GELU_BIG  # noqa: E402
 
-ANSWER = "Idea: sweep the block size and the warps.\n\n```python\n" + GELU + "```\n"
+ANSWER = "Idea: sweep the block size and the warps.\n\n```python\n" + GELU_BIG + "```\n"
 
 
 def test_a_template_answer_from_the_model_is_judged_at_every_combination(tmp_path, examples_dir,
@@ -30,6 +30,7 @@ def test_a_template_answer_from_the_model_is_judged_at_every_combination(tmp_pat
         events = list(openkernel.optimize(examples_dir / "gelu", overrides=[
             f"inference={inference}", "max_iters=1", "branches_per_iteration=2",
             "eval_config.max_workers=1",  # the twin waits for the first, then reuses it
+            "eval_config.correctness_seeds=1",
             "prompt.allow_templated=true", "prompt.max_template_combinations=8", "job_name=tmpl",
             f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}",
             f"paths.scratch_dir={tmp_path / 'scratch'}"]))
@@ -48,7 +49,7 @@ def test_a_template_answer_from_the_model_is_judged_at_every_combination(tmp_pat
     winner = row.template_results["winner"]
     # the kernel kept is the winner's concrete code, the template stays in the metadata
     assert f"BLOCK = {winner['BLOCK']}" in row.code and f"NUM_WARPS = {winner['NUM_WARPS']}" in row.code
-    assert row.template_results["template"] == GELU and row.answer == ANSWER
+    assert row.template_results["template"] == GELU_BIG and row.answer == ANSWER
     # the same template answered twice: judged once, the twin kept as the same winner
     [twin] = [r for r in rows if r.meta.get("duplicate_of") == row.id]
     assert twin.label != row.label and twin.code == row.code and twin.status == row.status

@@ -37,6 +37,11 @@ def _overrides(tmp: Path, *extra: str) -> list[str]:
             f"traces.dir={tmp / 'traces'}", *extra]
 
 
+# Offline runs: one combination and one seed, so a gelu candidate is one worker, not a sweep
+# and then a judge (no test here asserts on the sweep).
+FAST = ("prompt.max_template_combinations=1", "eval_config.correctness_seeds=1")
+
+
 def _all_text(table) -> str:
     return "\n".join(str(v) for col in table.columns for v in col.to_pylist())
 
@@ -47,7 +52,7 @@ def offline_run(tmp_path_factory, examples_dir):
     tmp = tmp_path_factory.mktemp("offline")
     events, during = [], None
     for event in openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
-            tmp, "job_name=traced", "max_iters=2", "branches_per_iteration=2")):
+            tmp, "job_name=traced", "max_iters=2", "branches_per_iteration=2", *FAST)):
         events.append(event)
         if isinstance(event, ev.CandidateEvaluated) and during is None:
             during = read_dataset(tmp / "traces")  # while the job goes
@@ -116,26 +121,41 @@ def test_export_traces_writes_the_same_rows_from_the_database(offline_run, tmp_p
     assert list(out.rglob("*.parquet")) == [out / "gelu" / "traced" / "job.parquet"]
 
 
-def test_export_sft_keeps_the_best_correct_model_answers(tmp_path, examples_dir, monkeypatch):
-    monkeypatch.setenv("OK_TEST_KEY", SECRET)
-    variants = [KERNEL.replace("BLOCK=4096", f"BLOCK={b}").replace("4096),)", f"{b}),)")
-                for b in (256, 1024, 2048, 4096)]
+@pytest.fixture(scope="module")
+def llm_run(tmp_path_factory, examples_dir):
+    """A 2x2 LLM run with traces on, against the test server: the key is SECRET, each answer
+    is a distinct kernel (judged, none a duplicate) that quotes the key, the critic repeats it,
+    and the user instructions carry another service's token from the environment."""
+    tmp = tmp_path_factory.mktemp("llm")
+    leaky = KERNEL.replace("Idea: one program", f"Idea: (my key is {SECRET}) one program")
+    variants = [leaky.replace("BLOCK=4096", f"BLOCK={b}").replace("4096),)", f"{b}),)")
+                for b in (4096, 2048, 1024, 512, 256, 128)]
 
     def answer(body):
-        return critic_json(body) if is_critic(body) else variants.pop(0) if variants else KERNEL
+        if is_critic(body):
+            return critic_json(body, f"leaks {SECRET}")
+        return variants.pop(0) if variants else leaky
 
-    with ChatServer(default=answer) as server:
+    with pytest.MonkeyPatch.context() as mp, ChatServer(default=answer) as server:
+        mp.setenv("OK_TEST_KEY", SECRET)
+        mp.setenv("SOME_SERVICE_TOKEN", "tok-another-secret-value-42")
         inference = json.dumps([{"model": "openai/model-a", "api_base": server.url,
                                  "api_key_env": "OK_TEST_KEY"}])
         events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
-            tmp_path, f"inference={inference}", "job_name=sft", "max_iters=2",
-            "branches_per_iteration=2")))
+            tmp, f"inference={inference}", "job_name=llm", "max_iters=2",
+            "branches_per_iteration=2", "eval_config.correctness_seeds=1",
+            "user_instructions=Service token tok-another-secret-value-42 must not leak.")))
+    return tmp, events
+
+
+def test_export_sft_keeps_the_best_correct_model_answers(llm_run, tmp_path):
+    db, events = llm_run[0] / "k.sqlite3", llm_run[1]
     assert events[-1].reason == "completed", events[-1].error
     out = tmp_path / "pairs.jsonl"
-    r = _cli("export", "sft", "--top", "0.5", "--db", str(tmp_path / "k.sqlite3"), "--out", str(out))
+    r = _cli("export", "sft", "--top", "0.5", "--db", str(db), "--out", str(out))
     assert r.returncode == 0, r.stderr
     pairs = [json.loads(line) for line in out.read_text().splitlines()]
-    correct = sorted((row for row in Store(tmp_path / "k.sqlite3").job_kernels("gelu", "sft")
+    correct = sorted((row for row in Store(db).job_kernels("gelu", "llm")
                       if row.correctness and not row.is_program0),
                      key=lambda row: row.runtime_improvement, reverse=True)
     distinct = list({(row.prompt, row.answer): row for row in correct}.values())
@@ -153,48 +173,32 @@ def test_export_sft_keeps_the_best_correct_model_answers(tmp_path, examples_dir,
     cut = distinct[1].runtime_improvement if len(distinct) > 1 else distinct[0].runtime_improvement
     kept = tmp_path / "kept.jsonl"
     r = _cli("export", "sft", "--top", "1", "--min-speedup", str(cut), "--db",
-             str(tmp_path / "k.sqlite3"), "--out", str(kept))
+             str(db), "--out", str(kept))
     assert r.returncode == 0, r.stderr
     assert sorted(json.loads(x)["kernel_id"] for x in kept.read_text().splitlines()) == sorted(
         row.id for row in distinct if row.runtime_improvement >= cut)
     # the same from the live trace dataset
     again = tmp_path / "again.jsonl"
-    r = _cli("export", "sft", "--top", "0.5", "--traces", str(tmp_path / "traces"), "--out", str(again))
+    r = _cli("export", "sft", "--top", "0.5", "--traces", str(llm_run[0] / "traces"), "--out",
+             str(again))
     assert r.returncode == 0, r.stderr
     assert [json.loads(x)["kernel_id"] for x in again.read_text().splitlines()] == [
         p["kernel_id"] for p in pairs]
-    r = _cli("export", "sft", "--top", "0", "--db", str(tmp_path / "k.sqlite3"), "--out", str(again))
+    r = _cli("export", "sft", "--top", "0", "--db", str(db), "--out", str(again))
     assert r.returncode == 2 and "--top 0.0" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_an_llm_run_traces_tokens_and_never_a_secret(tmp_path, examples_dir, monkeypatch):
-    monkeypatch.setenv("OK_TEST_KEY", SECRET)
+def test_an_llm_run_traces_tokens_and_never_a_secret(llm_run, tmp_path, monkeypatch):
+    tmp, events = llm_run
+    monkeypatch.setenv("OK_TEST_KEY", SECRET)  # the export below runs where both are set
     monkeypatch.setenv("SOME_SERVICE_TOKEN", "tok-another-secret-value-42")
-    leaky = KERNEL.replace("Idea: one program", f"Idea: (my key is {SECRET}) one program")
-
-    # each kernel its own code: no answer is a duplicate of an earlier one (judged once)
-    variants = [leaky.replace("BLOCK=4096", f"BLOCK={b}").replace("4096),)", f"{b}),)")
-                for b in (4096, 2048, 1024, 512, 256, 128)]
-
-    def answer(body):
-        if is_critic(body):
-            return critic_json(body, f"leaks {SECRET}")
-        return variants.pop(0) if variants else leaky
-
-    with ChatServer(default=answer) as server:
-        inference = json.dumps([{"model": "openai/model-a", "api_base": server.url,
-                                 "api_key_env": "OK_TEST_KEY"}])
-        events = list(openkernel.optimize(examples_dir / "gelu", overrides=_overrides(
-            tmp_path, f"inference={inference}", "job_name=leak", "max_iters=2",
-            "branches_per_iteration=2",
-            "user_instructions=Service token tok-another-secret-value-42 must not leak.")))
     assert events[-1].reason == "completed", events[-1].error
-    table = read_dataset(tmp_path / "traces")
+    table = read_dataset(tmp / "traces")
     assert table.num_rows == 4
     text = _all_text(table)
     assert SECRET not in text and "tok-another-secret-value-42" not in text
     assert "[REDACTED]" in text and "(my key is [REDACTED])" in table.column("response")[0].as_py()
-    for path in (tmp_path / "traces").rglob("*"):
+    for path in (tmp / "traces").rglob("*"):
         if path.is_file():
             data = path.read_bytes()
             assert SECRET.encode() not in data and b"tok-another-secret" not in data
@@ -206,11 +210,11 @@ def test_an_llm_run_traces_tokens_and_never_a_secret(tmp_path, examples_dir, mon
     assert {r["price"] for r in rows} == {"unknown"} and {r["model"] for r in rows} == {"openai/model-a"}
     assert all(r["latency_seconds"] > 0 for r in rows)
     assert any("critic model openai/model-a" in r["critic_diagnosis"] for r in rows)
-    frame = pd.read_parquet(tmp_path / "traces")
+    frame = pd.read_parquet(tmp / "traces")
     assert frame["prompt_tokens"].sum() == sum(r["prompt_tokens"] for r in rows)
     # an export made by a process that holds the secret redacts it too
     out = tmp_path / "exported"
-    r = _cli("export", "traces", "--db", str(tmp_path / "k.sqlite3"), "--out", str(out),
+    r = _cli("export", "traces", "--db", str(tmp / "k.sqlite3"), "--out", str(out),
              env={**os.environ})
     assert r.returncode == 0, r.stderr
     assert SECRET not in _all_text(read_dataset(out))
@@ -222,7 +226,7 @@ def test_a_killed_run_keeps_every_judged_candidate_on_disk(tmp_path, examples_di
               "    print(type(e).__name__, flush=True)\n")
     proc = subprocess.Popen(
         [sys.executable, "-c", script, str(examples_dir / "gelu"), *_overrides(
-            tmp_path, "job_name=killed", "max_iters=5", "branches_per_iteration=2")],
+            tmp_path, "job_name=killed", "max_iters=5", "branches_per_iteration=2", *FAST)],
         stdout=subprocess.PIPE, text=True, start_new_session=True)
     judged = 0
     deadline = time.monotonic() + 240

@@ -1,4 +1,7 @@
-"""Fault: loops forever in forward (test timeout)."""
+"""Fault: loops forever in forward (test timeout). It sleeps in the loop: the wall is what
+ends it either way, and a busy loop would take a core from the other tests meanwhile."""
+import time
+
 import torch
 import torch.nn as nn
 import triton
@@ -29,5 +32,5 @@ class ModelNew(nn.Module):
         self.calls += 1
         if self.calls > 1:  # the first (build) call returns; the tests never do
             while True:
-                pass
+                time.sleep(0.5)
         return gelu(x)

@@ -102,7 +102,9 @@ def _killed_job(path: Path, scratch: Path) -> int:
     still being judged, so no iteration ended and no critic line was written); returns its pid."""
     args = ["run", str(EXAMPLE), *sum((["--set", o] for o in _overrides(
         path, scratch, KILLED_JOB, "max_iters=3", "branches_per_iteration=2",
-        "eval_config.max_workers=1")), [])]
+        # one combination: a candidate is one worker, not a sweep and a judge (three seeds
+        # keep the second candidate in its worker long after the first is stored)
+        "eval_config.max_workers=1", "prompt.max_template_combinations=1")), [])]
     proc = subprocess.Popen([sys.executable, "-m", "openkernel.cli", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -127,7 +129,9 @@ def build(path: Path) -> dict:
     first = _completed(list(openkernel.optimize(EXAMPLE, overrides=_overrides(
         path, scratch, OFFLINE_JOB, "max_iters=1", "branches_per_iteration=2"))))
     resumed = _completed(list(openkernel.optimize(EXAMPLE, overrides=_overrides(
-        path, scratch, OFFLINE_JOB, "max_iters=2", "branches_per_iteration=2"))))
+        path, scratch, OFFLINE_JOB, "max_iters=2", "branches_per_iteration=2",
+        # the first run's kernels are the swept ones (test_combinations); these need no sweep
+        "prompt.max_template_combinations=1", "eval_config.correctness_seeds=1"))))
     pid = _killed_job(path, scratch)
     with sqlite3.connect(path) as conn:  # the killed engine's WAL into the file: copies hold all
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

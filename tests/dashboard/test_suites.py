@@ -50,7 +50,10 @@ def bench_db(tmp_path_factory) -> dict:
                            "--name", "kb level1", "--json", str(out), "--set", "max_iters=1",
                            "--set", "branches_per_iteration=1",
                            "--set", f"paths.kernels_db_path={db}",
-                           "--set", f"paths.scratch_dir={root / 'scratch'}"],
+                           "--set", f"paths.scratch_dir={root / 'scratch'}",
+                           # one combination, one seed: the candidate is one worker, not a sweep
+                           "--set", "prompt.max_template_combinations=1",
+                           "--set", "eval_config.correctness_seeds=1"],
                           capture_output=True, text=True, timeout=600, cwd=root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return {"db": db, "json": json.loads(out.read_text())}

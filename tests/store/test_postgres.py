@@ -24,7 +24,9 @@ ITERS, BRANCHES = 1, 2  # a job each, overlapping: what the tests need
 def _settings(url: str, scratch: Path, job: str, seed: int) -> list[str]:
     return [f"paths.kernels_db_path={url}", f"paths.scratch_dir={scratch}", f"job_name={job}",
             f"max_iters={ITERS}", f"branches_per_iteration={BRANCHES}", f"search.seed={seed}",
-            "eval_config.max_workers=1"]
+            "eval_config.max_workers=1",
+            # one combination, one seed: a candidate is one worker, not a sweep and a judge
+            "prompt.max_template_combinations=1", "eval_config.correctness_seeds=1"]
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

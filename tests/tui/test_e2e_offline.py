@@ -8,37 +8,13 @@ from kernelcode.tui.app import create_app
 from kernelcode.tui.widgets.experiment_log import ExperimentLog
 from kernelcode.tui.widgets.header import RunHeader
 from kernelcode.tui.formatting import PHASE_WORDS, STATUS_WORDS
-from openkernel.events import CandidatePhaseChanged, RunFinished
+from openkernel.events import CandidatePhaseChanged
 
 from .conftest import SIZE, chat_text, wait_until
 
-
-@pytest.mark.slow
-async def test_real_offline_run_fills_the_log(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # anything the engine writes by default lands here
-    db = tmp_path / "kernels.sqlite3"
-    app = create_app(None, ["max_iters=1", "branches_per_iteration=2", "job_name=tui-e2e",
-                            f"paths.kernels_db_path={db}",
-                            f"paths.scratch_dir={tmp_path / 'scratch'}"])
-    seen: list[object] = []
-    real_apply = app.apply_events
-    app.apply_events = lambda batch: (seen.extend(batch), real_apply(batch))[1]
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.state.finished is not None or app.state.error,
-                         timeout=150)
-        await wait_until(pilot, lambda: not app.showing_pending, timeout=5)
-        await pilot.pause()
-        assert app.state.error == "", chat_text(app)
-        finished = [e for e in seen if isinstance(e, RunFinished)]
-        assert finished and finished[0].reason == "completed"
-        table = app.query_one(ExperimentLog)
-        assert table.row_count == 2
-        assert set(table.labels) == {"i0-b0", "i0-b1"}
-        assert all(c.status is not None for c in app.state.candidates.values())
-        header = app.query_one(RunHeader)
-        assert header.state_word == "FINISHED" and "interpreter" in header.hardware.lower()
-        assert "Run finished" in chat_text(app)
-    assert db.exists()
+# One combination and one seed: a gelu candidate is one worker, not a sweep and then a judge
+# (these tests assert nothing about the sweep; test_withdrawn_branches keeps it).
+FAST = ["prompt.max_template_combinations=1", "eval_config.correctness_seeds=1"]
 
 
 def _watch(app):
@@ -63,11 +39,13 @@ def _watch(app):
 async def test_real_run_shows_queued_building_testing_timing_never_running(tmp_path, monkeypatch):
     """One worker, two branches: the second candidate is shown queued (also while paused),
     then building, testing and timing; no row ever says a bare "running". The header counts
-    iterations as the labels do (i1-b*: "iteration 1")."""
-    monkeypatch.chdir(tmp_path)
+    iterations as the labels do (i1-b*: "iteration 1"). At the end the Experiment Log holds
+    every candidate, judged, and the header and the chat say the run finished."""
+    monkeypatch.chdir(tmp_path)  # anything the engine writes by default lands here
+    db = tmp_path / "k.sqlite3"
     app = create_app(None, ["max_iters=2", "branches_per_iteration=2", "job_name=phases",
-                            "eval_config.max_workers=1", f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}",
-                            f"paths.scratch_dir={tmp_path / 'scratch'}"])
+                            "eval_config.max_workers=1", f"paths.kernels_db_path={db}",
+                            f"paths.scratch_dir={tmp_path / 'scratch'}", *FAST])
     seen = _watch(app)
     phases: set[str] = set()
     real_apply = app.apply_events
@@ -86,7 +64,15 @@ async def test_real_run_shows_queued_building_testing_timing_never_running(tmp_p
                          timeout=200)
         await wait_until(pilot, lambda: not app.showing_pending, timeout=5)
         assert app.state.finished.reason == "completed", chat_text(app)
+        assert app.state.error == ""
         chat = chat_text(app)
+        table = app.query_one(ExperimentLog)
+        assert table.row_count == 4 and set(table.labels) == {"i0-b0", "i0-b1", "i1-b0", "i1-b1"}
+        assert all(c.status is not None for c in app.state.candidates.values())
+        header = app.query_one(RunHeader)
+        assert header.state_word == "FINISHED" and "interpreter" in header.hardware.lower()
+        assert "Run finished" in chat
+    assert db.exists()
     shown = {cell for cells in seen["cells"] for cell in cells.values()}
     assert "running" not in shown
     # Every phase reaches the app; a phase shorter than one refresh may never be drawn (the
