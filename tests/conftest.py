@@ -75,6 +75,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture
+def interpreter(monkeypatch):
+    """Kernels run in this process under the Triton interpreter (on a GPU the file's gpu
+    tests run them compiled instead)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the interpreter's check (on a GPU the gpu tests run the kernels compiled)")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
 @pytest.fixture(scope="session")
 def examples_dir() -> Path:
     return EXAMPLES

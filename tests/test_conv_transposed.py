@@ -72,13 +72,6 @@ def _held_out(shape) -> tuple[int, ...]:
     return (shape[0], shape[1], *[s + 1 for s in shape[2:]])
 
 
-@pytest.fixture
-def interpreter(monkeypatch):
-    if torch.cuda.is_available():
-        pytest.skip("the interpreter's check (the GPU runs test_direct_on_the_gpu)")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
 @pytest.mark.parametrize("name", CASES)
 def test_the_direct_form_matches_torch(name, interpreter, tmp_path):
     torch.manual_seed(0)

@@ -104,13 +104,6 @@ def counter():
             setattr(owner, name, kept)
 
 
-@pytest.fixture
-def interpreter(monkeypatch):
-    if torch.cuda.is_available():
-        pytest.skip("the interpreter's check (the GPU runs the gpu tests below)")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
 def test_cuda_graph_is_offered_where_launches_matter_and_pinned_under_the_interpreter():
     torch.manual_seed(0)
     model = GeluSoftmax().eval()

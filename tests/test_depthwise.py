@@ -63,13 +63,6 @@ def _module(plan, tmp_path, name: str, block: int):
     return module, path.read_text()
 
 
-@pytest.fixture
-def interpreter(monkeypatch):
-    if torch.cuda.is_available():
-        pytest.skip("the interpreter's check")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
 @pytest.mark.parametrize("name", CASES)
 def test_a_depthwise_convolution_is_computed_tap_by_tap(name, interpreter, tmp_path):
     make, traced, held_out = CASES[name]

@@ -87,13 +87,6 @@ def _check(model: nn.Module, plan, tmp_path, name: str, device: str = "cpu") -> 
     return code
 
 
-@pytest.fixture
-def interpreter(monkeypatch):
-    if torch.cuda.is_available():
-        pytest.skip("the interpreter's check (the GPU runs test_whole_rows_on_the_gpu)")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
 FUSED = {"gelu_softmax": GeluSoftmax, "logsumexp": LogSumExp, "mean_max": MeanMax,
          "groupnorm": GemmGroupNorm,
          "groupnorm_narrow": lambda: GemmGroupNorm(8, 4)}  # (a tile wider than the row)

@@ -310,13 +310,6 @@ def test_traced_templates_are_correct_under_the_evaluator(name, config, tmp_path
     assert result.correctness, f"{proposal.description}\n{result.eval_log}\n{proposal.code}"
 
 
-@pytest.fixture
-def interpreter(monkeypatch):
-    if torch.cuda.is_available():
-        pytest.skip("the interpreter's check (the GPU test runs every case compiled)")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-
-
 def _matches(name: str, outs: list, refs: list) -> None:
     ok, msg, _ = compare_outputs(outs, refs)  # the worker's tolerances for the outputs' dtypes
     assert ok, f"{name}: {msg}"

@@ -100,12 +100,8 @@ def source(name: str, spec: ConvSpec) -> str:
         "    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # output positions: batch x spatial",
         "    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # output channels of group g",
     ]
-    # the output position's coordinates, innermost last
-    rest = "rm"
-    for d in reversed(dims):
-        lines.append(f"    o_{d} = {rest} % {d.upper()}_out")
-        rest = f"({rest} // {d.upper()}_out)"
-    lines.append(f"    n = {rest}")
+    coordinates, rest = output_coordinates("rm", dims)
+    lines += coordinates + [f"    n = {rest}"]
     lines += [
         "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
         "    for k0 in range(0, K, BLOCK_K):",
@@ -163,6 +159,16 @@ def source(name: str, spec: ConvSpec) -> str:
         f"    tl.store(y_ptr + {y_off}, acc.to(y_ptr.dtype.element_ty), mask=y_mask)",
     ]
     return "\n".join(lines)
+
+
+def output_coordinates(index: str, dims) -> tuple[list[str], str]:
+    """Kernel lines splitting a flat output index into its spatial coordinates ``o_<dim>``
+    (innermost last), and the expression of what is left above them (the batch, the plane)."""
+    lines, rest = [], index
+    for d in reversed(dims):
+        lines.append(f"    o_{d} = {rest} % {d.upper()}_out")
+        rest = f"({rest} // {d.upper()}_out)"
+    return lines, rest
 
 
 def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | None,

@@ -33,10 +33,9 @@ def source(name: str, spec) -> str:
         "    ci = co // MULT",
         "    n = plane // C_out",
     ]
-    rest = "rs"
-    for d in reversed(dims):
-        lines.append(f"    o_{d} = {rest} % {d.upper()}_out")
-        rest = f"({rest} // {d.upper()}_out)"
+    from openkernel.generators.compiler.kernels.conv import output_coordinates
+
+    lines += output_coordinates("rs", dims)[0]
     plane_in = " * ".join(f"{d.upper()}_in" for d in dims)
     lines += [
         f"    x_plane = x_ptr + (n * C_in + ci) * ({plane_in})",
