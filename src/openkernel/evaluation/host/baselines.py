@@ -176,7 +176,7 @@ class ReferenceBaselines:
             else None
         cost = "baselines_s" if name == "first" else "late_baselines_s"
         if stored is not None and not ev.ec.fresh_baselines and covers(stored, walls(ev.ec, kinds)):
-            self.record = self._merged(stored, kinds, name) if self.record is not None else stored
+            self.record = self._merged(stored, kinds) if self.record is not None else stored
             self.costs[cost] = 0.0
             if name == "first":
                 self.costs["baselines_stored"] = True
@@ -193,14 +193,14 @@ class ReferenceBaselines:
                     self.record[f"{kind}_error"] = error
             return
         self.record = record if name == "first" or self.record is None else \
-            self._merged(record, kinds, name)
+            self._merged(record, kinds)
         if store is not None and key:  # (the first stage alone, then the whole record)
             median = (self.record.get("compile") or self.record.get("eager") or {}).get(
                 "median", -1.0)
             store.put_reference_timing(digest, hw.label, baseline_kind(ev.ec.allow_tf32), median,
                                        self.record, key)
 
-    def _merged(self, late: dict, kinds: list[str], name: str) -> dict:
+    def _merged(self, late: dict, kinds: list[str]) -> dict:
         """The first stage's record with ``kinds`` taken from ``late`` (a late record's own
         eager as ``eager_late``: its baselines' ratios are to the eager timed beside them)."""
         out = dict(self.record or {})
@@ -214,7 +214,7 @@ class ReferenceBaselines:
                 timed_out[kind] = late["timed_out"][kind]
         out["timed_out"] = timed_out
         eager = late.get("eager_late") or late.get("eager")
-        if eager is not None and name == "late":
+        if eager is not None:
             out["eager_late"] = eager
         for key in ("autotune_mode", "cudagraphs_mode"):
             if key in late:
