@@ -102,6 +102,18 @@ def test_probe_describes_the_task(tmp_path):
     assert probe.reference_ms > 0
 
 
+def test_probe_warns_when_the_trace_cannot_follow_the_sizes(tmp_path):
+    task = tmp_path / "readback.py"  # a value read back: the trace is made at fixed sizes
+    task.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return x * float(x.abs().max())\n\ndef get_inputs():\n"
+                    "    return [torch.randn(4, 5)]\n\ndef get_init_inputs():\n    return []\n")
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "s")}})
+    probe = Evaluator(load_task(task), config).probe()
+    assert probe.ok, probe.error
+    fixed = [w for w in probe.warnings if "trace has fixed sizes" in w]
+    assert len(fixed) == 1 and "symbolic" in fixed[0], probe.warnings
+
+
 def test_bad_task_gives_one_clear_message(tmp_path):
     bad = tmp_path / "bad_task.py"
     bad.write_text("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"

@@ -31,7 +31,7 @@ from openkernel.evaluation.worker.inductor import CAPTURES_FORMAT, capture_signa
 from openkernel.evaluation.worker import precision
 from openkernel.evaluation.worker.integrity import OpRecorder, compute_ops
 from openkernel.evaluation.worker.task_runtime import TaskRuntime, clone, tensors_in
-from openkernel.evaluation.worker.trace import trace_forward
+from openkernel.evaluation.worker.trace import FIXED_SIZES, trace_forward
 from openkernel.records import Footprint, TaskProbe
 
 
@@ -240,6 +240,10 @@ def run_probe(job: Job, ch) -> dict:
         trace = trace_forward(model, inputs)
     except Exception:  # the graph is for the offline templates: a task without it still runs
         trace = None
+    if trace is not None and FIXED_SIZES in trace.note:
+        # the compiler then writes kernels for these sizes alone: held-out sizes will fail them
+        warnings.append(f"the reference's trace has fixed sizes ({trace.note}); the offline "
+                        "kernels hold only at the benchmark's sizes")
     step("trace")
     seeds = captured = None
     stored = job.inductor if (job.inductor or {}).get("format") == CAPTURES_FORMAT else None

@@ -38,6 +38,7 @@ _DECOMPOSED = [
     "celu", "logit",
 ]
 MAX_OPS = 20000  # a longer forward is not a kernel-sized task: the trace stops there
+FIXED_SIZES = "sizes are fixed: "  # the note of a trace that could not be symbolic
 SMALL_CONSTANT = 64  # tensors built inside forward of up to this many elements keep their values
 _SKIPPED = {"prim.device.default", "aten.sym_size.int", "aten.sym_stride.int",
             "aten.sym_numel.default", "aten.sym_storage_offset.default"}
@@ -310,6 +311,6 @@ def trace_forward(model: torch.nn.Module, inputs: list) -> OpTrace | None:
             why.append(f"{fake or 'real'}: {type(err).__name__}: {str(err)[:200]}")
             continue
         if why:
-            trace.note = "; ".join(filter(None, [trace.note, "sizes are fixed: " + why[0]]))
+            trace.note = "; ".join(filter(None, [trace.note, FIXED_SIZES + why[0]]))
         return trace
     return None
