@@ -38,7 +38,7 @@ COST_S = {
     "tests/test_evaluation_integrity.py": 190, "tests/test_traces.py": 170,
     "tests/test_pipeline.py": 140, "tests/test_templates.py": 110,
     "tests/tui/test_e2e_offline.py": 110, "tests/test_blame.py": 100,
-    "tests/test_baselines.py": 100, "tests/test_bench.py": 90, "tests/store/test_postgres.py": 75,
+    "tests/test_baselines.py": 170, "tests/test_bench.py": 90, "tests/store/test_postgres.py": 75,
     "tests/test_evaluation_faults.py": 58, "tests/test_generators_offline.py": 55,
     "tests/test_engine_outages.py": 51, "tests/test_inductor_seeds.py": 47,
     "tests/test_inductor_signatures.py": 44, "tests/tui/test_demo.py": 41,

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,8 @@ from openkernel.records import baseline_kind
 
 KIND = baseline_kind(False)  # the suites' default: TF32 off
 from openkernel.evaluation.host.executor import Evaluator
+from openkernel.events import LogEmitted, RunFinished
+from openkernel.search.loop import LATE_MARGIN_S, Search
 from openkernel.runner import resolve_run
 from openkernel.schemas import Status
 from openkernel.store import Store
@@ -195,6 +198,55 @@ def test_a_sweep_stops_at_its_own_wall(stored):
     assert winner is None and result.get_status() in (Status.TEST_TIMEOUT, Status.BUILD_TIMEOUT)
     assert "eval_config.sweep_timeout_s = 5" in result.eval_log
     assert 5 <= result.template_results["sweep_s"] < 600
+
+
+def test_late_baselines_fit_in_the_time_a_problem_has_left(tmp_path):
+    """A suite's problem gives its late stage only what is left of its wall: a reduce-overhead
+    compile that never ends stops at its share of it (recorded as timed out, the share named),
+    not at its own 60 s wall; the first stage's record stands."""
+    task = tmp_path / "late"
+    task.mkdir()
+    (task / "reference.py").write_text(REFERENCE.format(body=NEVER_COMPILES))
+    (task / "config.yaml").write_text(
+        "eval_config:\n  baselines: [eager, compile, cudagraphs]\n"
+        "  baseline_timeout_s: {eager: 10, compile: 3, cudagraphs: 60}\n")
+    t, config = resolve_run(task, [f"paths.scratch_dir={tmp_path / 'scratch'}"])
+    ev = Evaluator(t, config, None, bench_budget_s=0.1)
+    first = dict(ev.baselines(late=False))
+    assert first["timed_out"]["compile"]["limit_s"] == 3 and first["eager"]["median"] > 0
+    assert ev.late_baselines_pending() == ["cudagraphs"]
+    started = time.monotonic()
+    record = ev.baselines(within_s=4)
+    assert time.monotonic() - started < 45  # 4 s and a worker's start and stop, not 60 s
+    assert record["timed_out"]["cudagraphs"]["limit_s"] == 4
+    assert 4 <= record["timed_out"]["cudagraphs"]["elapsed_s"] < 60
+    assert "its share of the 4 s left before the problem's wall" in record["cudagraphs_error"]
+    assert record["timed_out"]["compile"] == first["timed_out"]["compile"]
+    assert record["eager"] == first["eager"] and not ev.late_baselines_pending()
+
+
+def test_a_search_with_a_deadline_times_its_late_baselines_within_it(tmp_path):
+    """The suite sets a problem's deadline on its search: the late stage then gets what is left
+    (less a margin for ending the workers), so the job ends inside its wall, completed."""
+    task = tmp_path / "late"
+    task.mkdir()
+    (task / "reference.py").write_text(REFERENCE.format(body=NEVER_COMPILES))
+    (task / "config.yaml").write_text(
+        "eval_config:\n  baselines: [eager, compile, cudagraphs]\n"
+        "  baseline_timeout_s: {eager: 10, compile: 3, cudagraphs: 120}\n")
+    t, config = resolve_run(task, [f"paths.scratch_dir={tmp_path / 'scratch'}", "max_iters=1",
+                                   "branches_per_iteration=1", f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}"])
+    search = Search(t, config)
+    started = time.monotonic()
+    search.deadline = started + 50
+    events = list(search.run())
+    assert time.monotonic() - started < 50 + 10  # (a loaded machine's slack past the margin)
+    assert isinstance(events[-1], RunFinished) and events[-1].reason == "completed", events[-1]
+    logged = [e.message for e in events if isinstance(e, LogEmitted)]
+    assert any("reduce-overhead now that the candidates are judged, within the" in m for m in logged)
+    record = search.evaluator.baselines()
+    limit = record["timed_out"]["cudagraphs"]["limit_s"]
+    assert limit <= 50 - LATE_MARGIN_S and "left before the problem's wall" in record["cudagraphs_error"]
 
 
 def test_bad_walls_are_one_message_naming_the_key(tmp_path):

@@ -8,7 +8,9 @@ has a baseline for every problem (or the reason it has none).
 
 With a problem timeout, a problem still running past it is ended: its workers are stopped,
 what was judged stays stored, the candidates cut short are not (no candidate is blamed), and
-the problem is filed as ``timed_out`` before the next one starts.
+the problem is filed as ``timed_out`` before the next one starts. The wall is also the
+search's deadline: max-autotune and reduce-overhead, timed after the candidates, get only what
+is left of it, so a problem whose candidates are all judged ends inside its wall.
 """
 
 from __future__ import annotations
@@ -101,6 +103,8 @@ def run_suite(problems: list[Problem], suite: str, overrides: list[str], store: 
         outcome = ProblemOutcome(problem, "failed")
         search = Search(task, config, RunControl(parent=control), store)
         wall = _Wall(problem_timeout, search) if problem_timeout else None
+        if problem_timeout:
+            search.deadline = t0 + problem_timeout
         try:
             _follow(search, problem, outcome, on_event)
             evaluator = search.evaluator

@@ -125,6 +125,9 @@ def _make_evaluator(task: Task, config: Config, store: Store):
     return Evaluator(task, config, store)
 
 
+LATE_MARGIN_S = 10.0  # of a job's deadline kept for ending its workers and storing the record
+
+
 class Search:
     """One job: owns the store handle, the evaluator, the generator and the archive."""
 
@@ -148,6 +151,9 @@ class Search:
         seed = config.search.seed if config.search.seed is not None else random.randrange(2**31)
         self.rng = random.Random(seed)
         self.backend = config.backend
+        # time.monotonic() by which the job must end (a suite's problem wall): the late
+        # baselines are timed within what is left of it, so a judged problem ends inside it
+        self.deadline: float | None = None
         self.instructions: list[str] = []
         self.candidates = 0  # judged in this run
         self.outcomes: Counter = Counter()  # the job's candidates by status (for the critic)
@@ -773,10 +779,13 @@ class Search:
         if not kinds:
             return
         names = {"autotune": "max-autotune", "cudagraphs": "reduce-overhead"}
+        left = None if self.deadline is None else \
+            max(0.0, self.deadline - time.monotonic() - LATE_MARGIN_S)
         yield LogEmitted("info", "Timing the reference under "
                          + " and ".join(names.get(k, k) for k in kinds)
-                         + " now that the candidates are judged.")
-        self.evaluator.baselines()
+                         + " now that the candidates are judged"
+                         + ("." if left is None else f", within the {left:.0f} s left."))
+        self.evaluator.baselines(within_s=left)
 
     def _drain_submissions(self) -> Iterator[Event]:
         """Judge what was submitted while the iterations ended (or, in a run that only judges

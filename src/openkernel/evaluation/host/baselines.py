@@ -86,13 +86,26 @@ def notes(record: dict | None) -> str:
                      for kind in BASELINES if f"{kind}_error" in record)
 
 
-def measure(ev, hw: Hardware, kinds: list[str]) -> tuple[dict | None, str, float]:
-    """Time the baselines in ``reference`` workers, each phase under its wall.
+def capped(ec: EvalConfig, kinds: list[str], within_s: float | None) -> dict[str, float]:
+    """The walls, each at most its share of ``within_s`` (the phases run one after the other;
+    at least 1 s each), or as configured when there is no such bound."""
+    limits = walls(ec, kinds)
+    if within_s is None or not kinds:
+        return limits
+    share = max(1.0, round(within_s / len(kinds), 1))
+    return {kind: min(limit, share) for kind, limit in limits.items()}
+
+
+def measure(ev, hw: Hardware, kinds: list[str],
+            within_s: float | None = None) -> tuple[dict | None, str, float]:
+    """Time the baselines in ``reference`` workers, each phase under its wall (and all of them
+    within ``within_s`` seconds when given: what is left of a problem's own wall).
 
     Returns (the record, or None when the worker failed otherwise; why; the workers' own
     seconds, waiting for the GPU not counted). Raises the evaluator's Aborted once it is stopped.
     """
-    limits = walls(ev.ec, kinds)
+    configured = walls(ev.ec, kinds)
+    limits = capped(ev.ec, kinds, within_s)
     record: dict = {"baselines": list(kinds), "timed_out": {}}
     left, own = list(kinds), 0.0
     while left:
@@ -109,8 +122,10 @@ def measure(ev, hw: Hardware, kinds: list[str]) -> tuple[dict | None, str, float
         if kind in limits:  # one baseline past its wall: the others are asked for again
             seconds = phases.get(kind, 0.0)
             record["timed_out"][kind] = {"elapsed_s": round(seconds, 1), "limit_s": limits[kind]}
-            record[f"{kind}_error"] = (f"timed out: stopped after {seconds:.0f} s "
-                                       f"(eval_config.baseline_timeout_s.{kind} = {limits[kind]:g})")
+            wall = (f"eval_config.baseline_timeout_s.{kind} = {limits[kind]:g}"
+                    if limits[kind] >= configured[kind] else
+                    f"its share of the {within_s:.0f} s left before the problem's wall")
+            record[f"{kind}_error"] = f"timed out: stopped after {seconds:.0f} s ({wall})"
             left.remove(kind)
             if kind == "eager":
                 for other in left:
@@ -145,9 +160,9 @@ class ReferenceBaselines:
         self._lock = threading.Lock()
         self._done: set[str] = set()
 
-    def get(self, hw: Hardware, late: bool = True) -> dict | None:
+    def get(self, hw: Hardware, late: bool = True, within_s: float | None = None) -> dict | None:
         """The record (None when no baseline is asked for, or timing failed); ``late``: with
-        the late stage too (timed now if it was not)."""
+        the late stage too (timed now if it was not, within ``within_s`` seconds if given)."""
         with self._lock:
             kinds = wanted(self.ev.ec, hw)
             first = [k for k in kinds if k in FIRST]
@@ -157,7 +172,7 @@ class ReferenceBaselines:
                     continue  # (a failed first stage leaves nothing to add to)
                 self._done.add(name)
                 if stage:
-                    self._stage(hw, name, stage)
+                    self._stage(hw, name, stage, within_s if name == "late" else None)
             return self.record
 
     def pending(self, hw: Hardware) -> list[str]:
@@ -166,7 +181,7 @@ class ReferenceBaselines:
             return []
         return [k for k in wanted(self.ev.ec, hw) if k not in FIRST]
 
-    def _stage(self, hw: Hardware, name: str, kinds: list[str]) -> None:
+    def _stage(self, hw: Hardware, name: str, kinds: list[str], within_s: float | None) -> None:
         ev = self.ev
         key, store, digest = environment_key(hw), ev.store, ev.task.digest
         row = None
@@ -175,13 +190,14 @@ class ReferenceBaselines:
         stored = row.runtime_stats if row is not None and isinstance(row.runtime_stats, dict) \
             else None
         cost = "baselines_s" if name == "first" else "late_baselines_s"
-        if stored is not None and not ev.ec.fresh_baselines and covers(stored, walls(ev.ec, kinds)):
+        if stored is not None and not ev.ec.fresh_baselines and \
+                covers(stored, capped(ev.ec, kinds, within_s)):
             self.record = self._merged(stored, kinds) if self.record is not None else stored
             self.costs[cost] = 0.0
             if name == "first":
                 self.costs["baselines_stored"] = True
             return
-        record, error, own = measure(ev, hw, kinds)
+        record, error, own = measure(ev, hw, kinds, within_s)
         self.costs[cost] = round(own, 2)
         if name == "first":
             self.costs["baselines_stored"] = False

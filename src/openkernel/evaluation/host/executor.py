@@ -546,14 +546,15 @@ class Evaluator:
         except Aborted:
             pass
 
-    def baselines(self, late: bool = True) -> dict | None:
+    def baselines(self, late: bool = True, within_s: float | None = None) -> dict | None:
         """The reference's baselines on this hardware (``baselines.py``: {"eager": stats,
         "compile": stats, "autotune": stats, "timed_out": {...}, ...} as asked for by
         ``eval_config.baselines``), from the store or timed once, each under its wall; None
         when none is asked for (the CPU by default) or the timing failed (``baseline_error``
         says why); ``late=False``: eager and compile only (what a verdict needs), the late
-        stage not timed now. Works after :meth:`close` too (with a worker of its own)."""
-        return self._reference.get(self.hardware, late)
+        stage not timed now; ``within_s``: the late stage's walls shortened to fit it (a
+        problem's time left). Works after :meth:`close` too (with a worker of its own)."""
+        return self._reference.get(self.hardware, late, within_s)
 
     def late_baselines_pending(self) -> list[str]:
         """The baselines still to be timed after the candidates (max-autotune, cudagraphs)."""
