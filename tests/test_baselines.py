@@ -200,17 +200,22 @@ def test_a_sweep_stops_at_its_own_wall(stored):
     assert 5 <= result.template_results["sweep_s"] < 600
 
 
-def test_late_baselines_fit_in_the_time_a_problem_has_left(tmp_path):
-    """A suite's problem gives its late stage only what is left of its wall: a reduce-overhead
-    compile that never ends stops at its share of it (recorded as timed out, the share named),
-    not at its own 60 s wall; the first stage's record stands."""
-    task = tmp_path / "late"
+def _late_task(root: Path, late_wall: float) -> Path:
+    """A task whose every compile hangs, asking for a late baseline (reduce-overhead) too."""
+    task = root / "late"
     task.mkdir()
     (task / "reference.py").write_text(REFERENCE.format(body=NEVER_COMPILES))
     (task / "config.yaml").write_text(
         "eval_config:\n  baselines: [eager, compile, cudagraphs]\n"
-        "  baseline_timeout_s: {eager: 10, compile: 3, cudagraphs: 60}\n")
-    t, config = resolve_run(task, [f"paths.scratch_dir={tmp_path / 'scratch'}"])
+        f"  baseline_timeout_s: {{eager: 10, compile: 3, cudagraphs: {late_wall:g}}}\n")
+    return task
+
+
+def test_late_baselines_fit_in_the_time_a_problem_has_left(tmp_path):
+    """A suite's problem gives its late stage only what is left of its wall: a reduce-overhead
+    compile that never ends stops at its share of it (recorded as timed out, the share named),
+    not at its own 60 s wall; the first stage's record stands."""
+    t, config = resolve_run(_late_task(tmp_path, 60), [f"paths.scratch_dir={tmp_path / 'scratch'}"])
     ev = Evaluator(t, config, None, bench_budget_s=0.1)
     first = dict(ev.baselines(late=False))
     assert first["timed_out"]["compile"]["limit_s"] == 3 and first["eager"]["median"] > 0
@@ -228,13 +233,7 @@ def test_late_baselines_fit_in_the_time_a_problem_has_left(tmp_path):
 def test_a_search_with_a_deadline_times_its_late_baselines_within_it(tmp_path):
     """The suite sets a problem's deadline on its search: the late stage then gets what is left
     (less a margin for ending the workers), so the job ends inside its wall, completed."""
-    task = tmp_path / "late"
-    task.mkdir()
-    (task / "reference.py").write_text(REFERENCE.format(body=NEVER_COMPILES))
-    (task / "config.yaml").write_text(
-        "eval_config:\n  baselines: [eager, compile, cudagraphs]\n"
-        "  baseline_timeout_s: {eager: 10, compile: 3, cudagraphs: 120}\n")
-    t, config = resolve_run(task, [f"paths.scratch_dir={tmp_path / 'scratch'}", "max_iters=1",
+    t, config = resolve_run(_late_task(tmp_path, 120), [f"paths.scratch_dir={tmp_path / 'scratch'}", "max_iters=1",
                                    "branches_per_iteration=1", f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}"])
     search = Search(t, config)
     started = time.monotonic()
