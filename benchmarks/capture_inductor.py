@@ -26,7 +26,7 @@ import torch
 from openkernel.evaluation.worker.inductor import capture
 
 
-def capture_file(path: Path) -> dict:
+def capture_file(path: Path, static: bool = False) -> dict:
     spec = importlib.util.spec_from_file_location(f"problem_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -36,7 +36,7 @@ def capture_file(path: Path) -> dict:
     if torch.cuda.is_available():
         model = model.cuda()
         inputs = [t.cuda() if isinstance(t, torch.Tensor) else t for t in inputs]
-    result = capture(model, inputs)
+    result = capture(model, inputs, dynamic=not static)
     return {"name": path.stem, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "machine": f"{platform.node()} ({platform.machine()})",
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "",
@@ -47,11 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("paths", nargs="+", type=Path)
     ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--static", action="store_true",
+                    help="at the inputs' own sizes (as torch.compile's first call), not dynamic")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     failed = 0
     for path in args.paths:
-        result = capture_file(path)
+        result = capture_file(path, args.static)
         (args.out / f"{path.stem}.json").write_text(json.dumps(result, indent=1) + "\n")
         kernels = result.get("code", "").count("async_compile.triton(")
         print(f"{path.stem:50} {'error: ' + result['error'][:80] if 'error' in result else f'{kernels} Triton kernel(s)'}",

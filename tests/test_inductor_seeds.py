@@ -100,6 +100,41 @@ def test_rewritten_seeds_match_the_reference_under_the_interpreter(tmp_path):
         assert proc.returncode == 0, name + ": " + proc.stdout + proc.stderr[-3000:]
 
 
+def _as_yz_overflow(code: str) -> str:
+    """Inductor's static capture with its 2-D kernels on Grid2DWithYZOverflow, as Inductor
+    writes them where the y extent can pass 65535 (KernelBench level2/52 on the H200: 1016064
+    rows): the grid type, and y offsets that go on in the grid's z."""
+    assert code.count("'grid_type': 'Grid2D'") == 2
+    code = code.replace("'grid_type': 'Grid2D'", "'grid_type': 'Grid2DWithYZOverflow'")
+    return code.replace("yoffset = tl.program_id(1) * YBLOCK",
+                        "yoffset = (tl.program_id(1) + tl.program_id(2) * tl.num_programs(1)) * YBLOCK")
+
+
+@pytest.mark.slow
+def test_a_static_capture_with_yz_overflow_grids_runs_channels_last(tmp_path):
+    """The benchmark shapes' own capture (channels-last convolution between layout kernels) on
+    Inductor's overflowing 2-D grid: rewritten, launched on (x, y, z) grids, equal to the
+    reference under the interpreter. Such a capture was refused before, and the candidate fell
+    back to the shape-generic NCHW code (0.52x torch.compile on level2/52). The convolution's
+    result is put in the layout Inductor asserted for it where the backend made another (here
+    the stand-in capture expected NCHW, and the CPU returns channels-last)."""
+    captured = json.loads((DATA / "conv_mish_bn_static.json").read_text())
+    assert "static sizes" in captured["made"]
+    seed = parse(dict(captured, code=_as_yz_overflow(captured["code"])))
+    assert [k.grid for k in seed.kernels] == [("x", "y", "yz")] * 2 + [("x",)]
+    model, inputs = _reference("conv_mish_bn")
+    code = render(seed, {}, trace_forward(model, inputs))
+    assert code.count(", 65535)") == 4  # each 2-D launch: its y extent and its z
+    assert "buf2 = _laid_out(buf2, (2, 128, 38, 38), (184832, 1444, 38, 1))" in code
+    path = tmp_path / "cand.py"
+    path.write_text(code)
+    check = CHECK.replace("sets = [ref.get_inputs(),", "sets = [ref.get_inputs()]; _ = [")
+    proc = subprocess.run([sys.executable, "-c", check, str(DATA / "conv_mish_bn.py"), str(path)],
+                          capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"},
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+
+
 def test_what_cannot_be_rewritten_is_named():
     captured = json.loads((DATA / "rmsnorm.json").read_text())
     broken = dict(captured, code=captured["code"].replace("'grid_type': 'Grid1D'",

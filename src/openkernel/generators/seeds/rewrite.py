@@ -28,7 +28,10 @@ from unittest import mock
 
 from openkernel import syntax
 
-_GRIDS = {"Grid1D": ("x",), "Grid2D": ("x", "y"), "Grid3D": ("x", "y", "z")}
+# "yz": Inductor's Grid2DWithYZOverflow, whose y blocks past the y grid's limit go on in z
+_GRIDS = {"Grid1D": ("x",), "Grid2D": ("x", "y"), "Grid3D": ("x", "y", "z"),
+          "Grid2DWithYZOverflow": ("x", "y", "yz")}
+MAX_Y_GRID = 65535  # CUDA's limit on a grid's y (and z) extent, as Inductor's get_max_y_grid
 _DROPPED_CALLS = {"assert_size_stride", "assert_alignment", "get_raw_stream", "set_device",
                   "copy_if_misaligned", "run_intermediate_hooks"}
 _EXTERN = {"mm", "addmm", "bmm", "baddbmm", "convolution", "_addmm_activation", "addmv", "mv"}
@@ -224,6 +227,10 @@ def _body(call: ast.FunctionDef, kernels: dict[str, SeedKernel], seed: Seed) -> 
                 continue
             if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call):
                 func = ast.unparse(st.value.func)
+                laid = _laid_out(seed, st.value) if func == "assert_size_stride" else None
+                if laid:
+                    out.append(laid)
+                    continue
                 if func == f"{arg}.clear" or func.split(".")[-1] in _DROPPED_CALLS:
                     continue
                 if func.endswith(".run") and func[:-4] in kernels:
@@ -240,6 +247,33 @@ def _body(call: ast.FunctionDef, kernels: dict[str, SeedKernel], seed: Seed) -> 
     if not seed.arg_names:
         raise Unsupported("call() does not unpack its arguments")
     seed.body = out
+
+
+LAID_OUT = '''
+def _laid_out(t, size, stride):
+    """A library call's result in the layout Inductor asserted for it, the one the kernels
+    after it index: as it is where the library made that layout (cuDNN on the GPU Inductor
+    compiled for), else a copy (another backend may lay a channels-last convolution out
+    otherwise)."""
+    if tuple(t.stride()) == tuple(stride) or t.numel() == 0:
+        return t
+    return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
+'''
+
+
+def _laid_out(seed: Seed, call: ast.Call) -> str | None:
+    """``assert_size_stride(buf, size, stride, what)`` of a library call's result as a line
+    that makes it so (the inputs' are dropped: the forward makes them contiguous)."""
+    if len(call.args) < 3 or not isinstance(call.args[0], ast.Name):
+        return None
+    what = call.args[3].value if len(call.args) > 3 and isinstance(call.args[3], ast.Constant) \
+        else ""
+    name = call.args[0].id
+    if what == "input" or name in seed.arg_names:
+        return None
+    seed.helpers.setdefault("_laid_out", LAID_OUT.strip("\n"))
+    size, stride = (ast.unparse(_Plain(seed).visit(a)) for a in call.args[1:3])
+    return f"{name} = _laid_out({name}, {size}, {stride})"
 
 
 class _Plain(ast.NodeTransformer):
@@ -282,6 +316,11 @@ def _launch(kernel: SeedKernel, call: ast.Call) -> list[str]:
     k = _prefix(kernel)
     grid = []
     for axis in kernel.grid:
+        if axis == "yz":  # the kernel's y offset is (pid 1 + pid 2 * programs on 1) * YBLOCK
+            blocks = grid[1]
+            grid[1] = f"triton.cdiv({blocks}, max(1, triton.cdiv({blocks}, {MAX_Y_GRID})))"
+            grid.append(f"triton.cdiv({blocks}, {MAX_Y_GRID})")
+            continue
         numel = by_name.get(f"{axis}numel")
         block = f"{k}_{axis.upper()}BLOCK"
         grid.append(f"triton.cdiv({numel}, {block})" if numel is not None and
