@@ -93,7 +93,7 @@ case "$1" in
     CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 20 "${T:-300}" python3 benchmarks/event_times.py $TASK \
       --set paths.kernels_db_path="$OUT/events.sqlite3" --set eval_config.profile=false ${SETS:-} 2>&1 | tee "$OUT/events.txt" | tail -60
     kill %1 ;;
-  kb-walls)  # issue 22: the 44 problems of benchmarks/kb22_problems.txt (levels 1-3, level1/68 and
+  kb-walls)  # issue 22: the 46 problems of benchmarks/kb22_problems.txt (levels 1-3, level1/68 and
     # level1/84 among them) in ${KB:-.kb22} at 1 iteration x 4 branches, each problem under
     # --problem-timeout ${PT:-300}. PASS=fresh (suite kb22-fresh: every baseline timed anew) first,
     # then PASS=stored (suite kb22-stored: the same problems, the baselines and Inductor captures
