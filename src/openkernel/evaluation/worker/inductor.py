@@ -22,7 +22,7 @@ import torch
 STAND_IN = "a stand-in CUDA device (sm_90, 132 SMs; no GPU here)"
 # What capture_signatures returns, as the store keeps it: stored captures of another format
 # are made again (bump it when the captures change for the same task and software).
-CAPTURES_FORMAT = 2
+CAPTURES_FORMAT = 3  # 3: the inference graph (2: a training graph, NCHW where compile went channels-last)
 
 
 class _Captured(Exception):
@@ -164,7 +164,10 @@ def capture(model: torch.nn.Module, inputs: list, stand_in: bool | None = None,
             with mode, torch.no_grad():
                 gm = make_fx(forward, decomposition_table=select_decomp_table(),
                              tracing_mode="symbolic")(*flat)
-                compile_fx_inner(gm, flat)
+                # as torch.compile compiles a forward under no_grad (how every baseline is
+                # timed): an inference graph, whose layout choice (channels-last convolutions on
+                # TF32 tensor cores) differs from a training graph's
+                compile_fx_inner(gm, flat, is_inference=True)
         except Exception as err:  # Inductor wraps the capture in its own error types
             found = err
             while found is not None and not isinstance(found, _Captured):
