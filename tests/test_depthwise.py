@@ -54,9 +54,13 @@ CASES = {"2d_multiplier_epilogue": (Depthwise2d, (3, 9, 7), [(1, 3, 5, 4), (3, 3
          "3d": (Depthwise3d, (2, 4, 5, 6), [(1, 2, 3, 3, 3)])}
 
 
-def _module(plan, tmp_path, name: str, block: int):
+def _module(plan, tmp_path, name: str, block: int, wide: bool = False):
+    code = render(plan, {"BLOCK": block, "num_warps": 4})
+    if wide:  # the int64 positions of a plane past 2^31 elements, on small planes
+        assert code.count(">= 2**31") == 1
+        code = code.replace(">= 2**31", ">= 0")
     path = tmp_path / f"{name}.py"
-    path.write_text(render(plan, {"BLOCK": block, "num_warps": 4}))
+    path.write_text(code)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -72,8 +76,9 @@ def test_a_depthwise_convolution_is_computed_tap_by_tap(name, interpreter, tmp_p
     plan = plan_for(None, trace)
     conv = [k for k in plan.kernels if k.kind == "conv"]
     assert len(conv) == 1 and conv[0].conv.depthwise, [k.kind for k in plan.kernels]
-    for block in (16, 64):  # a block smaller than a plane, and one holding several rows
-        module, code = _module(plan, tmp_path, f"dw_{name}_{block}", block)
+    # a block smaller than a plane, one holding several rows, and int64 positions
+    for block, wide in ((16, False), (64, False), (16, True)):
+        module, code = _module(plan, tmp_path, f"dw_{name}_{block}_{wide}", block, wide)
         assert "tl.dot" not in code and "depthwise convolution" in code
         candidate = module.ModelNew()
         candidate.load_state_dict(model.state_dict(), strict=False)
