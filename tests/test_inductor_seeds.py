@@ -84,6 +84,17 @@ def _render_all(name: str, tmp_path: Path) -> list[Path]:
     return paths
 
 
+def _check(name: str, paths: list[Path], held_out: bool = True) -> None:
+    """``CHECK`` on candidate files under the interpreter, in a fresh process; without
+    ``held_out``, on the traced shapes only (a static capture runs exactly those)."""
+    check = CHECK if held_out else CHECK.replace("sets = [ref.get_inputs(),",
+                                                 "sets = [ref.get_inputs()]; _ = [")
+    proc = subprocess.run([sys.executable, "-c", check, str(DATA / f"{name}.py"),
+                           *map(str, paths)], capture_output=True, text=True,
+                          env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
+    assert proc.returncode == 0, name + ": " + proc.stdout + proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_inductor_output_is_rewritten_into_plain_code(name, tmp_path):
     assert _render_all(name, tmp_path)
@@ -91,13 +102,8 @@ def test_inductor_output_is_rewritten_into_plain_code(name, tmp_path):
 
 @pytest.mark.slow
 def test_rewritten_seeds_match_the_reference_under_the_interpreter(tmp_path):
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
     for name in CASES:
-        paths = _render_all(name, tmp_path)
-        proc = subprocess.run([sys.executable, "-c", CHECK, str(DATA / f"{name}.py"),
-                               *map(str, paths)], capture_output=True, text=True, env=env,
-                              timeout=600)
-        assert proc.returncode == 0, name + ": " + proc.stdout + proc.stderr[-3000:]
+        _check(name, _render_all(name, tmp_path))
 
 
 def _as_yz_overflow(code: str) -> str:
@@ -128,11 +134,7 @@ def test_a_static_capture_with_yz_overflow_grids_runs_channels_last(tmp_path):
     assert "buf2 = _laid_out(buf2, (2, 128, 38, 38), (184832, 1444, 38, 1))" in code
     path = tmp_path / "cand.py"
     path.write_text(code)
-    check = CHECK.replace("sets = [ref.get_inputs(),", "sets = [ref.get_inputs()]; _ = [")
-    proc = subprocess.run([sys.executable, "-c", check, str(DATA / "conv_mish_bn.py"), str(path)],
-                          capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"},
-                          timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    _check("conv_mish_bn", [path], held_out=False)
 
 
 @pytest.mark.slow
@@ -154,11 +156,7 @@ def test_a_capture_is_the_inference_graph_torch_compile_times(tmp_path):
     rendered = render(parse(captured), {}, trace_forward(model, inputs))
     path = tmp_path / "cand.py"
     path.write_text(rendered)
-    check = CHECK.replace("sets = [ref.get_inputs(),", "sets = [ref.get_inputs()]; _ = [")
-    proc = subprocess.run([sys.executable, "-c", check, str(DATA / "conv_bn_relu.py"), str(path)],
-                          capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"},
-                          timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    _check("conv_bn_relu", [path], held_out=False)
 
 
 def test_what_cannot_be_rewritten_is_named():

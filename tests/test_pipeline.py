@@ -292,7 +292,7 @@ def test_a_profile_turn_ends_with_its_result_not_with_the_profiler(tmp_path):
     # Measured from each turn's end to its run's end (how long the candidate's own work took
     # varies with the machine's load; the profiler's 4 s linger does not).
     assert runs[True].wall_s > 4 and runs[False].wall_s > 4
-    assert ended[False] - held[1] < 2 and ended[True] - released[1] > 3.5, (held, released, ended)
+    assert ended[False] - held[1] < 3 and ended[True] - released[1] > 3.5, (held, released, ended)
 
 
 def test_without_prestart_no_spare_is_kept(tmp_path):
