@@ -55,6 +55,8 @@ def from_worker(payload: dict | None, *, phase: str, timed_out: str | None,
     lines: list[str] = []
     if payload and payload.get("memory"):
         meta["memory"] = payload["memory"]
+    if payload and payload.get("compile"):
+        meta["compile"] = payload["compile"]
     if payload and payload.get("fault"):
         fault = payload["fault"]
         lines.extend(payload.get("log", []))

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -273,6 +274,13 @@ class CompileNotifier:
         self.ch = ch
         self.depth = 0  # compilations under way, in any thread (a sweep's first calls)
         self.lock = threading.Lock()
+        self.count = 0  # compilations started (Triton's cache hits included)
+        self.busy_s = 0.0  # seconds with at least one compilation under way
+        self._since = 0.0
+
+    def report(self) -> dict:
+        """How much of the worker's time went to compiling: where a first call's seconds go."""
+        return {"compilations": self.count, "compiling_s": round(self.busy_s, 3)}
 
     def _wrap(self, fn):
         notifier = self
@@ -280,7 +288,9 @@ class CompileNotifier:
         def wrapped(*args, **kwargs):
             with notifier.lock:
                 notifier.depth += 1
+                notifier.count += 1
                 if notifier.depth == 1:
+                    notifier._since = time.perf_counter()
                     notifier.ch.send(compiling=True)
             try:
                 return fn(*args, **kwargs)
@@ -288,6 +298,7 @@ class CompileNotifier:
                 with notifier.lock:
                     notifier.depth -= 1
                     if notifier.depth == 0:
+                        notifier.busy_s += time.perf_counter() - notifier._since
                         notifier.ch.send(compiling=False)
 
         wrapped.__wrapped__ = fn
@@ -305,3 +316,4 @@ class CompileNotifier:
         cpp.load_inline = self._wrap(cpp.load_inline)
         cpp.load = self._wrap(cpp.load)
         RawKernel._compile = self._wrap(RawKernel._compile)  # an NVRTC kernel made in forward
+        return self

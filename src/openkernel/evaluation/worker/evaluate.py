@@ -143,6 +143,7 @@ class Evaluation:
         self.cand_kept = 0  # bytes the candidate keeps allocated across its last call
         self.peaks: dict[str, int] = {}
         self.steps_s: dict[str, float] = {}  # seconds of each step that mark() ends
+        self.compiles: CompileNotifier | None = None
         self._step_t0 = time.perf_counter()
 
     # -- bookkeeping ------------------------------------------------------------------------
@@ -580,6 +581,8 @@ def run_evaluate(job: Job, ch) -> dict:
     ev = Evaluation(job, ch)
     payload = _evaluate(ev)
     payload["memory"] = ev.memory_report()
+    if ev.compiles is not None:
+        payload["compile"] = ev.compiles.report()
     return payload
 
 
@@ -596,7 +599,7 @@ def _evaluate(ev: Evaluation) -> dict:
     ev.payload["confinement"] = sandbox.confine(
         Path(job.scratch), [Path(p) for p in job.read_only], gpu=ev.gpu,
         writable=[job.build_cache] if job.build_cache else [])
-    CompileNotifier(ch).install()  # compiling after the build phase counts as build time
+    ev.compiles = CompileNotifier(ch).install()  # compiling after the build phase counts as build time
     if not ev.build():
         return ev.payload
     changed = ev.guard.changed()

@@ -56,7 +56,7 @@ def run_sweep(job: Job, ch) -> dict:
     out["confinement"] = sandbox.confine(
         Path(job.scratch), [Path(p) for p in job.read_only], gpu=ev.gpu,
         writable=[job.build_cache] if job.build_cache else [])
-    CompileNotifier(ch).install()
+    compiles = CompileNotifier(ch).install()
     ch.phase("build")
     set_cuda_targets(job)
     rows = out["variants"]
@@ -178,6 +178,7 @@ def run_sweep(job: Job, ch) -> dict:
     if changed:
         out["patched"] = changed
     out["memory"] = ev.memory_report()
+    out["compile"] = compiles.report()
     return out
 
 
