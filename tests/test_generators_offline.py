@@ -371,3 +371,60 @@ def test_cuda_template_passes_the_cpu_compile_check(examples_dir, tmp_path):
         if branch == 0:
             assert "NVRTC: act_kernel<float> compiled for sm_90" in result.eval_log
             assert "forward made 1 kernel launch(es)" in result.eval_log
+
+
+def test_a_space_of_millions_is_walked_lazily(tmp_path):
+    """A compiler family's space is the product of its tunables: millions of points for a
+    convolution followed by a group norm (KernelBench level2/21). A proposal draws only the
+    points it needs from it (listing them all took a minute per proposal on the H200's host),
+    and once a point and its neighbours are judged the nearest untried point is two steps out."""
+    import torch.nn as nn
+
+    from openkernel.generators import offline
+    from openkernel.generators.base import param_key
+
+    class ConvGroupNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.norm = nn.Conv2d(3, 8, 3), nn.GroupNorm(2, 8)
+
+        def forward(self, x):
+            return self.norm(torch.sigmoid(self.conv(x) * 2.0))
+
+    model = ConvGroupNorm().eval()
+    path = tmp_path / "task.py"
+    path.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return x\n\n\ndef get_inputs():\n    return [torch.randn(2, 3, 9, 9)]"
+                    "\n\n\ndef get_init_inputs():\n    return []\n")  # names only: the trace is ours
+    gpu = Hardware(label="NVIDIA H200 (sm_90)", device="cuda", gpu_arch="sm_90", interpreter=False)
+    probe = TaskProbe(ok=True, trace=trace_forward(model, [torch.randn(2, 3, 9, 9)]), hardware=gpu)
+    task = load_task(path)
+    gen = OfflineGenerator()
+    match = gen._match(task, probe, "triton")
+    family = match.family
+    drawn = {"n": 0}
+    points = family.points
+
+    def counted(interp, backend):
+        for point in points(interp, backend):
+            drawn["n"] += 1
+            yield point
+
+    family.points = counted
+    size = 1
+    for t in family.tunables_for("triton"):
+        size *= len(t.values(False))
+    assert size > 10**5  # the product this test is about (each mode's free tunables: fewer)
+    judged: set = set()
+    for branch in range(4):
+        p = gen.propose(ProposalRequest(task=task, probe=probe, backend="triton", iteration=0,
+                                        branch=branch, parent=None, best=None,
+                                        rng=random.Random(branch)))
+        assert p.code and not p.failed
+        judged |= {param_key("", v.params)[1] for v in p.variants}
+    assert drawn["n"] < 100, drawn
+    center = family.clean(family.start(random.Random(0), False, 0, "triton"), False, "triton")
+    ring = {offline._key(q) for q in family.neighbours(center, False, "triton")}
+    near = offline._nearest_untried(family, center, ring | {offline._key(center)}, False, "triton")
+    assert near is not None and offline._key(near) not in ring
+    assert any(offline._key(n) in ring for n in family.neighbours(near, False, "triton"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from openkernel.records import KernelPrecision, TaskProbe
@@ -120,10 +121,15 @@ class Family(ABC):
         return params, changed
 
     def space(self, interpreter: bool, backend: str) -> list[dict]:
-        """Every combination of the tunables' values (the family's whole space)."""
+        """Every combination of the tunables' values (the family's whole space), as a list:
+        for small spaces only (a compiler family's can hold millions; see ``points``)."""
+        return list(self.points(interpreter, backend))
+
+    def points(self, interpreter: bool, backend: str) -> Iterator[dict]:
+        """The space's combinations one at a time, in a fixed order."""
         tunables = self.tunables_for(backend)
-        return [dict(zip((t.name for t in tunables), values))
-                for values in itertools.product(*(t.values(interpreter) for t in tunables))]
+        for values in itertools.product(*(t.values(interpreter) for t in tunables)):
+            yield dict(zip((t.name for t in tunables), values))
 
     def neighbours(self, params: dict, interpreter: bool, backend: str) -> list[dict]:
         """The points one step away: each tunable moved to the next value up or down."""

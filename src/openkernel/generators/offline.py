@@ -117,6 +117,26 @@ def _key(params: dict) -> tuple:
     return param_key("", params)[1]
 
 
+def _nearest_untried(family: Family, params: dict, taken: set, interp: bool,
+                     backend: str) -> dict | None:
+    """The untried point fewest one-value steps from ``params`` (ring by ring outward), None
+    when the rings end first (a point the steps cannot reach from there)."""
+    seen, ring = {_key(params)}, [params]
+    while ring:
+        outer = []
+        for point in ring:
+            for near in family.neighbours(point, interp, backend):
+                key = _key(near)
+                if key in seen:
+                    continue
+                if key not in taken:
+                    return near
+                seen.add(key)
+                outer.append(near)
+        ring = outer
+    return None
+
+
 def _moved(center: dict, others: list[dict]) -> str:
     """What the sweep varies around its point, e.g. "BLOCK 1024/2048, num_warps 4/8"."""
     parts = []
@@ -206,10 +226,12 @@ class OfflineGenerator:
         interp = _interpreter(request)
         seen = self._seen.setdefault((request.task.digest, backend), set())
         taken = seen | {key[1] for key in request.judged if key[0] == family.name}
-        space = family.space(interp, backend)
-        untried = [p for p in space if _key(p) not in taken]
-        if not untried:
-            why = (f"every combination of the {family.name} family ({len(space)}) has been "
+        # Lazily: a compiler family's space can hold millions of points (its tunables' product).
+        first_untried = next((p for p in family.points(interp, backend) if _key(p) not in taken),
+                             None)
+        if first_untried is None:
+            why = (f"every combination of the {family.name} family "
+                   f"({sum(1 for _ in family.points(interp, backend))}) has been "
                    "judged in this job: nothing new to propose")
             return Proposal(code="", prompt=why, answer=why, model=f"offline:{family.name}",
                             origin="offline", description="the template's space is exhausted",
@@ -244,9 +266,7 @@ class OfflineGenerator:
                 short = "recombined, " + short
             origin = "; ".join(steps)
         if _key(params) in taken:  # the neighbourhood is spent: the nearest untried point
-            order = {t.name: t.values(interp) for t in family.tunables_for(backend)}
-            params = min(untried, key=lambda p: sum(abs(order[k].index(p[k]) - order[k].index(params[k]))
-                                                    for k in p))
+            params = _nearest_untried(family, params, taken, interp, backend) or first_untried
             origin += "; every nearer point was judged, so the nearest untried one"
             short += ", nearest untried"
         # A sweep: the point and untried neighbours, judged together (the fastest is kept).

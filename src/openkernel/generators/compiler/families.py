@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+from collections.abc import Iterator
 
 from openkernel.generators.compiler.graph import build_graph
 from openkernel.generators.compiler.kernels import conv_transposed
@@ -321,16 +322,15 @@ class CompiledFamily(Family):
                 out.append(point)
         return out
 
-    def space(self, interpreter: bool, backend: str) -> list[dict]:
+    def points(self, interpreter: bool, backend: str) -> Iterator[dict]:
         if not self.used:
-            return super().space(interpreter, backend)
-        out = []
+            yield from super().points(interpreter, backend)
+            return
         for mode, used in self.used.items():
             free = [t for t in self.tunables_for(backend) if t.name in used and t.name not in MODES]
             base = self.clean(dict(zip(MODES, mode)), interpreter, backend)
             for values in itertools.product(*(t.values(interpreter) for t in free)):
-                out.append({**base, **dict(zip((t.name for t in free), values))})
-        return out
+                yield {**base, **dict(zip((t.name for t in free), values))}
 
 
 def _whole_rows(task: Task | None, trace: OpTrace, result: Plan) -> tuple[Plan | None, str]:
