@@ -101,9 +101,11 @@ case "$1" in
     # so the fixed cost is measured both ways. Resumable like kb-bench: copy $OUT/kernels.sqlite3
     # to .kbstate/ between calls and call again with the same PASS until every problem has a line.
     case "${PASS:-fresh}" in fresh) fresh=--fresh-baselines ;; stored) fresh= ;; *) echo "PASS=fresh|stored"; exit 2 ;; esac
-    KB=${KB:-.kb22} SUITE=kb22-${PASS:-fresh} ITERS=1 BRANCHES=4 JSON=kb22_${PASS:-fresh} \
+    # SUITE, JSON: another suite (and file) for the same pass, e.g. one per session's code
+    json=${JSON:-kb22_${PASS:-fresh}}
+    KB=${KB:-.kb22} SUITE=${SUITE:-kb22-${PASS:-fresh}} ITERS=1 BRANCHES=4 JSON=$json \
       EXTRA="--problem-timeout ${PT:-300} $fresh ${EXTRA:-}" kb_bench
-    python3 - "$OUT/kb22_${PASS:-fresh}.json" "${PT:-300}" <<'PY'
+    python3 - "$OUT/$json.json" "${PT:-300}" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); ps = d["problems"]; wall = float(sys.argv[2])
 ended = [p for p in ps if p["status"] in ("completed", "failed", "timed_out")]
