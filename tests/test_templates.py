@@ -146,6 +146,11 @@ def test_every_combination_is_screened_and_the_fastest_correct_finalist_wins(eva
     assert code == instantiate(GELU, winner)
     assert "had the full checks" in result.eval_log and "held-out" in result.eval_log
     assert "finalist(s) checked at full size" in result.eval_log
+    # Judged in full by the sweep's own worker (no second worker to start and warm up), on
+    # its own seeds and held-out sets, its seconds apart from the sweep's.
+    assert result.metadata["judged_in"] == "sweep", result.metadata
+    assert result.metadata["evaluation_s"] > 0 and result.template_results["sweep_s"] > 0
+    assert result.metadata["integrity_checks"] and result.metadata.get("heldout_ok") is True
 
 
 @pytest.mark.slow

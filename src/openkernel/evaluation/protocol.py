@@ -62,6 +62,8 @@ class Job:
     code_path: str | None = None
     variant_paths: list[str] = field(default_factory=list)  # sweep: one module per combination
     build_threads: int = 4  # sweep: CUDA C++ variants built side by side
+    # sweep: the winner's full checks and timing here, with this many seeds (0: not here)
+    winner_seeds: int = 0
     build_cache: str | None = None
     cuda_targets: list[str] = field(default_factory=list)
     gpu_arch: str = ""

@@ -32,6 +32,7 @@ target (a fat binary on a GPU, the nvcc check on the CPU).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import re
@@ -252,6 +253,41 @@ class Evaluator:
                                worker=(run.payload or {}).get("worker_timing"))
         if requeued:
             result.metadata["requeued"] = requeued
+        return self._finish(result, job, code, label, cache, on_phase, source_name)
+
+    def adopt(self, sweep: WorkerRun, payload: dict, code: str, backend: str, label: str,
+              cache: Path | None, on_phase: Callable[[str], None] | None = None,
+              ) -> EvalResult | None:
+        """The verdict on a sweep's winner judged in full by the sweep's own worker
+        (``payload``: what its evaluation returned there), finished as :meth:`evaluate`
+        finishes one; None when the evaluator failed there (the caller then judges it in a
+        worker of its own, as after any evaluator fault)."""
+        if payload.get("fault"):
+            return None
+        hw = self.hardware
+        run = copy.copy(sweep)
+        run.payload = payload
+        result = self._judged(run, hw)
+        if result.get_status() is Status.EVALUATOR_FAULT:
+            return None
+        judge_s = float(payload.get("judge_s") or 0.0)
+        result.metadata.update(label=label, backend=backend, evaluation_s=round(judge_s, 3),
+                               phase_s={"test": round(judge_s, 3)}, judged_in="sweep",
+                               gpu_slot=None, prestarted=sweep.prestarted,
+                               worker=(sweep.payload or {}).get("worker_timing"))
+        job = self._task_job(hw.device, "evaluate", backend=backend,
+                             correctness_seeds=self.ec.correctness_seeds,
+                             gpu_arch=self.targets.primary, build_timeout_s=self.ec.build_timeout_s,
+                             gpu_memory_fraction=self.ec.gpu_memory_fraction,
+                             **self._bench_params(hw))
+        return self._finish(result, replace(job, plan=self.plan.to_json()), code, label, cache,
+                            on_phase, None)
+
+    def _finish(self, result: EvalResult, job: Job, code: str, label: str, cache: Path | None,
+                on_phase: Callable[[str], None] | None, source_name: str | None) -> EvalResult:
+        """What follows any verdict: the other architectures' runs, the profile, the
+        roofline estimate, and the log made safe to show."""
+        hw = self.hardware
         if hw.device == "cuda" and len(self.config.gpu_archs) > 1:
             self._judge_other_archs(job, code, label, cache, result)
         if hw.device == "cuda" and result.correctness and self.ec.profile:

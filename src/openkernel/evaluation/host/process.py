@@ -221,6 +221,9 @@ def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_
                         has_turn = True
                     granted = True
                     worker.send(protocol.GO)
+                elif "judging" in msg:  # a sweep's worker starts judging its winner
+                    if on_phase is not None:
+                        on_phase("judging")
                 elif "result" in msg:
                     out.payload = msg["result"]
                     if release_on_result:

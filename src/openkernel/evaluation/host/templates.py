@@ -6,7 +6,8 @@ plan's smaller input set, else the main set), screens the correct ones against e
 there, dropping the clearly slower ones early, and checks and times only the finalists at full
 size together with the reference in one GPU turn (``worker/sweep.py``, ``worker/screening.py``).
 The fastest correct finalist then gets the whole evaluation of any candidate (every seed,
-held-out shapes, integrity, profile). ``EvalResult.template_results`` keeps every combination:
+held-out shapes, integrity, profile), in the sweep's worker (``Evaluator.adopt``) or, where
+it could not be judged there, in a worker of its own. ``EvalResult.template_results`` keeps every combination:
 its parameters, status, runtime statistics and speedup (finalists), its screening statistics
 (``screen_stats``) and, when screening dropped it, why (``dropped``), or why it failed; and
 ``screen``: the set screened on, the rounds, why screening stopped, the finalists and the rule.
@@ -115,15 +116,26 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
                               build_timeout_s=evaluator.ec.build_timeout_s * max(1.0, n / 4),
                               gpu_memory_fraction=evaluator.ec.gpu_memory_fraction,
                               build_threads=max(1, min(n, 8)), plan=evaluator.plan.to_json(),
+                              winner_seeds=evaluator.ec.correctness_seeds,
                               **evaluator._bench_params(hw))
     cache = evaluator.build_cache(key, backend)
     if on_phase is not None:
         on_phase("sweep")  # one phase for the whole screen; the winner's own phases follow
+    judging = []
+
+    def winner_phase(phase: str) -> None:
+        """The worker's phases from its winner's judging on (the screen's are one "sweep")."""
+        if phase == "judging":
+            judging.append(phase)
+        elif judging and on_phase is not None:
+            on_phase(phase)
+
     slot = evaluator._acquire()
     try:
         run = evaluator._run(job, hw.device, slot, label=f"{label_} (template)",
                              variants=[v.code for v in variants], build_cache=cache,
-                             scale=max(1.0, n / 4), total_s=evaluator.ec.sweep_timeout_s)
+                             scale=max(1.0, n / 4), total_s=evaluator.ec.sweep_timeout_s,
+                             on_phase=winner_phase)
     finally:
         evaluator._release(slot)
     payload = run.payload or {}
@@ -163,7 +175,7 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
         for r in rows:  # the screen cannot be trusted: the full checks of the winner decide
             r["error"] = (r["error"] + "\n" if r["error"] else "") + \
                 f"the sweep worker saw replaced functions: {', '.join(payload['patched'])}"
-    correct = [(r, v) for r, v in zip(rows, variants) if r["speedup"] > 0 or (
+    correct = [(r, v, i) for i, (r, v) in enumerate(zip(rows, variants)) if r["speedup"] > 0 or (
         r["status"] in (Status.CORRECT.value, Status.FASTER.value))]
     if not correct:
         built = any(r["status"] != Status.COMPILE_ERROR.value for r in rows)
@@ -172,12 +184,22 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
         result.eval_log = "\n".join(["No combination of the template was correct."]
                                     + summary_lines(results))
         return result, None
-    best_row, best = max(correct, key=lambda rv: rv[0]["speedup"])
+    best_row, best, index = max(correct, key=lambda rv: rv[0]["speedup"])
     results["winner"] = best.params
-    # In the sweep's build folder: the winner's kernels are there already (the same template,
-    # so the same candidate's own files), and its first call loads them instead of compiling.
-    result = evaluator.evaluate(best.code, backend, label=label_, on_phase=on_phase,
-                                build_cache=cache)
+    judged = payload.get("winner") or {}
+    result = None
+    if judged.get("index") == index and judged.get("payload"):
+        # Judged in full by the sweep's worker, right after its screen (worker/sweep.py).
+        result = evaluator.adopt(run, judged["payload"], best.code, backend, label_, cache,
+                                 on_phase)
+        if result is not None:  # the sweep's own seconds, less the winner's judging
+            results["sweep_s"] = round(run.wall_s - result.metadata["evaluation_s"], 2)
+    if result is None:
+        # In a worker of its own, in the sweep's build folder: the winner's kernels are there
+        # already (the same template, so the same candidate's own files), and its first call
+        # loads them instead of compiling.
+        result = evaluator.evaluate(best.code, backend, label=label_, on_phase=on_phase,
+                                    build_cache=cache)
     result.template_results = results
     result.metadata["template"] = {"params": best.params, "combinations": n,
                                    "space_size": space.size, "sampled": sampled}

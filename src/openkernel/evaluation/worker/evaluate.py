@@ -132,6 +132,12 @@ class Evaluation:
         self.counter = ig.LaunchCounter()
         self.guard = ig.Guard(extra=list(self.counter.wrapped))
         self.flags = precision.current()  # the run's TF32 flags (worker/main.py set them)
+        self.compiles: CompileNotifier | None = None
+        self.fresh()
+
+    def fresh(self) -> None:
+        """A new verdict's state (a sweep's winner is judged after its screen, in the same
+        worker): payload, log, fingerprints and the memory and step accounts start over."""
         self.payload: dict = {"compiled": False, "ran": False, "correctness": False, "log": [],
                               "integrity_checks": [], "timing_method": self.timer.method,
                               "precision_flags": asdict(self.flags)}
@@ -143,8 +149,9 @@ class Evaluation:
         self.cand_kept = 0  # bytes the candidate keeps allocated across its last call
         self.peaks: dict[str, int] = {}
         self.steps_s: dict[str, float] = {}  # seconds of each step that mark() ends
-        self.compiles: CompileNotifier | None = None
         self._step_t0 = time.perf_counter()
+        if self.gpu:
+            torch.cuda.reset_peak_memory_stats()
 
     # -- bookkeeping ------------------------------------------------------------------------
     def violation(self, check: str, message: str) -> dict:
@@ -602,6 +609,13 @@ def _evaluate(ev: Evaluation) -> dict:
     ev.compiles = CompileNotifier(ch).install()  # compiling after the build phase counts as build time
     if not ev.build():
         return ev.payload
+    return judge_built(ev)
+
+
+def judge_built(ev: Evaluation) -> dict:
+    """From the imported candidate (``ev.module``) to the verdict: the integrity checks on its
+    code, its first call, then, in the GPU's turn, every test and the timing."""
+    job, ch = ev.job, ev.ch
     changed = ev.guard.changed()
     if changed:
         return ev.violation("patched_functions", f"the candidate replaced {', '.join(changed)}")
