@@ -36,6 +36,9 @@ case "$1" in
   throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU (ALLONLY=1: only the latter); NOPROF=1: no ncu
     # NOOVERLAP=1: every check holds the GPU alone (eval_config.overlap_checks, on by default), the label says so
     extra="${NOPROF:+--set eval_config.profile=false} ${NOOVERLAP:+--set eval_config.overlap_checks=false}"
+    # One kernel a candidate (no offline sweeps): the gelu family's 72 GPU points fill the 32
+    # (with sweeps of 6 its space was spent after 12 candidates); SWEEPS=1 keeps them.
+    [ -n "${SWEEPS:-}" ] || extra="$extra --set prompt.max_template_combinations=1"
     [ -n "${ALLONLY:-}" ] || CUDA_VISIBLE_DEVICES=0 timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
       --iters 2 --branches 16 --label "triton-1gpu${NOPROF:+-noprofile}${NOOVERLAP:+-nooverlap}" $extra --out "$OUT/throughput.json" | tail -25
     if [ "$gpus" -gt 1 ]; then
