@@ -490,3 +490,51 @@ def test_each_gemm_and_convolution_records_its_precision(tmp_path):
         assert by_branch[0] == [("_addmm_activation", "cuBLASLt", gemm),
                                 ("convolution", "cuDNN", "tf32")]
         assert by_branch[1] == [("mm", "triton", gemm), ("convolution", "triton", "tf32")]
+
+
+def test_pointwise_index_arithmetic_is_int32_unless_a_tensor_is_too_large(interpreter, tmp_path):
+    """int64 division and modulo are emulated on the GPU, several instructions an element: the
+    compiler's pointwise kernels index in int32 as Inductor's do, unless a tensor the kernel
+    touches has 2^30 elements or more (then int64), decided when rendered for static sizes and
+    at each call for sizes that follow the inputs; the kernels run correctly either way."""
+    from types import SimpleNamespace
+
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import triton.language as tl
+
+    from openkernel.generators.compiler.modelnew import WIDE, index_type
+    from openkernel.generators.compiler.sizes import Size
+
+    def value(*dims):
+        return SimpleNamespace(shape=tuple(d if isinstance(d, Size) else Size(d) for d in dims))
+
+    small, big = value(1024, 768), value(1 << 15, 1 << 15)
+    batch = value(Size(1, ("s0",)), 786432)
+    assert index_type([small]) == "tl.int32" and index_type([small, big]) == "tl.int64"
+    expr = index_type([small, batch, batch])
+    assert eval(expr, {"tl": tl, "s0": 16}) is tl.int32  # 12.6M elements
+    assert eval(expr, {"tl": tl, "s0": WIDE // 786432 + 1}) is tl.int64
+
+    class Gelu(nn.Module):
+        def forward(self, x):
+            return F.gelu(x) * 2.0 + 1.0
+
+    x = torch.randn(3, 70)
+    trace = trace_forward(Gelu().eval(), [x])
+    path = tmp_path / "task.py"
+    path.write_text("import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+                    "        return x\n\n\ndef get_inputs():\n    return [torch.randn(3, 70)]"
+                    "\n\n\ndef get_init_inputs():\n    return []\n")  # names only: the trace is ours
+    proposal = OfflineGenerator().propose(ProposalRequest(
+        task=load_task(path), probe=TaskProbe(ok=True, trace=trace, hardware=CPU),
+        backend="triton", iteration=0, branch=0, parent=None, best=None, rng=random.Random(0),
+        hardware_label=CPU.label))
+    assert "tl.program_id(0).to(INDEX) * BLOCK" in proposal.code, proposal.code
+    assert "INDEX=tl.int32 if " in proposal.code and "tl.int64" in proposal.code
+    code_path = tmp_path / "candidate.py"
+    code_path.write_text(proposal.code)
+    model = load_module(code_path, "index_type_candidate").ModelNew()
+    for rows in (3, 5):  # (the interpreter: a wide tensor would take minutes here)
+        x = torch.randn(rows, 70)
+        torch.testing.assert_close(model(x), F.gelu(x) * 2.0 + 1.0, rtol=1e-5, atol=1e-5)

@@ -122,7 +122,7 @@ def _signature(kernel: Kernel, w: KernelWriter, name: str, variant: str = "") ->
     ptrs = [f"{w.names[v.id]}_ptr" for v in kernel.reads] + \
            [f"{w.names[v.id]}_ptr" for v in kernel.writes]
     if kernel.kind == "pointwise":
-        extra, consts = ["n_elements"], ["BLOCK"]
+        extra, consts = ["n_elements"], ["BLOCK", "INDEX"]
     elif kernel.kind in ("reduction", "scan"):
         extra, consts = ["n_rows", "n_cols"], ["ROWS", "BLOCK_C"]
         if variant == "middle" or (variant in ("partial", "split") and kernel.middle):
@@ -195,7 +195,8 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
         n = numel(kernel.outputs[0].shape).code()
         body = [f"grid = (triton.cdiv({n}, BLOCK),)",
                 *_call(f"{kernel.name}[grid]", ptrs + [n] + syms
-                       + ["BLOCK=BLOCK", "num_warps=NUM_WARPS"])]
+                       + ["BLOCK=BLOCK", f"INDEX={index_type(kernel.reads + kernel.writes)}",
+                          "num_warps=NUM_WARPS"])]
         return head + _guard(body, n)
     if kernel.kind == "matmul":
         mm = kernel.anchor
@@ -275,6 +276,25 @@ def _call(head: str, items: list[str], width: int = 92) -> list[str]:
             line = "    "
         line += piece
     return lines + [line]
+
+
+# Elements of the largest tensor a kernel touches from which its index arithmetic is int64. Half
+# the int32 range: masked lanes past the last element, and the index sums they make, stay inside.
+WIDE = 1 << 30
+
+
+def index_type(values: list) -> str:
+    """A launch's ``INDEX``: int32, as Inductor's, unless a tensor of ``values`` has ``WIDE``
+    elements or more; decided at each call where sizes follow the inputs."""
+    codes = list(dict.fromkeys(numel(v.shape).code() for v in values))
+    static = [int(c) for c in codes if c.isdigit()]
+    if static and max(static) >= WIDE:
+        return "tl.int64"
+    dynamic = [c for c in codes if not c.isdigit()]
+    if not dynamic:
+        return "tl.int32"
+    largest = dynamic[0] if len(dynamic) == 1 else f"max({', '.join(dynamic)})"
+    return f"tl.int32 if {largest} < {WIDE} else tl.int64"
 
 
 def _guard(lines: list[str], n: str) -> list[str]:

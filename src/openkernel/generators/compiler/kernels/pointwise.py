@@ -402,8 +402,12 @@ def _cat(em: Emitter, node: Node, out: Value, frame: Frame) -> Code:
 
 # --- the fused pointwise kernel ---------------------------------------------------------------
 def write_pointwise(w: KernelWriter, em: Emitter, outputs: list[Value]) -> None:
-    """Body of a kernel computing ``outputs`` (equal numel) over one flat block of elements."""
-    w.define("offs", "tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+    """Body of a kernel computing ``outputs`` (equal numel) over one flat block of elements.
+
+    Its index arithmetic is in ``INDEX`` (a constexpr: int32 unless a tensor it touches is too
+    large, see ``modelnew.index_type``): int64 division and modulo are emulated on the GPU,
+    several instructions each, per element."""
+    w.define("offs", "tl.program_id(0).to(INDEX) * BLOCK + tl.arange(0, BLOCK)",
              frozenset("x"))
     w.define("mask", "offs < n_elements", frozenset("x"))
     w.masks[frozenset("x")] = "mask"
