@@ -177,6 +177,46 @@ def test_overlapping_checks_of_real_workers_never_meet_a_timed_turn(tmp_path):
         assert all(e <= t0 + 1e-3 or s >= t1 - 1e-3 for _, s, e in others), spans
 
 
+def test_a_sweeps_winner_checks_outside_the_timed_turn(tmp_path):
+    """A sweep screens and times its combinations in one timed turn; its winner's checks then
+    give the turn back and share the GPU as any candidate's do, and its timing takes the turn
+    again: only timing holds the GPU alone."""
+    ev = _evaluator(tmp_path)
+    pool = DevicePool([0], per_device=2, check_slots=2)
+    spans = []
+
+    def recorded(kind, factory):
+        import contextlib
+
+        @contextlib.contextmanager
+        def cm():
+            with factory():
+                start = time.monotonic()
+                try:
+                    yield
+                finally:
+                    spans.append((kind, start, time.monotonic()))
+        return cm
+
+    worker = ev._spawn("cpu", None)
+    paths = []
+    for i in range(2):
+        path = worker.scratch / f"variant_{i}.py"
+        path.write_text((CANDIDATES / "good_gelu.py").read_text())
+        paths.append(str(path))
+    job = replace(_job(ev), mode="sweep", variant_paths=paths, winner_seeds=1,
+                  scratch=str(worker.scratch), overlap_checks=True)
+    run = drive(worker, job, build_timeout_s=120, test_timeout_s=120,
+                turn=recorded("time", lambda: pool.turn(0)),
+                checks=recorded("check", lambda: pool.checks(0)))
+    winner = (run.payload or {}).get("winner")
+    assert winner and winner["payload"]["correctness"], run.log_tail
+    assert winner["payload"]["cand_stats"]["n_trials"] > 0
+    assert [kind for kind, _, _ in spans] == ["time", "check", "time"], spans
+    (_, _, screen_end), (_, check0, check1), (_, time0, _) = spans
+    assert screen_end <= check0 + 1e-3 and check1 <= time0 + 1e-3, spans
+
+
 def test_waiting_for_the_turn_counts_against_no_timeout(tmp_path):
     """A worker that built waits for its turn longer than the build timeout and is judged."""
     ev = _evaluator(tmp_path)

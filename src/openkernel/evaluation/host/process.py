@@ -204,7 +204,12 @@ def drive(worker: WorkerProcess, job: Job, build_timeout_s: float, test_timeout_
                     out.compile_from = time.monotonic()
                 elif msg.get("wait") and out.phase != "queued":
                     share = msg["wait"] == "check" and checks is not None
-                    if has_turn:  # checks in the turn (none shared): time in the same turn
+                    if has_turn and share:
+                        # A sweep's winner's checks, after the sweep's timed turn: the turn goes
+                        # back to the others, the checks share the GPU as any candidate's do.
+                        held.close()
+                        has_turn = False
+                    elif has_turn:  # checks in the turn (none shared): time in the same turn
                         worker.send(protocol.GO)
                         continue
                     out.phase = "queued"
