@@ -159,6 +159,39 @@ def test_a_capture_is_the_inference_graph_torch_compile_times(tmp_path):
     _check("conv_bn_relu", [path], held_out=False)
 
 
+def test_a_capture_returns_its_outputs_in_eagers_strides():
+    """torch.compile marks the forward's outputs user-visible, so Inductor returns them in the
+    strides eager gave them; the capture does too. Unmarked, Inductor returned this Fire
+    module's convolutions-then-cat channels-last, behind one more copy of the whole output
+    (KernelBench level3/17, SqueezeNet's Fire module: the seed at 0.72x torch.compile)."""
+    import re
+
+    import torch
+    import torch.nn as nn
+
+    from openkernel.evaluation.worker.inductor import capture
+
+    class Fire(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.squeeze = nn.Conv2d(3, 6, 1)
+            self.e1, self.e3 = nn.Conv2d(6, 8, 1), nn.Conv2d(6, 8, 3, padding=1)
+
+        def forward(self, x):
+            x = torch.relu(self.squeeze(x))
+            return torch.cat([torch.relu(self.e1(x)), torch.relu(self.e3(x))], 1)
+
+    torch.manual_seed(0)
+    model, x = Fire().eval(), torch.randn(4, 3, 16, 16)
+    code = capture(model, [x], stand_in=True, dynamic=False)["code"]
+    made = dict(re.findall(r"(\w+) = empty_strided_cuda\(\(.*?\), \((.*?)\)", code))
+    strides = {name: [int(s) for s in text.split(",") if s.strip()] for name, text in made.items()}
+    # inside, the convolutions run channels-last (channels the fastest-moving dim of a 4-d buffer)
+    assert any(len(st) == 4 and st[1] == 1 for st in strides.values()), made
+    (out,) = re.findall(r"return \((\w+), \)", code)
+    assert strides[out] == list(model(x).stride()), (out, made)
+
+
 def test_what_cannot_be_rewritten_is_named():
     captured = json.loads((DATA / "rmsnorm.json").read_text())
     broken = dict(captured, code=captured["code"].replace("'grid_type': 'Grid1D'",
