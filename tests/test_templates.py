@@ -319,3 +319,4 @@ def test_a_combination_inside_the_noise_is_a_tie_not_faster():
                      "stats": {"median": 0.5, "speedup_ci": [1.9, 2.1], "tie": False}}, 1.0)
     assert tie["status"] == "correct" and tie["speedup"] > 1.0
     assert clear["status"] == "faster"
+

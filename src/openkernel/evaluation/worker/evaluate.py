@@ -600,7 +600,7 @@ def _evaluate(ev: Evaluation) -> dict:
     try:
         with ev.ours("loading the reference"):
             ev.rt = TaskRuntime(job.reference_path, job.hooks_path, ev.device)
-            ev.ref_model = ev.rt.make_model(ev.rt.ref.Model)
+            ev.ref_model = ev.rt.reference_model()
     except EvaluatorFault as fault:
         return _fault(ev, fault)
     ev.payload["confinement"] = sandbox.confine(

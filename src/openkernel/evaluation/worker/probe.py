@@ -180,7 +180,7 @@ def run_probe(job: Job, ch) -> dict:
     step("hardware")
     try:
         rt = TaskRuntime(job.reference_path, job.hooks_path, device)
-        model = rt.make_model(rt.ref.Model)
+        model = rt.reference_model()
         inputs = rt.inputs(0)
         step("load")
     except Exception as err:

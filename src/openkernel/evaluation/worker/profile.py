@@ -20,7 +20,7 @@ def run_profile(job: Job, ch) -> dict:
     from openkernel.evaluation.worker import sandbox
 
     rt = TaskRuntime(job.reference_path, job.hooks_path, job.device)
-    ref_model = rt.make_model(rt.ref.Model)
+    ref_model = rt.reference_model()
     confinement = sandbox.confine(Path(job.scratch), [Path(p) for p in job.read_only],
                                   gpu=True, writable=[job.build_cache] if job.build_cache else [])
     ch.phase("build")

@@ -34,7 +34,7 @@ def run_reference_timing(job: Job, ch) -> dict:
     """Worker mode ``reference``: eager and the compiled baselines asked for, interleaved."""
     device = job.device
     rt = TaskRuntime(job.reference_path, job.hooks_path, device)
-    model = rt.make_model(rt.ref.Model)
+    model = rt.reference_model()
     ch.phase("build")
     inputs = rt.inputs(1)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)

@@ -54,7 +54,7 @@ def run_sweep(job: Job, ch) -> dict:
     try:
         with ev.ours("loading the reference"):
             rt = TaskRuntime(job.reference_path, job.hooks_path, ev.device)
-            ev.rt, ev.ref_model = rt, rt.make_model(rt.ref.Model)
+            ev.rt, ev.ref_model = rt, rt.reference_model()
     except EvaluatorFault as fault:
         return {**out, "fault": {"where": fault.where, "kind": fault.kind, "error": fault.error}}
     out["confinement"] = sandbox.confine(

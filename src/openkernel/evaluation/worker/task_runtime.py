@@ -91,6 +91,22 @@ class TaskRuntime:
             model = model.to(self.device).eval()
         return model
 
+    def reference_model(self) -> torch.nn.Module:
+        """The reference, its weights drawn on the device itself: drawn on the CPU and copied,
+        KernelBench's 4 GiB of weights (level2/56) took 9-12 s in every worker on the H200's
+        host. A constructor that cannot run there (a CPU-only step) is built on the CPU."""
+        if self.device == "cpu":
+            return self.make_model(self.ref.Model)
+        torch.manual_seed(INIT_SEED)
+        try:
+            with torch.device(self.device):
+                model = self.ref.Model(*self.init_inputs())
+        except Exception:
+            return self.make_model(self.ref.Model)
+        if isinstance(model, torch.nn.Module):
+            model = model.to(self.device).eval()
+        return model
+
     def _generate(self, fn, *args) -> list:
         """Call an input function with the device as the default for new tensors: KernelBench's
         ``get_inputs`` builds its tensors with plain ``torch.rand``, which then draws them on
