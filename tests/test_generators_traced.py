@@ -492,9 +492,10 @@ def test_each_gemm_and_convolution_records_its_precision(tmp_path):
         assert by_branch[1] == [("mm", "triton", gemm), ("convolution", "triton", "tf32")]
 
 
-def test_pointwise_index_arithmetic_is_int32_unless_a_tensor_is_too_large(interpreter, tmp_path):
+def test_compiler_index_arithmetic_is_int32_unless_a_tensor_is_too_large(interpreter, tmp_path):
     """int64 division and modulo are emulated on the GPU, several instructions an element: the
-    compiler's pointwise kernels index in int32 as Inductor's do, unless a tensor the kernel
+    compiler's pointwise, reduction and scan kernels index in int32 as Inductor's do, unless a
+    tensor the kernel
     touches has 2^30 elements or more (then int64), decided when rendered for static sizes and
     at each call for sizes that follow the inputs; the kernels run correctly either way."""
     from types import SimpleNamespace
@@ -538,3 +539,18 @@ def test_pointwise_index_arithmetic_is_int32_unless_a_tensor_is_too_large(interp
     for rows in (3, 5):  # (the interpreter: a wide tensor would take minutes here)
         x = torch.randn(rows, 70)
         torch.testing.assert_close(model(x), F.gelu(x) * 2.0 + 1.0, rtol=1e-5, atol=1e-5)
+
+    class Norms(nn.Module):  # row, middle-dim and scan kernels: their programs index in INDEX
+        def forward(self, x):
+            return torch.softmax(x, -1) + x.sum(1, keepdim=True) + torch.cumsum(x, -1)
+
+    x = torch.randn(3, 5, 70)
+    proposal = OfflineGenerator().propose(ProposalRequest(
+        task=load_task(path), probe=TaskProbe(ok=True, trace=trace_forward(Norms(), [x]),
+                                              hardware=CPU),
+        backend="triton", iteration=0, branch=0, parent=None, best=None, rng=random.Random(0),
+        hardware_label=CPU.label))
+    assert "program_id(0).to(INDEX)" in proposal.code and "to(tl.int64) *" not in proposal.code
+    code_path.write_text(proposal.code)
+    model = load_module(code_path, "index_type_reductions").ModelNew()
+    torch.testing.assert_close(model(x), Norms()(x), rtol=1e-4, atol=1e-4)

@@ -124,7 +124,7 @@ def _signature(kernel: Kernel, w: KernelWriter, name: str, variant: str = "") ->
     if kernel.kind == "pointwise":
         extra, consts = ["n_elements"], ["BLOCK", "INDEX"]
     elif kernel.kind in ("reduction", "scan"):
-        extra, consts = ["n_rows", "n_cols"], ["ROWS", "BLOCK_C"]
+        extra, consts = ["n_rows", "n_cols"], ["ROWS", "BLOCK_C", "INDEX"]
         if variant == "middle" or (variant in ("partial", "split") and kernel.middle):
             extra.append("n_inner")
         if variant in ("partial", "split"):
@@ -227,20 +227,22 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
         return head + _guard(body, numel(mm.outputs[0].shape).code())
     d = kernel.domain
     args = ptrs + ["n_rows", "n_cols"] + syms
+    index = f"INDEX={index_type(kernel.reads + kernel.writes)}"
     head.append(f"n_rows, n_cols = {d.rows.code()}, {d.cols.code()}")
     if kernel.kind == "scan":
         return head + _guard([
             "rows = min(triton.next_power_of_2(n_rows), max(1, TILE // LOOP_BLOCK))",
             *_call(f"{kernel.name}_looped[(triton.cdiv(n_rows, rows),)]", args
-                   + ["ROWS=rows", "BLOCK_C=LOOP_BLOCK", "num_warps=NUM_WARPS"])], d.rows.code())
+                   + ["ROWS=rows", "BLOCK_C=LOOP_BLOCK", index, "num_warps=NUM_WARPS"])],
+            d.rows.code())
     if kernel.middle:  # a BLOCK_B-wide tile, deeper where the inner dims are narrower
         middle = _call(f"{kernel.name}_middle[(programs,)]",
                        ptrs + ["n_rows", "n_cols", "n_inner"] + syms
-                       + ["ROWS=rows", "BLOCK_C=block_c", "num_warps=NUM_WARPS",
+                       + ["ROWS=rows", "BLOCK_C=block_c", index, "num_warps=NUM_WARPS",
                           "num_stages=NUM_STAGES"])
         if kernel.splits:
             middle = split.launch(kernel.name, kernel.split, ptrs, syms, True, "programs", "rows",
-                                  "block_c", middle, _call)
+                                  "block_c", middle, _call, index)
         return head + _guard([
             f"n_inner = {numel(d.inner).code()}",
             "rows = min(BLOCK_B, triton.next_power_of_2(n_inner))",
@@ -250,19 +252,19 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
         "block_c = triton.next_power_of_2(n_cols)",
         "rows = min(triton.next_power_of_2(n_rows), max(1, TILE // block_c))",
         *_call(f"{kernel.name}_fused[(triton.cdiv(n_rows, rows),)]", args
-               + ["ROWS=rows", "BLOCK_C=block_c", "num_warps=NUM_WARPS"])]
+               + ["ROWS=rows", "BLOCK_C=block_c", index, "num_warps=NUM_WARPS"])]
     if not kernel.looped:
         return head + _guard(fused, d.rows.code())
     looped = [
         "rows = min(triton.next_power_of_2(n_rows), max(1, TILE // LOOP_BLOCK))",
         *_call(f"{kernel.name}_looped[(triton.cdiv(n_rows, rows),)]", args
-               + ["ROWS=rows", "BLOCK_C=LOOP_BLOCK", "num_warps=NUM_WARPS",
+               + ["ROWS=rows", "BLOCK_C=LOOP_BLOCK", index, "num_warps=NUM_WARPS",
                   "num_stages=NUM_STAGES"])]
     body = ["if n_cols <= MAX_FUSED:"] + ["    " + x for x in fused] + ["else:"] + \
         ["    " + x for x in looped]
     if kernel.splits:  # one row a program, each split into parts
         body = split.launch(kernel.name, kernel.split, ptrs, syms, False, "n_rows", "1",
-                            "LOOP_BLOCK", body, _call)
+                            "LOOP_BLOCK", body, _call, index)
     return head + _guard(body, d.rows.code())
 
 

@@ -170,7 +170,8 @@ def _preamble(w: KernelWriter, em: Emitter, anchor: ReductionAnchor) -> None:
     if anchor.axis == 0:
         _middle_preamble(w, em, anchor)
         return
-    w.define("row", "tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]",
+    # index arithmetic in INDEX (int32 unless a tensor is too large: modelnew.index_type)
+    w.define("row", "tl.program_id(0).to(INDEX) * ROWS + tl.arange(0, ROWS)[:, None]",
              frozenset("r"))
     w.define("row_mask", "row < n_rows", frozenset("r"))
     w.masks[frozenset("r")] = "row_mask"
@@ -190,8 +191,8 @@ def _middle_preamble(w: KernelWriter, em: Emitter, anchor: ReductionAnchor) -> N
     inner = d.inner
     outer = d.shape[:min(d.dims)]
     w.define("n_blocks", "tl.cdiv(n_inner, ROWS)", frozenset())
-    w.define("outer", "tl.program_id(0).to(tl.int64) // n_blocks", frozenset())
-    w.define("inner", "(tl.program_id(0).to(tl.int64) % n_blocks) * ROWS + "
+    w.define("outer", "tl.program_id(0).to(INDEX) // n_blocks", frozenset())
+    w.define("inner", "(tl.program_id(0).to(INDEX) % n_blocks) * ROWS + "
              "tl.arange(0, ROWS)[None, :]", ROW)
     w.define("row", "outer * n_inner + inner", ROW)
     w.define("row_mask", "inner < n_inner", ROW)

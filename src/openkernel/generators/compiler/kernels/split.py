@@ -102,7 +102,7 @@ def _one_level(anchor: ReductionAnchor, graph_deps) -> tuple[list[Node], list] |
 def _split_preamble(w: KernelWriter, em: Emitter, anchor: ReductionAnchor) -> None:
     _preamble(w, em, anchor)
     w.define("part", "tl.program_id(1)", frozenset())
-    w.define("lo", "part.to(tl.int64) * chunk", frozenset(), comment="this program's columns")
+    w.define("lo", "part.to(INDEX) * chunk", frozenset(), comment="this program's columns")
 
 
 def write_split(make, recompute, domain: Domain, axis: int, found: ReductionAnchor,
@@ -196,16 +196,17 @@ def _combined(w: KernelWriter, em: Emitter, anchor: ReductionAnchor, nodes: list
 
 
 def launch(name: str, split: Split, ptrs: list[str], syms: list[str], middle: bool,
-           programs: str, rows: str, block: str, unsplit: list[str], call) -> list[str]:
+           programs: str, rows: str, block: str, unsplit: list[str], call,
+           index: str) -> list[str]:
     """Forward lines: the split kernels where ``_split`` splits, else the ``unsplit`` launch.
 
     ``ptrs``, ``syms``: the kernel's tensors and size symbols; ``programs``: the unsplit grid's
     size, ``rows`` and ``block`` the split kernels' ROWS and BLOCK_C; ``call``: the writer of
-    a launch's lines (modelnew.py's)."""
+    a launch's lines (modelnew.py's); ``index``: the ``INDEX=...`` argument of the launch."""
     scratch = [f"{name}_p{k}" for k in range(len(split.parts))]
     common = ptrs + scratch + ["n_rows", "n_cols"] + (["n_inner"] if middle else []) + \
         ["parts", "chunk"] + syms
-    tiles = [f"ROWS={rows}", f"BLOCK_C={block}"]
+    tiles = [f"ROWS={rows}", f"BLOCK_C={block}", index]
     launches = [f"{p} = torch.empty((n_rows, parts), device=device, dtype={TORCH[ct]})"
                 for p, ct in zip(scratch, split.parts)]
     launches += call(f"{name}_partial[({programs}, parts)]", common + tiles
