@@ -495,9 +495,9 @@ def test_each_gemm_and_convolution_records_its_precision(tmp_path):
 def test_compiler_index_arithmetic_is_int32_unless_a_tensor_is_too_large(interpreter, tmp_path):
     """int64 division and modulo are emulated on the GPU, several instructions an element: the
     compiler's pointwise, reduction and scan kernels index in int32 as Inductor's do, unless a
-    tensor the kernel
-    touches has 2^30 elements or more (then int64), decided when rendered for static sizes and
-    at each call for sizes that follow the inputs; the kernels run correctly either way."""
+    tensor the kernel touches has 2^30 elements or more (then int64), decided when rendered for
+    static sizes and at each call for sizes that follow the inputs; they run correctly either
+    way."""
     from types import SimpleNamespace
 
     import torch.nn as nn
