@@ -190,9 +190,13 @@ def run_sweep(job: Job, ch) -> dict:
         fns = ref_in = inputs = None  # noqa: F841 - the timing's references to them
         if ev.gpu:
             torch.cuda.empty_cache()
-        out["winner"] = {"index": winner,
-                         "payload": _judge_winner(ev, imported[winner].binary, winner, compiles,
-                                                  out.get("confinement"))}
+        try:
+            judged = _judge_winner(ev, imported[winner].binary, winner, compiles,
+                                   out.get("confinement"))
+        except Exception as err:  # the evaluator's own failure: the engine judges it elsewhere
+            sys.stderr.write(f"judging the winner here failed: {type(err).__name__}: {err}\n")
+        else:
+            out["winner"] = {"index": winner, "payload": judged}
     return out
 
 
