@@ -257,7 +257,7 @@ class Evaluator:
 
     def adopt(self, sweep: WorkerRun, payload: dict, code: str, backend: str, label: str,
               cache: Path | None, on_phase: Callable[[str], None] | None = None,
-              ) -> EvalResult | None:
+              slot: int | None = None) -> EvalResult | None:
         """The verdict on a sweep's winner judged in full by the sweep's own worker
         (``payload``: what its evaluation returned there), finished as :meth:`evaluate`
         finishes one; None when the evaluator failed there (the caller then judges it in a
@@ -273,7 +273,7 @@ class Evaluator:
         judge_s = float(payload.get("judge_s") or 0.0)
         result.metadata.update(label=label, backend=backend, evaluation_s=round(judge_s, 3),
                                phase_s={"test": round(judge_s, 3)}, judged_in="sweep",
-                               gpu_slot=None, prestarted=sweep.prestarted,
+                               gpu_slot=slot, prestarted=sweep.prestarted,
                                worker=(sweep.payload or {}).get("worker_timing"))
         job = self._task_job(hw.device, "evaluate", backend=backend,
                              correctness_seeds=self.ec.correctness_seeds,

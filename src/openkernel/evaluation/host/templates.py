@@ -191,7 +191,7 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
     if judged.get("index") == index and judged.get("payload"):
         # Judged in full by the sweep's worker, right after its screen (worker/sweep.py).
         result = evaluator.adopt(run, judged["payload"], best.code, backend, label_, cache,
-                                 on_phase)
+                                 on_phase, slot)
         if result is not None:  # the sweep's own seconds, less the winner's judging
             results["sweep_s"] = round(run.wall_s - result.metadata["evaluation_s"], 2)
     if result is None:
