@@ -222,11 +222,7 @@ class Evaluator:
         ``build_cache``: the folder to build in instead of the code's own (a sweep's winner
         finds its kernels where the sweep compiled them)."""
         hw, primary = self.hardware, self.targets.primary
-        job = self._task_job(hw.device, "evaluate", backend=backend,
-                             correctness_seeds=self.ec.correctness_seeds, gpu_arch=primary,
-                             build_timeout_s=self.ec.build_timeout_s,
-                             gpu_memory_fraction=self.ec.gpu_memory_fraction,
-                             **self._bench_params(hw))
+        job = self._evaluate_job(backend)
         cache = build_cache if build_cache is not None else self.build_cache(code, backend)
         plan = self.plan
         run, slot, requeued = self._judge(replace(job, plan=plan.to_json()), code, label, cache,
@@ -275,13 +271,18 @@ class Evaluator:
                                phase_s={"test": round(judge_s, 3)}, judged_in="sweep",
                                gpu_slot=slot, prestarted=sweep.prestarted,
                                worker=(sweep.payload or {}).get("worker_timing"))
-        job = self._task_job(hw.device, "evaluate", backend=backend,
-                             correctness_seeds=self.ec.correctness_seeds,
-                             gpu_arch=self.targets.primary, build_timeout_s=self.ec.build_timeout_s,
-                             gpu_memory_fraction=self.ec.gpu_memory_fraction,
-                             **self._bench_params(hw))
-        return self._finish(result, replace(job, plan=self.plan.to_json()), code, label, cache,
-                            on_phase, None)
+        job = replace(self._evaluate_job(backend), plan=self.plan.to_json())
+        return self._finish(result, job, code, label, cache, on_phase, None)
+
+    def _evaluate_job(self, backend: str) -> Job:
+        """An evaluate job for a candidate of ``backend`` on the primary target."""
+        hw = self.hardware
+        return self._task_job(hw.device, "evaluate", backend=backend,
+                              correctness_seeds=self.ec.correctness_seeds,
+                              gpu_arch=self.targets.primary,
+                              build_timeout_s=self.ec.build_timeout_s,
+                              gpu_memory_fraction=self.ec.gpu_memory_fraction,
+                              **self._bench_params(hw))
 
     def _finish(self, result: EvalResult, job: Job, code: str, label: str, cache: Path | None,
                 on_phase: Callable[[str], None] | None, source_name: str | None) -> EvalResult:
