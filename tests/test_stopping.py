@@ -80,7 +80,11 @@ def test_the_timer_stops_when_decided_and_says_why():
     stop = lambda s: stopping.decided(s["reference"], s["candidate"])  # noqa: E731
     samples = timer.interleaved({"reference": slow, "candidate": fast}, budget_s=30,
                                 min_trials=3, max_trials=5000, stop=stop, check_every=10)
-    assert len(samples["candidate"]) == 10 and timer.stop_reason == "decided: faster than the reference"
+    # At a look (every 10 rounds): the first one, unless a loaded machine's noisy round left
+    # the interval short of clearing 1.0 there (seen once in CI: the second look)
+    n = len(samples["candidate"])
+    assert n % 10 == 0 and n <= 100, n
+    assert timer.stop_reason == "decided: faster than the reference"
     samples = timer.interleaved({"reference": slow, "candidate": fast}, budget_s=0.05,
                                 min_trials=3, max_trials=5000)
     assert timer.stop_reason in ("budget", "trial cap") and len(samples["candidate"]) >= 3
