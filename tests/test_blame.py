@@ -132,6 +132,14 @@ def test_memory_peak_is_recorded(tmp_path):
     memory = result.metadata["memory"]
     assert memory["footprint_bytes"] == 2 * 16 * 1000 * 4 and memory["precision_set"] == "main"
     assert "precision check against float64 on the main input set: passed" in result.eval_log
+    # Where the checks' seconds went: the evaluator's work by what it did, the candidate's calls
+    spent = memory["spent_s"]
+    assert {"generating inputs", "comparing outputs", "running the reference",
+            "running the reference in float64", "the candidate's calls"} <= set(spent), spent
+    assert all(v >= 0 for v in spent.values()) and list(spent.values()) == sorted(
+        spent.values(), reverse=True)
+    steps = memory["steps_s"]
+    assert sum(spent.values()) <= sum(steps.values()) + 0.05, (spent, steps)
 
 
 # -- timeouts by phase ------------------------------------------------------------------------

@@ -149,6 +149,7 @@ class Evaluation:
         self.cand_kept = 0  # bytes the candidate keeps allocated across its last call
         self.peaks: dict[str, int] = {}
         self.steps_s: dict[str, float] = {}  # seconds of each step that mark() ends
+        self.spent_s: dict[str, float] = {}  # seconds inside each of ours()'s blocks, by what
         self._step_t0 = time.perf_counter()
         if self.gpu:
             torch.cuda.reset_peak_memory_stats()
@@ -168,10 +169,10 @@ class Evaluation:
     def mark(self, phase: str) -> None:
         """Record the device memory peak and the seconds of the step that ends here."""
         now = time.perf_counter()
-        self.steps_s[phase] = round(now - self._step_t0, 3)
+        self.steps_s[phase] = round(self.steps_s.get(phase, 0.0) + now - self._step_t0, 3)
         self._step_t0 = now
         if self.gpu:
-            self.peaks[phase] = int(torch.cuda.max_memory_reserved())
+            self.peaks[phase] = max(self.peaks.get(phase, 0), int(torch.cuda.max_memory_reserved()))
             torch.cuda.reset_peak_memory_stats()
 
     def memory_report(self) -> dict:
@@ -179,6 +180,11 @@ class Evaluation:
                   "precision_set": self.plan.precision_set}
         self.mark("end")
         report["steps_s"] = dict(self.steps_s)
+        # Where the steps' seconds went: the evaluator's own work by what it was doing, and
+        # the candidate's calls (each block ends on the device's finish, so GPU work counts
+        # where it was launched).
+        report["spent_s"] = {k: round(v, 3) for k, v in
+                             sorted(self.spent_s.items(), key=lambda kv: -kv[1])}
         if self.gpu:
             peak = max(self.peaks.values(), default=0)
             # The timer's L2 flush buffer is a fixed cost of honest timing, not of the problem.
@@ -189,11 +195,17 @@ class Evaluation:
         return report
 
     @contextlib.contextmanager
-    def ours(self, where: str):
+    def ours(self, where: str, timed: bool = False):
         """The evaluator's own code: a failure here is an evaluator fault, unless the candidate
-        caused it (then a CandidateFault or an integrity violation)."""
+        caused it (then a CandidateFault or an integrity violation). ``timed``: a call the
+        timer measures (never synchronized here, nor counted as the evaluator's time)."""
+        t0 = time.perf_counter()
         try:
             yield
+            if not timed:
+                if self.gpu:
+                    torch.cuda.synchronize()
+                self._spent(where, t0)
         except (ig.IntegrityViolation, EvaluatorFault, CandidateFault):
             raise
         except Exception as err:
@@ -214,6 +226,9 @@ class Evaluation:
                                      f"candidate's kernels ran: {err}") from err
             kind = "cuda" if _is_cuda_error(err) else "error"
             raise EvaluatorFault(where, kind, f"{type(err).__name__}: {err}\n{_tail(err)}") from err
+
+    def _spent(self, what: str, t0: float) -> None:
+        self.spent_s[what] = self.spent_s.get(what, 0.0) + time.perf_counter() - t0
 
     def _crowded(self, err: BaseException) -> bool:
         """Whether the candidate's out-of-memory came from a GPU short of what the plan counted
@@ -280,6 +295,7 @@ class Evaluation:
     # -- one call with the per-call checks --------------------------------------------------
     def call(self, inputs: list, record: bool = False) -> tuple[list, list[str]]:
         """One forward of the candidate (its code: its failures are its own)."""
+        t0 = time.perf_counter()
         threads, launches = _active_count(), self.counter.count
         before = int(torch.cuda.memory_allocated()) if self.gpu else 0
         recorder = ig.OpRecorder() if record else None
@@ -320,6 +336,7 @@ class Evaluation:
             raise ig.IntegrityViolation("lazy_output", problem)
         if self.gpu:
             self.cand_kept = max(0, int(torch.cuda.memory_allocated()) - before - _nbytes(outs))
+        self._spent("the candidate's calls", t0)
         return outs, (recorder.ops if recorder else [])
 
     def reference(self, inputs: list, record: bool = False) -> tuple[list, list[str]]:
@@ -540,7 +557,7 @@ class Evaluation:
             # reference writes into its own.
             ref_in = clone(inputs) if self.plan.keep_pristine else inputs
         def reference():
-            with self.ours("timing the reference"):
+            with self.ours("timing the reference", timed=True):
                 return self.ref_model(*ref_in)
 
         incumbent = self.job.incumbent_speedup
@@ -660,6 +677,7 @@ def judge_built(ev: Evaluation) -> dict:
     # (the executor grants the turn); the tests too, unless checks overlap (then they share
     # the GPU with other candidates' checks, and the turn is asked for before timing).
     ch.wait_turn("check" if ev.job.overlap_checks else None)
+    ev.mark("queued")  # the wait for a check's share (or the turn): no step's own time
     ch.phase("test")
     try:
         ev.test()
@@ -668,6 +686,7 @@ def judge_built(ev: Evaluation) -> dict:
                 if ev.gpu:
                     torch.cuda.empty_cache()  # the checks' memory back to the GPU for others
                 ch.wait_turn("time")
+                ev.mark("queued")
             ev.benchmark()
     except ig.IntegrityViolation as v:
         ev.violation(v.check, str(v))
