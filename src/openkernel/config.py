@@ -113,6 +113,14 @@ class EvalConfig(_Strict):
                                  "and profiles hold it alone. Measured on the H200: timings as "
                                  "stable (CV 0.14 % against 0.19 % off), four candidates judged "
                                  "in 0.46x the wall time; false: every check alone too.")
+    float64_once: bool | None = Field(None, description="Make the reference's float64 answer "
+                                      "of the main input set (what the precision check "
+                                      "compares with) once per task, in a worker of its own, "
+                                      "and keep it beside the build cache for every "
+                                      "candidate's check and later runs; default: where it "
+                                      "is costly (the float64 run goes to the host CPU, or "
+                                      "the reference does 1e10 FLOPs or more) and the answer "
+                                      "takes at most 256 MiB.")
     max_autotune_baseline: bool = Field(False, description="On a GPU, also time the reference "
                                         "under torch.compile(mode='max-autotune-no-cudagraphs'), "
                                         "the strongest compiler baseline, beside eager and the "

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-MODES = ("hardware", "probe", "evaluate", "sweep", "reference", "profile", "pch")
+MODES = ("hardware", "probe", "evaluate", "sweep", "reference", "profile", "pch", "float64")
 PHASES = ("setup", "build", "warmup", "queued", "test", "benchmark")
 BUILD_PHASES = ("setup", "build")  # plus compilations inside later phases
 BASELINE_PHASES = ("eager", "compile", "autotune", "cudagraphs")  # reference mode: a wall each
@@ -38,6 +38,7 @@ GO = "go"
 
 NVTX_RANGE = "openkernel_candidate"  # the profiled region of a profile run
 PROTECT_VAR = "OPENKERNEL_SANDBOX_PROTECT"  # os.pathsep list of paths confine must never expose
+FLOAT64_FORMAT = 1  # the format of a task's float64 answer file (worker/float64.py)
 CEILINGS_VERSION = 1  # the format of a measured ceilings entry (worker/hardware.py, host/ceilings.py)
 PKG_DIR = Path(__file__).resolve().parents[1]  # the openkernel package
 
@@ -79,6 +80,9 @@ class Job:
     overlap_checks: bool = False  # tests share the GPU with other checks; only timing is alone
     incumbent_speedup: float = 0.0  # the best kernel's speedup so far (0: none), for stopping
     plan: dict = field(default_factory=dict)  # a MemoryPlan as JSON (records.MemoryPlan)
+    # the task's float64 answer of the main set (worker/float64.py): written there by a
+    # float64 job, read (when present and made from the same inputs) by a candidate's checks
+    float64_path: str | None = None
     baselines: list[str] = field(default_factory=list)  # reference: which BASELINE_PHASES to time
     allow_tf32: bool = False  # torch.backends.cuda.matmul.allow_tf32 in every mode (config)
     # other modes

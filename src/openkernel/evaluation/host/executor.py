@@ -49,6 +49,7 @@ from openkernel.config import Config
 from openkernel.evaluation.host import captures, ceilings, environment, ncu
 from openkernel.evaluation.host.baselines import ReferenceBaselines, compile_ratio, wanted
 from openkernel.evaluation.host.devices import DevicePool, NoDeviceLeft, is_device_fault
+from openkernel.evaluation.host.float64 import Float64Answer
 from openkernel.evaluation.host.memplan import SPARES_PER_SLOT, describe, plan_memory, retry_plan
 from openkernel.evaluation.host.process import (
     WorkerProcess,
@@ -119,6 +120,7 @@ class Evaluator:
         self.pch: dict = {}
         self.plan = MemoryPlan()  # made from the probe (memplan.py)
         self._reference = ReferenceBaselines(self)
+        self.float64 = Float64Answer(self)  # the precision check's answer, made once (float64.py)
         self.probe_s: float | None = None  # seconds the probe took (hardware detection included)
         self.notes: list[str] = []  # what the evaluator changed on its own during the run
         # Workers running a job now, so that abort() can end them; why it was called
@@ -205,6 +207,7 @@ class Evaluator:
                 pool = self._acquire_pool()
                 pool.per_device = min(pool.per_device, self.plan.workers_per_gpu)
                 pool.check_slots = self.plan.checks_per_gpu if self.ec.overlap_checks else 1
+            self.float64.start(probe)
         if probe.ok and wanted(self.ec, hw):
             # Every candidate's improve_over_compile needs them: from the store, or timed now,
             # compiled beside the first candidates' builds.
@@ -386,6 +389,8 @@ class Evaluator:
             costs["probe_steps_s"] = {"start": round(max(self.probe_s - sum(steps.values()), 0.0), 2),
                                       **steps}
         costs["fixed_s"] = round((self.probe_s or 0.0) + (costs.get("baselines_s") or 0.0), 2)
+        if self.float64.note:
+            costs["float64_answer"] = self.float64.note
         return costs
 
     def build_cache(self, code: str, backend: str) -> Path | None:
@@ -409,10 +414,14 @@ class Evaluator:
         pch_dir = self.pch.get("pch_dir")
         if pch_dir:
             read_only.append(pch_dir)
+        answer = self.float64.path
+        if answer is not None:
+            read_only.append(str(self.float64.root))
         return Job(mode=mode, device=device, reference_path=str(t.reference_path),
                    hooks_path=str(t.hooks_path) if t.hooks_path else None, read_only=read_only,
                    cuda_targets=list(self.targets.compile), pch_dir=pch_dir,
-                   allow_tf32=self.ec.allow_tf32, **fields)
+                   allow_tf32=self.ec.allow_tf32,
+                   float64_path=str(answer) if answer is not None else None, **fields)
 
     def _precompile_header(self) -> None:
         """The precompiled <torch/extension.h> for CUDA C++ builds (see ``pch.py``)."""

@@ -11,7 +11,8 @@ The candidate's own stdout and stderr go to a log file; they never mix with the 
 Modes (``Job.mode``): ``hardware``, ``probe``, ``evaluate``, ``sweep`` (every combination of a templated
 candidate, screened in one worker: ``sweep.py``), ``reference`` (eager and
 ``torch.compile`` timings of the reference, GPU only), ``profile`` (one call inside an NVTX
-range, run under Nsight Compute), ``pch`` (precompile <torch/extension.h>, see ``pch.py``).
+range, run under Nsight Compute), ``pch`` (precompile <torch/extension.h>, see ``pch.py``),
+``float64`` (the reference's float64 answer of the main set, once per task: ``float64.py``).
 """
 
 from __future__ import annotations
@@ -139,6 +140,10 @@ def _dispatch(job: Job, ch: Channel) -> dict:
         from openkernel.evaluation.worker.reference_timing import run_reference_timing
 
         return run_reference_timing(job, ch)
+    if mode == "float64":  # the reference alone, no candidate: it writes only its answer
+        from openkernel.evaluation.worker.float64 import run_float64
+
+        return run_float64(job, ch)
     if mode == "pch":  # our own code, no candidate: it writes only the folder it is given
         from openkernel.evaluation.worker import pch
 
