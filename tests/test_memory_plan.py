@@ -190,8 +190,12 @@ def _cases():
     inf_out = with_inf.clone()
     nan_out = ref.clone()
     nan_out[5, 5] = float("nan")
+    flipped = with_inf.clone()
+    flipped[0, 0] = -float("inf")
     return [("near", near, ref), ("far", far, ref), ("zeros vs small", torch.zeros_like(small), small),
             ("inf matched", inf_out, with_inf), ("nan", nan_out, ref),
+            ("inf of the other sign", flipped, with_inf), ("inf for a number", with_inf, ref),
+            ("a number for inf", ref, with_inf),
             ("non-contiguous", near.t().contiguous().t(), ref),
             ("transposed views", near.t(), ref.t()), ("half", near.half(), ref.half())]
 
@@ -218,6 +222,28 @@ def test_relative_error_matches_the_definition():
     assert relative_error(torch.tensor([float("nan")]), torch.ones(1)) == math.inf
     rounded = relative_error(ref, ref, 33, through=lambda b: b.to(torch.float16))
     assert 1e-5 < rounded < 1e-3  # the rounding error of float16
+
+
+def test_chunked_comparison_names_what_failed():
+    cases = {name: compare_tensor(out, ref, tolerances_for(ref.dtype), "output 0", chunk=7)
+             for name, out, ref in _cases()}
+    assert [name for name, (ok, _, _) in cases.items() if ok] == [
+        "near", "inf matched", "non-contiguous", "transposed views", "half"]
+    assert cases["nan"][1] == "output 0: 1 NaN value(s) in the output (NaN never passes)"
+    for name in ("inf of the other sign", "inf for a number", "a number for inf"):
+        assert cases[name][1] == "output 0: infinities differ from the reference", name
+    assert "1/1961 elements outside" in cases["far"][1]
+    assert "relative error" in cases["zeros vs small"][1]
+
+
+def test_fingerprints_are_the_sums_they_claim_modulo_2_64():
+    fps = Fingerprints("cpu", chunk=1 << 20, seed=3)
+    t = torch.randint(-(2**31), 2**31 - 1, ((1 << 20) + 5,), dtype=torch.int32)
+    words = t.tolist()
+    weights = fps.weights.tolist()
+    plain = sum(words) % 2**64
+    weighted = sum(w * weights[i % fps.WORDS] for i, w in enumerate(words)) % 2**64
+    assert fps.of(t) == (4 * t.numel(), plain, weighted)
 
 
 def test_fingerprints_see_any_change_and_nothing_else():

@@ -43,6 +43,9 @@ _where = torch.where
 _equal = torch.equal
 _sum = torch.sum
 _any = torch.any
+_maximum = torch.maximum
+_zeros = torch.zeros
+_stack = torch.stack
 
 CHUNK = 1 << 24  # elements per block: 128 MiB per float64 temporary
 
@@ -110,7 +113,7 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK,
                    through: Callable[[torch.Tensor], torch.Tensor] | None = None) -> float:
     """``||out - ref|| / ||ref||`` in float64 over the finite elements (inf if NaN appears;
     0/0 counts as 0). ``through`` transforms each block of ``out`` first (a rounding, say)."""
-    num = den = 0.0
+    sums = _zeros(2, dtype=torch.float64, device=ref.device)  # num, den: one read at the end
     for idx in blocks(tuple(ref.shape), chunk):
         o = _f64(out[idx])
         if through is not None:
@@ -119,9 +122,10 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK,
         infinite = _isinf(o) | _isinf(r)
         o.masked_fill_(infinite, 0.0)
         r.masked_fill_(infinite, 0.0)
-        den += float(_norm(r)) ** 2
-        num += float(_norm(o.sub_(r))) ** 2  # in place: one block of temporaries
+        sums[1] += _norm(r) ** 2
+        sums[0] += _norm(o.sub_(r)) ** 2  # in place: one block of temporaries
         del o, r, infinite
+    num, den = sums.tolist()
     if math.isnan(num):
         return math.inf
     if den == 0.0:
@@ -131,10 +135,10 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK,
 
 def norm(t: torch.Tensor, chunk: int = CHUNK) -> float:
     """The 2-norm of ``t`` in float64, in blocks."""
-    total = 0.0
+    total = _zeros((), dtype=torch.float64, device=t.device)
     for idx in blocks(tuple(t.shape), chunk):
-        total += float(_sum(_f64(t[idx]) ** 2))
-    return math.sqrt(total)
+        total += _sum(_f64(t[idx]) ** 2)
+    return math.sqrt(total.item())
 
 
 def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float], name: str,
@@ -155,30 +159,32 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float], 
     if not ref.dtype.is_floating_point:
         ok = all(_equal(out[idx], ref[idx]) for idx in blocks(tuple(ref.shape), chunk))
         return ok, "" if ok else f"{name}: integer/bool values differ", {}
-    n_nan = bad = 0
-    max_abs = num = den = out_sq = 0.0
-    inf_mismatch = False
+    # Every figure accumulates on the device and is read once at the end: a read per block
+    # waits for the GPU, and on a GPU that other workers' processes share each wait can
+    # cost a time slice.
+    sums = _zeros(6, dtype=torch.float64, device=ref.device)  # NaN, inf mismatches, |out|^2,
+    peak = _zeros((), dtype=torch.float64, device=ref.device)  # |ref|^2, |out-ref|^2, outside
     for idx in blocks(tuple(ref.shape), chunk):
         o, r = _f64(out[idx]), _f64(ref[idx])
-        n_nan += int(_sum(_isnan(o)))
-        if n_nan:
-            break
+        sums[0] += _sum(_isnan(o))
         o_inf, r_inf = _isinf(o), _isinf(r)
-        if not _equal(o_inf, r_inf) or not _equal(o[o_inf], r[r_inf]):
-            inf_mismatch = True
-            break
+        # infinities in the same places with the same signs: where either is infinite, equal
+        sums[1] += _sum((o_inf | r_inf) & (o != r))
         # In place, to hold few block-sized temporaries: o becomes the difference, r |r|.
         o.masked_fill_(o_inf, 0.0)
         r.masked_fill_(r_inf, 0.0)
-        out_sq += float(_norm(o)) ** 2
-        den += float(_norm(r)) ** 2
+        sums[2] += _norm(o) ** 2
+        sums[3] += _norm(r) ** 2
         o.sub_(r).abs_()  # |out - ref| on the finite elements (0 where both are infinite)
-        num += float(_norm(o)) ** 2
+        sums[4] += _norm(o) ** 2
         if o.numel():
-            max_abs = max(max_abs, float(o.max()))
+            peak = _maximum(peak, o.max())
         r.abs_().mul_(tol["rtol"]).add_(tol["atol"])  # the bound
-        bad += int(_sum(o > r))
+        sums[5] += _sum(o > r)
         del o, r, o_inf, r_inf
+    n_nan, n_inf, out_sq, den, num, bad = sums.tolist()
+    n_nan, bad, max_abs = int(n_nan), int(bad), peak.item()
+    inf_mismatch = n_inf > 0
     if n_nan:
         return False, f"{name}: {n_nan} NaN value(s) in the output (NaN never passes)", {}
     if inf_mismatch:
@@ -236,22 +242,23 @@ class Fingerprints:
         self.weights = torch.randint(-(2**62), 2**62, (self.WORDS,), generator=gen,
                                      device=device, dtype=torch.int64) | 1
 
-    def _sums(self, words: torch.Tensor) -> tuple[int, int]:
+    def _sums(self, words: torch.Tensor) -> torch.Tensor:
+        """The block's plain and weighted sums, on the device (int64, wrapping: modulo 2^64)."""
         w = words.to(torch.int64)
         rows = w.numel() // self.WORDS
         body = w[: rows * self.WORDS].view(rows, self.WORDS) if rows else w[:0].view(0, self.WORDS)
         tail = w[rows * self.WORDS:]
-        weighted = int(_sum(body * self.weights)) + int(_sum(tail * self.weights[: tail.numel()]))
-        return int(_sum(w)), weighted
+        weighted = _sum(body * self.weights) + _sum(tail * self.weights[: tail.numel()])
+        return _stack([_sum(w), weighted])
 
     def of(self, t: torch.Tensor) -> tuple[int, int, int]:
         """(bytes, plain sum, weighted sum) of the storage under ``t``."""
         raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
         words = raw.view(torch.int32) if raw.numel() % 4 == 0 else raw
-        plain = weighted = 0
+        sums = _zeros(2, dtype=torch.int64, device=t.device)  # read once, after every block
         for start in range(0, words.numel(), self.chunk):
-            a, b = self._sums(words[start:start + self.chunk])
-            plain, weighted = plain + a, weighted + b
+            sums += self._sums(words[start:start + self.chunk])
+        plain, weighted = sums.tolist()
         mask = (1 << 64) - 1
         return raw.numel(), plain & mask, weighted & mask
 
