@@ -171,3 +171,62 @@ def test_whole_rows_on_the_gpu(tmp_path):
         model = make().eval()
         trace = trace_forward(model, [torch.randn(4, 32)])
         _check(model, plan_for(None, trace, rows=True), tmp_path, f"gpu_{name}", "cuda")
+
+
+def test_float32_tiles_may_multiply_as_three_tf32_products(interpreter, tmp_path):
+    """TF32X3, a tunable of float32 GEMMs only (a bfloat16 one has none; pinned to 0 under the
+    interpreter, which multiplies in float32 either way): the kernel's full-precision dot is
+    three TF32 products, and the candidate is correct either way."""
+    torch.manual_seed(0)
+    model = GeluSoftmax().eval()
+    trace = trace_forward(model, [torch.randn(4, 32)])
+    plan = plan_for(None, trace)
+    for value in (0, 1):
+        path = tmp_path / f"tf32x3_{value}.py"
+        path.write_text(render(plan, {**PARAMS, "TF32X3": value}))
+        code = path.read_text()
+        assert f"\nTF32X3 = {value}\n" in code and 'input_precision="tf32x3"' in code
+        spec = importlib.util.spec_from_file_location(f"tf32x3_{value}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        candidate = module.ModelNew()
+        candidate.load_state_dict(model.state_dict(), strict=False)
+        for batch in (4, 7):
+            x = torch.randn(batch, 32) * 2
+            torch.testing.assert_close(candidate(x), model(x), atol=1e-4, rtol=1e-4)
+    match = FusedMatmul().match(None, TaskProbe(ok=True, trace=trace), "triton")
+    tf32x3 = next(t for t in match.family.tunables if t.name == "TF32X3")
+    assert tf32x3.values(True) == (0,) and tf32x3.values(False) == (0, 1)
+    half = GeluSoftmax().to(torch.bfloat16).eval()
+    match = FusedMatmul().match(None, TaskProbe(ok=True, trace=trace_forward(
+        half, [torch.randn(4, 32, dtype=torch.bfloat16)])), "triton")
+    assert "TF32X3" not in [t.name for t in match.family.tunables]
+
+
+@pytest.mark.gpu
+def test_three_tf32_products_pass_the_precision_check_on_the_gpu(tmp_path):
+    """On the GPU, TF32X3's tiles run on tensor cores and stay within the precision check's
+    bound (16x the reference's own error against float64), as IEEE float32 tiles do."""
+    import copy
+
+    from openkernel.evaluation.worker.correctness import relative_error
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1024, 768), nn.ReLU()).eval()
+    plan = plan_for(None, trace_forward(model, [torch.randn(16, 1024)]))
+    x = torch.randn(512, 1024, device="cuda")
+    with torch.no_grad():
+        exact = copy.deepcopy(model).double().cuda()(x.double())
+        model = model.cuda()
+        err_ref = relative_error(model(x), exact)
+        for value in (0, 1):
+            path = tmp_path / f"gpu_tf32x3_{value}.py"
+            path.write_text(render(plan, {**PARAMS, "BLOCK_M": 64, "BLOCK_N": 64,
+                                          "TF32X3": value}))
+            spec = importlib.util.spec_from_file_location(f"gpu_tf32x3_{value}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            candidate = module.ModelNew().cuda()
+            candidate.load_state_dict(model.state_dict(), strict=False)
+            err = relative_error(candidate(x), exact)
+            assert err <= 16 * err_ref, (value, err, err_ref)

@@ -461,9 +461,12 @@ def test_batch_norm_of_a_gpu_trace_is_covered(training, monkeypatch, tmp_path):
 
 def test_each_gemm_and_convolution_records_its_precision(tmp_path):
     """What each GEMM and convolution computes in, under the run's flags on a GPU: cuBLAS in
-    full fp32 unless TF32 is opted in, cuDNN in TF32 (PyTorch's default); the record is the
-    sweep winner's (metadata.precision)."""
+    full fp32 unless TF32 is opted in, cuDNN in TF32 (PyTorch's default), a Triton GEMM in
+    full precision as three TF32 products (TF32X3, its start) or IEEE float32 FMAs; the record
+    is the sweep winner's (metadata.precision)."""
     from openkernel.generators.base import precision_of
+    from openkernel.generators.compiler.families import plan_for
+    from openkernel.generators.compiler.library import kernel_precision
     from openkernel.records import Hardware, PrecisionFlags
 
     class Net(torch.nn.Module):
@@ -490,7 +493,13 @@ def test_each_gemm_and_convolution_records_its_precision(tmp_path):
                                  for r in precision_of(proposal, proposal.params)]
         assert by_branch[0] == [("_addmm_activation", "cuBLASLt", gemm),
                                 ("convolution", "cuDNN", "tf32")]
-        assert by_branch[1] == [("mm", "triton", gemm), ("convolution", "triton", "tf32")]
+        triton_gemm = "3xtf32" if gemm == "fp32" else gemm
+        assert by_branch[1] == [("mm", "triton", triton_gemm), ("convolution", "triton", "tf32")]
+        assert proposal.params["TF32X3"] == 1
+        plan = plan_for(task, trace)
+        for tf32x3, expected in ((True, triton_gemm), (False, gemm)):
+            records = kernel_precision(plan, True, flags, tf32x3=tf32x3)
+            assert [(r.op, r.precision) for r in records][0] == ("mm", expected)
 
 
 def test_compiler_index_arithmetic_is_int32_unless_a_tensor_is_too_large(interpreter, tmp_path):

@@ -47,7 +47,9 @@ class KernelPrecision:
     kernel: str  # the kernel's name in the candidate, e.g. "_k0_mm"
     op: str  # the aten op it computes: "mm", "bmm", "addmm", "convolution", ...
     by: str  # "triton", or the library that runs it: "cuBLAS", "cuBLASLt", "cuDNN"
-    precision: str  # what its inputs are multiplied in: "fp32", "tf32", "bf16", "fp16", "fp64"
+    # what its inputs are multiplied in: "fp32", "tf32", "3xtf32" (three TF32 products: float32's
+    # error on tensor cores), "bf16", "fp16", "fp64"
+    precision: str
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,10 @@ plans fall into, each with the tunables its kernels use:
   the GEMM followed by a reduction kernel reading its result back. A Triton transposed
   convolution is written in two forms, the tunable ``TCONV_DIRECT`` picking: the gradient form
   (every tap, those the stride skips masked) or directly, one dense GEMM per output phase over
-  only that phase's taps (kernels/conv_transposed.py).
+  only that phase's taps (kernels/conv_transposed.py). A float32 Triton GEMM whose flags keep
+  it in full precision multiplies its tiles in IEEE float32 FMAs or as three TF32 tensor-core
+  products (``TF32X3``, float32's error at Hopper's TF32 rate): timing picks, the precision
+  check holds either to the reference's own error, and the record says which ("3xtf32").
 
 Where a call's work is small beside what its launches cost, the tunable ``CUDA_GRAPH`` picks
 between launching the kernels one by one and replaying them as a CUDA graph (replay.py).
@@ -72,6 +75,10 @@ FUSE_ROWS = Tunable("FUSE_ROWS", (0, 1), None, "1: a GEMM whose rows fit one til
 TCONV_DIRECT = Tunable("TCONV_DIRECT", (0, 1), None, "1: a transposed convolution computes "
                        "directly, each output phase (o mod stride) a GEMM over only its own taps; "
                        "0: in the gradient form, every tap, those the stride skips masked")
+# (On the CPU the interpreter multiplies in float32 either way: pinned to 0 there.)
+TF32X3 = Tunable("TF32X3", (0, 1), (0,), "1: a float32 GEMM tile multiplies as three TF32 "
+                 "tensor-core products (split precision: float32's error, at Hopper's TF32 "
+                 "rate); 0: in IEEE float32 FMAs (where the run's flags keep GEMMs in float32)")
 MODES = ("LIBRARY", "FUSE_ROWS", "TCONV_DIRECT")  # the tunables that pick a plan, not a launch
 MATMUL = (Tunable("BLOCK_M", (16, 32, 64, 128), (32, 64), "rows of C per program"),
           Tunable("BLOCK_N", (16, 32, 64, 128, 256), (32, 64), "columns of C per program"),
@@ -148,6 +155,8 @@ def _tunables(plan: Plan) -> tuple[Tunable, ...]:
         whole = all(k.domain is not None for k in plan.kernels if k.kind == "matmul") and \
             any(k.kind == "matmul" for k in plan.kernels)
         out += [t for t in MATMUL if not whole or t.name not in ("BLOCK_N", "GROUP_M")]
+        if any(k.kind == "matmul" and k.anchor.outputs[0].dtype == "float32" for k in plan.kernels):
+            out.append(TF32X3)
     if "reduction" in kinds:
         if any(not k.middle for k in plan.kernels if k.kind in ("reduction", "scan")):
             out += REDUCTION
@@ -267,7 +276,7 @@ class CompiledFamily(Family):
         hw = probe.hardware
         return kernel_precision(match.spec["plans"][_mode(params)],
                                 hw is not None and hw.device == "cuda", probe.flags,
-                                probe.conv_exact)
+                                probe.conv_exact, tf32x3=bool(params.get(TF32X3.name)))
 
     def render(self, match: Match, params: dict, backend: str) -> str:
         mode = _mode(params)

@@ -28,12 +28,13 @@ VENDOR = {"convolution": "cuDNN", "mm": "cuBLAS", "bmm": "cuBLAS", "addmm": "cuB
 
 
 def kernel_precision(plan: "Plan", gpu: bool, flags: PrecisionFlags | None,
-                     conv_exact: bool = False) -> list[KernelPrecision]:
+                     conv_exact: bool = False, tf32x3: bool = False) -> list[KernelPrecision]:
     """How each GEMM and convolution of ``plan`` computes on this device under these flags:
     a float32 one in TF32 only on a GPU whose flag allows it (the Triton kernels read the same
     flags at run time as cuBLAS and cuDNN do) and, for a convolution, only where the
     reference's cuDNN kernels were not measured exact (``conv_exact``: cuDNN computes such
-    shapes in float32, our Triton convolutions in 3xTF32), other dtypes in their own."""
+    shapes in float32, our Triton convolutions in 3xTF32), other dtypes in their own.
+    ``tf32x3``: the Triton GEMMs' full-precision tiles are three TF32 products ("3xtf32")."""
     flags = flags or PrecisionFlags()
     out = []
     for kernel in plan.kernels:
@@ -49,6 +50,8 @@ def kernel_precision(plan: "Plan", gpu: bool, flags: PrecisionFlags | None,
         if dtype == "fp32" and gpu and not (conv and conv_exact) and not fmas and (
                 flags.conv_tf32 if conv else flags.matmul_tf32):
             dtype = "tf32"
+        if dtype == "fp32" and gpu and tf32x3 and kernel.kind == "matmul":
+            dtype = "3xtf32"
         by = VENDOR.get(node.op, "torch") if kernel.kind == "library" else "triton"
         out.append(KernelPrecision(kernel.name, node.op, by, dtype))
     return out

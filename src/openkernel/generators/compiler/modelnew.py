@@ -135,8 +135,8 @@ def _signature(kernel: Kernel, w: KernelWriter, name: str, variant: str = "") ->
         strides = ["stride_ab", "stride_am", "stride_ak", "stride_bb", "stride_bk", "stride_bn"]
         if kernel.anchor.op == "mm":
             strides = [s for s in strides if not s.endswith("b")]
-        extra, consts = ["M", "N", "K"] + strides, ["IEEE", "UPCAST", "BLOCK_M", "BLOCK_N",
-                                                     "BLOCK_K", "GROUP_M"]
+        extra, consts = ["M", "N", "K"] + strides, ["IEEE", "TF32X3", "UPCAST", "BLOCK_M",
+                                                     "BLOCK_N", "BLOCK_K", "GROUP_M"]
     params = ptrs + extra + kernel.symbols + [f"{c}: tl.constexpr" for c in consts]
     lines, line = [], f"def {name}("
     for k, p in enumerate(params):
@@ -220,7 +220,7 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
         body = [grid,
                 *_call(f"{kernel.name}[grid]", ptrs + ["M", "N", "K"] + strides + syms
                        + [f"IEEE={a}.dtype == torch.float32 and not ({a}.is_cuda and "
-                          "torch.backends.cuda.matmul.allow_tf32)",
+                          "torch.backends.cuda.matmul.allow_tf32)", "TF32X3=TF32X3",
                           f"UPCAST=INTERPRETED and {a}.dtype == torch.bfloat16", "BLOCK_M=BLOCK_M",
                           tiles[0], "BLOCK_K=BLOCK_K", tiles[1],
                           "num_warps=NUM_WARPS", "num_stages=NUM_STAGES"])]
@@ -322,6 +322,8 @@ def render(plan: Plan, params: dict) -> str:
            + (NOTE if replayed else "") + ":"] + [f"{k.name}: {describe(k)}." for k in plan.kernels]
     if any(k.splits for k in plan.kernels) and "SPLIT" not in params:
         consts += "SPLIT = 0  # (not given: rows are never split)\n"
+    if any(k.kind == "matmul" for k in plan.kernels) and "TF32X3" not in params:
+        consts += "TF32X3 = 0  # (not given: float32 GEMM tiles in IEEE float32)\n"
     if any(k.kind in ("matmul", "conv") for k in plan.kernels):
         consts += 'INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # Triton on the CPU\n'
     header = HEADER if "INTERPRETED" in consts or replayed else HEADER.replace("import os\n\n", "")

@@ -3,8 +3,10 @@
 The classic Triton tiling: each program owns a BLOCK_M x BLOCK_N tile of C (of one batch for
 bmm), walks K in BLOCK_K steps accumulating in float32 with ``tl.dot`` (float32 inputs in full
 precision, or TF32 where cuBLAS would use it: on a GPU with
-``torch.backends.cuda.matmul.allow_tf32``, the opt-in ``eval_config.allow_tf32``), and
-computes the epilogue (bias, activations, residuals, scales: any pointwise chain over
+``torch.backends.cuda.matmul.allow_tf32``, the opt-in ``eval_config.allow_tf32``; full
+precision either as IEEE float32 FMAs or, ``TF32X3``, as three TF32 tensor-core products per
+tile, the split-precision product whose error is float32's: on Hopper TF32 runs at ~7x the
+float32 FMA rate), and computes the epilogue (bias, activations, residuals, scales: any pointwise chain over
 broadcast tensors) on the tile before its only store. GROUP_M orders
 the tiles so that neighbouring programs share rows of A (L2 reuse). Operands are passed with
 their strides, so a transposed weight (``x @ W.t()``) is read in place.
@@ -48,7 +50,9 @@ for k in range(0, K, BLOCK_K):
     b = tl.load(b_ptrs, mask=(rk[:, None] + k < K) & (rn < N), other=0.0)
     if UPCAST:  # the Triton interpreter multiplies bfloat16 tiles as integers
         a, b = a.to(tl.float32), b.to(tl.float32)
-    if IEEE:  # float32 in full precision (TF32 only where cuBLAS's would be)
+    if IEEE and TF32X3:  # float32-level accuracy on tensor cores: three TF32 products a tile
+        acc = tl.dot(a, b, acc, input_precision="tf32x3")
+    elif IEEE:  # float32 in full precision (TF32 only where cuBLAS's would be)
         acc = tl.dot(a, b, acc, input_precision="ieee")
     else:
         acc = tl.dot(a, b, acc)
