@@ -2,7 +2,7 @@
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
-#         kb-bench, kb-walls, events, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv.
+#         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -129,6 +129,13 @@ for p in ps:
         print(f"  {p['name']}: {p['status']}; {p['baseline_note'] or p['error'][:120]}")
 PY
     ;;
+  check-costs)  # issue 22: a check's steps on each problem's own data, alone and beside BUSY
+    # (default 3) processes keeping the GPU busy: ${KB:-.kbsel}/${PAT:-level*/*}.py
+    for f in "${KB:-.kbsel}"/${PAT:-level*/*}.py; do
+      n=$(basename "$(dirname "$f")")_$(basename "$f" .py)
+      CUDA_VISIBLE_DEVICES=0 timeout "${T:-120}" python3 benchmarks/check_costs.py "$f" --busy "${BUSY:-3}" \
+        --out "$OUT/check_costs_$n.json" 2>&1 | tail -22
+    done ;;
   kernel-times)  # issue 23: per-kernel GPU time and the gap beside torch.compile's, for the best
     # stored kernel of each of ${KB:-.kbsel}/${PAT:-level*/*}.py (the store: .kbstate/kernels.sqlite3)
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-300}" python3 benchmarks/kernel_times.py "${KB:-.kbsel}"/${PAT:-level*/*}.py \
