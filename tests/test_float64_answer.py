@@ -130,3 +130,58 @@ def test_when_the_answer_is_made_once():
     assert why_not(None, MemoryPlan(precision_set="small"), _probe(1 << 20, 1e11)) \
         == "the precision check does not run on the main input set"
     assert why_not(False, host, _probe(1 << 20, 1e11)) == "eval_config.float64_once is off"
+
+
+LINEAR = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4096, 4096)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+def get_inputs():
+    return [torch.randn(64, 4096)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.gpu
+def test_a_gemms_answer_is_made_once_on_the_host_and_used_on_the_gpu(tmp_path):
+    """A GEMM whose weights are most of its footprint: the float64 run does not fit the plan
+    on the device and goes to the host, once, by default; the offline generator's candidate's
+    check reads it."""
+    import random
+
+    from openkernel.generators.base import ProposalRequest
+    from openkernel.generators.offline import OfflineGenerator
+
+    path = tmp_path / "linear.py"
+    path.write_text(LINEAR)
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch"),
+                                     "build_cache_dir": str(tmp_path / "cache" / "builds")},
+                           "eval_config": {"correctness_seeds": 2, "profile": False}})
+    task = load_task(path)
+    ev = Evaluator(task, config, bench_budget_s=0.1)
+    try:
+        probe = ev.probe()
+        assert probe.ok and ev.plan.precision_on_host, ev.plan
+        assert ev.float64.done.wait(120) and "made once on the host CPU" in ev.float64.note, \
+            ev.float64.note
+        proposal = OfflineGenerator().propose(ProposalRequest(
+            task=task, probe=probe, backend="triton", iteration=0, branch=1, parent=None,
+            best=None, rng=random.Random(0), hardware_label=probe.hardware.label))
+        result = ev.evaluate(proposal.code, "triton", "gemm")
+        assert result.correctness, result.eval_log
+        assert USED in result.eval_log, result.eval_log
+    finally:
+        ev.close()
