@@ -390,16 +390,22 @@ def test_skill_matches_name_the_family_from_the_trace():
     assert "BLOCK_M" in rows[0]["tunables"]
 
 
+@pytest.fixture(scope="module")
+def gpu_config(tmp_path_factory):
+    """One scratch folder for every case: the spare workers one case's evaluator leaves
+    (keep_spares_s) are the next one's, as in a bench; no profiles: correctness is asked."""
+    scratch = tmp_path_factory.mktemp("traced_gpu") / "scratch"
+    return build_config({"paths": {"scratch_dir": str(scratch)},
+                         "eval_config": {"correctness_seeds": 1, "profile": False}})
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ALL)
-def test_traced_templates_are_correct_on_the_gpu(name, tmp_path_factory, tmp_path):
-    """The same kernels compiled for a GPU (no interpreter): each judged correct. One test a
-    case (43 judged in one test outlived a stage's limit), not profiled: correctness is asked."""
-    scratch = tmp_path_factory.mktemp("traced_gpu") / "scratch"
-    config = build_config({"paths": {"scratch_dir": str(scratch)},
-                           "eval_config": {"correctness_seeds": 1, "profile": False}})
+def test_traced_templates_are_correct_on_the_gpu(name, gpu_config, tmp_path):
+    """The same kernels compiled for a GPU (no interpreter): each judged correct, one test a
+    case (43 judged in one test outlived a stage's limit)."""
     family, source, branch = _case(name)
-    result, proposal = _judge(tmp_path, config, name, source, branch)
+    result, proposal = _judge(tmp_path, gpu_config, name, source, branch)
     assert result.correctness, f"{result.get_status().value}: {result.eval_log[-1500:]}"
 
 
