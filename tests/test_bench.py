@@ -100,6 +100,8 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     # every table says what fp32 GEMMs ran in; no problem here is a lone library call
     assert "fp32 GEMMs in full fp32" in first.stdout and data["precision"].startswith("fp32 GEMMs in full")
     assert data["library_bound"] == [] and all(p["library_bound"] == "" for p in data["problems"])
+    # the best kernel and what its GEMMs and convolutions multiply in (a ReLU has none)
+    assert rows["level1/19_ReLU"]["best_kernel"] and rows["level1/19_ReLU"]["best_precision"] == []
 
     # With the three baselines stored (as a GPU run stores them), the table gives the best
     # kernel's speedup over max-autotune from the same rounds' times, and its geomean.

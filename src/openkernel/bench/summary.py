@@ -65,6 +65,8 @@ class ProblemResult:
     cudagraphs_ms: float | None = None
     cuda_graph: bool = False  # the best kernel replays a CUDA graph (compare over cudagraphs)
     best_kernel: str | None = None
+    # what the best kernel's GEMMs and convolutions multiply in ("mm triton 3xtf32", ...)
+    best_precision: list[str] = field(default_factory=list)
     footprint_bytes: int = 0  # the reference's own footprint (the probe's)
     peak_over_footprint: float | None = None  # the worst candidate's worker peak over it
     candidate_s: float | None = None  # median of a candidate's own time (not waiting for a turn)
@@ -270,6 +272,9 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
     if correct:
         best = max(correct, key=lambda k: k.runtime_improvement)
         row.correct, row.best_kernel = True, best.id
+        records = best.meta.get("precision") if isinstance(best.meta, dict) else None
+        row.best_precision = [f"{r.get('op')} {r.get('by')} {r.get('precision')}"
+                              for r in records or [] if isinstance(r, dict)]
         row.speedup = best.runtime_improvement if best.runtime_improvement > 0 else None
         row.over_compile = best.improve_over_compile if best.improve_over_compile > 0 else None
         row.cuda_graph = replays_graph(conn.execute(select(Kernel.code).where(
