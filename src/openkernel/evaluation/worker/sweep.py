@@ -99,9 +99,18 @@ def run_sweep(job: Job, ch) -> dict:
     errors: dict[int, BaseException | None] = {}
     if threads > 1:
         _start_triton()
+        # The first combination alone first: the others are its neighbours, one tunable
+        # apart, and most of their kernels are its own (same source and constants: the same
+        # key in the sweep's Triton cache), found there instead of compiled again side by side.
+        first = next(iter(made))
+        try:
+            first_call(first)
+            errors[first] = None
+        except BaseException as err:
+            errors[first] = err
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            calls = {i: pool.submit(first_call, i) for i in made}
-        errors = {i: call.exception() for i, call in calls.items()}
+            calls = {i: pool.submit(first_call, i) for i in made if i != first}
+        errors.update({i: call.exception() for i, call in calls.items()})
     else:  # in this (the main) thread, as a plain candidate's first call
         for i in made:
             try:
