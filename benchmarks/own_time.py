@@ -1,0 +1,102 @@
+"""Where a suite's candidates spent their own time (issue 22), from the store a bench wrote.
+
+    python benchmarks/own_time.py DB SUITE [--json FILE]
+
+For every candidate of the suite's problems: its own seconds (as the bench table counts them:
+its sweep and its evaluation, waits for another's GPU turn not counted), the worker's phases
+(setup, build, warmup: the first calls where Triton compiles, queued, test, benchmark), its
+compilations, the steps of its checks (``metadata.memory.steps_s``) and what the evaluator
+spent them on (``spent_s``), and where its winner was judged. Then the medians of each over the
+suite, and each problem's float64 answer note (``costs.float64_answer``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+
+from sqlalchemy import create_engine, select
+
+from openkernel.bench.summary import _own_seconds
+from openkernel.store.tables import Kernel, SuiteProblem
+
+
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 3) if values else 0.0
+
+
+def rows(db: str, suite: str) -> tuple[list[dict], dict[str, str]]:
+    engine = create_engine(db if "://" in db else f"sqlite:///{db}")
+    out, notes = [], {}
+    with engine.connect() as conn:
+        problems = conn.execute(select(SuiteProblem).where(SuiteProblem.suite == suite)
+                                .order_by(SuiteProblem.position)).all()
+        for p in problems:
+            costs = p.costs if isinstance(p.costs, dict) else {}
+            if costs.get("float64_answer"):
+                notes[p.task_name] = costs["float64_answer"]
+            kernels = conn.execute(select(Kernel.label, Kernel.meta.label("meta"), Kernel.template_results)
+                                   .where(Kernel.task_name == p.task_name,
+                                          Kernel.job_name == p.job_name,
+                                          Kernel.is_program0.is_(False))).all()
+            for k in kernels:
+                meta = k.meta if isinstance(k.meta, dict) else {}
+                if not meta.get("evaluation_s") or meta.get("duplicate_of"):
+                    continue
+                template = k.template_results if isinstance(k.template_results, dict) else {}
+                phases = dict(template.get("phase_s") or meta.get("phase_s") or {})
+                memory = meta.get("memory") or {}
+                out.append({"problem": p.task_name, "label": k.label,
+                            "own_s": round(_own_seconds(meta, template), 3),
+                            "judged_in": meta.get("judged_in") or "its own worker",
+                            "phases_s": phases,
+                            "compilations": (meta.get("compile") or {}).get("compilations"),
+                            "compiling_s": (meta.get("compile") or {}).get("compiling_s"),
+                            "steps_s": memory.get("steps_s") or {},
+                            "spent_s": memory.get("spent_s") or {}})
+    return out, notes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("db")
+    parser.add_argument("suite")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    found, notes = rows(args.db, args.suite)
+    if not found:
+        print(f"no judged candidate in suite {args.suite!r} of {args.db}")
+        return 1
+    for r in found:
+        phases = ", ".join(f"{k} {v:.1f}" for k, v in r["phases_s"].items() if v >= 0.05)
+        print(f"{r['problem'][:34]:34} {r['label']:6} own {r['own_s']:5.1f} s  [{phases}]  "
+              f"{r['compilations'] or 0} compilations {r['compiling_s'] or 0:.1f} s  "
+              f"({r['judged_in']})")
+    medians = {}
+    for key in ("phases_s", "steps_s", "spent_s"):
+        values = defaultdict(list)
+        for r in found:
+            for name, value in r[key].items():
+                values[name].append(value)
+        medians[key] = {name: _median(v) for name, v in values.items()}
+    medians["own_s"] = _median([r["own_s"] for r in found])
+    medians["compiling_s"] = _median([r["compiling_s"] or 0.0 for r in found])
+    print(f"\n{len(found)} candidates; own time median {medians['own_s']} s, compiling "
+          f"{medians['compiling_s']} s")
+    for key in ("phases_s", "steps_s", "spent_s"):
+        if medians[key]:
+            top = sorted(medians[key].items(), key=lambda kv: -kv[1])
+            print(f"{key} medians: " + ", ".join(f"{k} {v:.2f}" for k, v in top if v >= 0.01))
+    for name, note in notes.items():
+        print(f"  {name}: {note}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"suite": args.suite, "candidates": found, "medians": medians,
+                       "float64_answers": notes}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
