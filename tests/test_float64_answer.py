@@ -44,6 +44,7 @@ def test_the_answer_is_made_once_used_by_every_check_and_found_by_the_next_run(t
         answer = ev.float64.path
         assert answer is not None and answer.is_file() and answer.parent == tmp_path / "cache" / "float64"
         made = hashlib.sha256(answer.read_bytes()).hexdigest()
+        assert ev.float64.wait_s == 0.0 and not ev.float64.failed.exists()  # made: no wait
         with ThreadPoolExecutor(max_workers=2) as pool:
             good, low = pool.map(lambda n: ev.evaluate(_code(n), "triton", n),
                                  ["good_gelu", "low_precision"])
@@ -185,3 +186,41 @@ def test_a_gemms_answer_is_made_once_on_the_host_and_used_on_the_gpu(tmp_path):
         assert USED in result.eval_log, result.eval_log
     finally:
         ev.close()
+
+
+def test_a_check_waits_for_an_answer_being_made_and_stops_at_its_failure(tmp_path):
+    """In the worker: an answer that arrives while the check waits is used; the engine's
+    failure marker ends the wait at once; past the wait the check runs its own."""
+    import threading
+    import time
+
+    from openkernel.evaluation.worker.float64 import failed_marker, signature, stored
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4).double()
+    inputs = [torch.randn(3, 8, dtype=torch.float64)]
+    answer = {"format": FLOAT64_FORMAT, "signature": signature(inputs, model, 1 << 16),
+              "outputs": [model(inputs[0]).detach()]}
+    path = tmp_path / "answer.pt"
+
+    def later():
+        time.sleep(0.4)
+        torch.save(answer, path)
+
+    writer = threading.Thread(target=later)
+    writer.start()
+    t0 = time.monotonic()
+    outputs, why = stored(str(path), inputs, model, 1 << 16, wait_s=20)
+    writer.join()
+    assert why == "" and outputs is not None and torch.equal(outputs[0], answer["outputs"][0])
+    assert 0.3 < time.monotonic() - t0 < 10
+
+    missing = tmp_path / "missing.pt"
+    failed_marker(missing).touch()
+    t0 = time.monotonic()
+    assert stored(str(missing), inputs, model, 1 << 16, wait_s=20) == (None, "")
+    assert time.monotonic() - t0 < 1
+    failed_marker(missing).unlink()
+    assert stored(str(missing), inputs, model, 1 << 16, wait_s=0.2) == (
+        None, "the task's float64 answer was not there after 0.2 s")
+    assert stored(str(missing), inputs, model, 1 << 16) == (None, "")  # nothing being made

@@ -83,6 +83,7 @@ class Job:
     # the task's float64 answer of the main set (worker/float64.py): written there by a
     # float64 job, read (when present and made from the same inputs) by a candidate's checks
     float64_path: str | None = None
+    float64_wait_s: float = 0.0  # how long a check waits for that answer while it is being made
     baselines: list[str] = field(default_factory=list)  # reference: which BASELINE_PHASES to time
     allow_tf32: bool = False  # torch.backends.cuda.matmul.allow_tf32 in every mode (config)
     # other modes

@@ -421,7 +421,8 @@ class Evaluator:
                    hooks_path=str(t.hooks_path) if t.hooks_path else None, read_only=read_only,
                    cuda_targets=list(self.targets.compile), pch_dir=pch_dir,
                    allow_tf32=self.ec.allow_tf32,
-                   float64_path=str(answer) if answer is not None else None, **fields)
+                   float64_path=str(answer) if answer is not None else None,
+                   float64_wait_s=self.float64.wait_s, **fields)
 
     def _precompile_header(self) -> None:
         """The precompiled <torch/extension.h> for CUDA C++ builds (see ``pch.py``)."""

@@ -22,6 +22,9 @@ from openkernel.records import Hardware, MemoryPlan, TaskProbe
 
 MAX_BYTES = 256 << 20  # larger answers: reading them back costs about what the run does
 MIN_FLOPS = 1e10  # below this the float64 run costs a check less than a worker's start
+# A check that needs the answer while it is being made waits this long for it, then runs its
+# own: four checks running theirs at once on the host took ~10 s each (level-2 GEMMs, H200).
+WAIT_S = 30.0
 
 
 def why_not(once: bool | None, plan: MemoryPlan, probe: TaskProbe) -> str:
@@ -55,6 +58,16 @@ class Float64Answer:
         self.note = ""  # how the answer was had: stored, made (and in how long), or why not
         self.done = threading.Event()
 
+    @property
+    def wait_s(self) -> float:
+        """How long a check may wait for the answer: while it is being made, ``WAIT_S``."""
+        return WAIT_S if self.path is not None and not self.done.is_set() else 0.0
+
+    @property
+    def failed(self) -> Path | None:
+        """The marker left beside an answer that could not be made (waiting checks stop)."""
+        return self.path.with_name(self.path.name + ".failed") if self.path else None
+
     def start(self, probe: TaskProbe) -> None:
         """Find the stored answer, or start making it (a thread); nothing when not wanted."""
         ev = self.ev
@@ -69,10 +82,12 @@ class Float64Answer:
             self.note = "float64 answer: stored"
             self.done.set()
             return
+        self.failed.unlink(missing_ok=True)  # an earlier run's: this one tries again
         threading.Thread(target=self._make, daemon=True, name="float64-answer").start()
 
     def _make(self) -> None:
         ev, hw = self.ev, self.ev.hardware
+        made = False
         try:
             job = ev._task_job(hw.device, "float64", plan=ev.plan.to_json(),
                                overlap_checks=ev.ec.overlap_checks)
@@ -83,6 +98,7 @@ class Float64Answer:
                 ev._release(slot)
             payload = run.payload or {}
             if payload.get("float64"):
+                made = True
                 where = "on the host CPU" if payload.get("on_host") else f"on {hw.device}"
                 self.note = (f"float64 answer: made once {where} in {payload.get('seconds')} s "
                              f"({payload.get('bytes', 0) / 2**20:.1f} MiB)")
@@ -93,4 +109,9 @@ class Float64Answer:
         except Exception as err:  # stopped (Aborted) or failed: each check computes its own
             self.note = f"float64 answer: not made ({type(err).__name__}: {err})"
         finally:
+            if not made:
+                try:
+                    self.failed.touch()  # checks waiting for it stop waiting
+                except OSError:
+                    pass
             self.done.set()

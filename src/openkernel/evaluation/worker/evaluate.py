@@ -524,7 +524,7 @@ class Evaluation:
         if where == "main":
             with self.ours("reading the task's float64 answer"):
                 exact, why = float64.stored(self.job.float64_path, inputs, self.ref_model,
-                                            self.chunk)
+                                            self.chunk, self.job.float64_wait_s)
                 if exact is not None:
                     exact = [e.to(self.device) for e in exact]
                     label += " (the task's float64 answer, computed once)"

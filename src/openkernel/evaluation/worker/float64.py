@@ -51,12 +51,30 @@ def _same(a: dict, b: dict) -> bool:
     return True
 
 
-def stored(path: str | None, inputs: list, model: torch.nn.Module,
-           chunk: int) -> tuple[list | None, str]:
+def failed_marker(path: str | Path) -> Path:
+    """The file the engine leaves beside an answer it could not make (waiting checks stop)."""
+    return Path(f"{path}.failed")
+
+
+def _arrived(path: str, wait_s: float) -> bool:
+    """Whether the answer is there, waiting up to ``wait_s`` for one being made (a float64 run
+    on the host takes a check about as long as the answer's making, four checks at once)."""
+    deadline = time.monotonic() + wait_s
+    while not os.path.exists(path):
+        if time.monotonic() >= deadline or failed_marker(path).exists():
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def stored(path: str | None, inputs: list, model: torch.nn.Module, chunk: int,
+           wait_s: float = 0.0) -> tuple[list | None, str]:
     """The stored answer (on the CPU) when it was made from these inputs and weights, else
-    None; and why not, for the log ("" when there is no answer yet)."""
-    if not path or not os.path.exists(path):
-        return None, ""
+    None; and why not, for the log ("" when there is no answer). ``wait_s``: how long to wait
+    for an answer being made."""
+    if not path or not _arrived(path, wait_s):
+        return None, f"the task's float64 answer was not there after {wait_s:g} s" if (
+            path and wait_s and not failed_marker(path).exists()) else ""
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # unreadable: computed here instead
