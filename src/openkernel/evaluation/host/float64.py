@@ -60,8 +60,11 @@ class Float64Answer:
 
     @property
     def wait_s(self) -> float:
-        """How long a check may wait for the answer: while it is being made, ``WAIT_S``."""
-        return WAIT_S if self.path is not None and not self.done.is_set() else 0.0
+        """How long a check may wait for the answer: ``WAIT_S`` while it is being made on the
+        host. (Made on the device it needs a check's share of the GPU, which waiting checks
+        would hold: they run their own there, as cheaply.)"""
+        making = self.path is not None and not self.done.is_set()
+        return WAIT_S if making and self.ev.plan.precision_on_host else 0.0
 
     @property
     def failed(self) -> Path | None:
