@@ -127,7 +127,13 @@ if steps:
 for p in ps:
     if p["baseline_note"] or p["status"] == "timed_out":
         print(f"  {p['name']}: {p['status']}; {p['baseline_note'] or p['error'][:120]}")
+for p in ps:  # what the best kernels' GEMMs and convolutions multiply in
+    if p.get("best_precision"):
+        print(f"  {p['name']}: {p.get('over_compile') or 0:.3f}x compile; {', '.join(p['best_precision'])}")
 PY
+    # where the candidates' own time went (phases, compilations, check steps, spent_s)
+    python3 benchmarks/own_time.py "$OUT/kernels.sqlite3" "${SUITE:-kb22-${PASS:-fresh}}" \
+      --json "$OUT/${json}_own.json" | tail -8
     ;;
   check-costs)  # issue 22: a check's steps on each problem's own data, alone and beside BUSY
     # (default 3) processes keeping the GPU busy: ${KB:-.kbsel}/${PAT:-level*/*}.py
