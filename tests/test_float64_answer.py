@@ -131,6 +131,7 @@ def test_when_the_answer_is_made_once():
     assert why_not(None, MemoryPlan(precision_set="small"), _probe(1 << 20, 1e11)) \
         == "the precision check does not run on the main input set"
     assert why_not(False, host, _probe(1 << 20, 1e11)) == "eval_config.float64_once is off"
+    assert why_not(None, host, TaskProbe(ok=True, flops=1e11)) == "the probe measured no footprint"
 
 
 LINEAR = '''

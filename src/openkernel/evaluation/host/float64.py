@@ -35,7 +35,9 @@ def why_not(once: bool | None, plan: MemoryPlan, probe: TaskProbe) -> str:
     if plan.precision_set != "main":
         return "the precision check does not run on the main input set"
     fp = probe.memory
-    if fp is None or 2 * fp.output_bytes > MAX_BYTES:
+    if fp is None:
+        return "the probe measured no footprint"
+    if 2 * fp.output_bytes > MAX_BYTES:
         return "the outputs in float64 take more than 256 MiB"
     if once is None and not plan.precision_on_host and probe.flops < MIN_FLOPS:
         return "the float64 run is cheap here"
