@@ -75,6 +75,7 @@ def test_suite_page_agrees_with_the_bench_json(bench_db):
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
 def test_suites_in_a_real_browser(bench_db):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     base = serve_in_background(bench_db["db"])
@@ -86,7 +87,18 @@ def test_suites_in_a_real_browser(bench_db):
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(base + "/")
         page.wait_for_selector("#suites-section")
-        page.click("#suites-section summary")  # the suite's jobs, grouped under it
+        # The page's route callback may render it again just after it first appears (closing
+        # the details a click had opened): settle, then open the suite until its jobs show.
+        page.wait_for_load_state("networkidle")
+        details = page.locator("#suites-section details.suite").first
+        for _ in range(3):
+            if not details.evaluate("d => d.open"):
+                page.click("#suites-section summary")  # the suite's jobs, grouped under it
+            try:
+                page.wait_for_selector("#suites-section #suite-table a.job-link", timeout=5_000)
+                break
+            except PlaywrightTimeout:
+                continue
         page.wait_for_selector("#suites-section #suite-table a.job-link")
         assert page.locator("#suites-section a.job-link").count() == 2
         page.click("a.suite-link")
