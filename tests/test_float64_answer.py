@@ -195,7 +195,8 @@ def test_a_check_waits_for_an_answer_being_made_and_stops_at_its_failure(tmp_pat
     import threading
     import time
 
-    from openkernel.evaluation.worker.float64 import failed_marker, signature, stored
+    from openkernel.evaluation.protocol import float64_failed as failed_marker
+    from openkernel.evaluation.worker.float64 import signature, stored
 
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 4).double()

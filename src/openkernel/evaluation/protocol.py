@@ -43,6 +43,12 @@ CEILINGS_VERSION = 1  # the format of a measured ceilings entry (worker/hardware
 PKG_DIR = Path(__file__).resolve().parents[1]  # the openkernel package
 
 
+def float64_failed(answer: str | Path) -> Path:
+    """The marker the engine leaves beside a task's float64 answer it could not make: checks
+    waiting for the answer stop waiting (worker/float64.py, host/float64.py)."""
+    return Path(f"{answer}.failed")
+
+
 def under(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from openkernel.evaluation.host.baselines import environment_key
-from openkernel.evaluation.protocol import FLOAT64_FORMAT
+from openkernel.evaluation.protocol import FLOAT64_FORMAT, float64_failed
 from openkernel.records import Hardware, MemoryPlan, TaskProbe
 
 MAX_BYTES = 256 << 20  # larger answers: reading them back costs about what the run does
@@ -71,7 +71,7 @@ class Float64Answer:
     @property
     def failed(self) -> Path | None:
         """The marker left beside an answer that could not be made (waiting checks stop)."""
-        return self.path.with_name(self.path.name + ".failed") if self.path else None
+        return float64_failed(self.path) if self.path else None
 
     def start(self, probe: TaskProbe) -> None:
         """Find the stored answer, or start making it (a thread); nothing when not wanted."""

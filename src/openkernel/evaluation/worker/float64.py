@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from openkernel.evaluation.protocol import FLOAT64_FORMAT as FORMAT
-from openkernel.evaluation.protocol import Job
+from openkernel.evaluation.protocol import Job, float64_failed
 from openkernel.evaluation.worker import integrity as ig
 from openkernel.evaluation.worker.correctness import norm
 from openkernel.evaluation.worker.task_runtime import TaskRuntime, tensors_in
@@ -51,17 +51,12 @@ def _same(a: dict, b: dict) -> bool:
     return True
 
 
-def failed_marker(path: str | Path) -> Path:
-    """The file the engine leaves beside an answer it could not make (waiting checks stop)."""
-    return Path(f"{path}.failed")
-
-
 def _arrived(path: str, wait_s: float) -> bool:
     """Whether the answer is there, waiting up to ``wait_s`` for one being made (a float64 run
     on the host takes a check about as long as the answer's making, four checks at once)."""
     deadline = time.monotonic() + wait_s
     while not os.path.exists(path):
-        if time.monotonic() >= deadline or failed_marker(path).exists():
+        if time.monotonic() >= deadline or float64_failed(path).exists():
             return False
         time.sleep(0.05)
     return True
@@ -72,9 +67,11 @@ def stored(path: str | None, inputs: list, model: torch.nn.Module, chunk: int,
     """The stored answer (on the CPU) when it was made from these inputs and weights, else
     None; and why not, for the log ("" when there is no answer). ``wait_s``: how long to wait
     for an answer being made."""
-    if not path or not _arrived(path, wait_s):
-        return None, f"the task's float64 answer was not there after {wait_s:g} s" if (
-            path and wait_s and not failed_marker(path).exists()) else ""
+    if not path:
+        return None, ""
+    if not _arrived(path, wait_s):
+        waited = wait_s and not float64_failed(path).exists()  # (not: none is being made)
+        return None, f"the task's float64 answer was not there after {wait_s:g} s" if waited else ""
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # unreadable: computed here instead

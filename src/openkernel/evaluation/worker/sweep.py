@@ -37,8 +37,12 @@ from openkernel.evaluation.worker.timing import summarize
 from openkernel.schemas import CompilationResult
 
 
+def _module_name(index: int) -> str:
+    return f"openkernel_variant_{index}"
+
+
 def _import(path: str, index: int):
-    module = load_module(path, f"openkernel_variant_{index}")
+    module = load_module(path, _module_name(index))
     if not hasattr(module, "ModelNew"):
         raise AttributeError("the candidate defines no ModelNew class")
     return module
@@ -96,28 +100,26 @@ def run_sweep(job: Job, ch) -> dict:
     # calls run side by side, one thread each. The interpreter patches triton.language while a
     # kernel runs, so under it they take turns.
     threads = max(1, min(len(made), job.build_threads)) if ev.gpu else 1
-    errors: dict[int, BaseException | None] = {}
-    if threads > 1:
+
+    def called(i: int) -> BaseException | None:
+        try:
+            first_call(i)
+        except BaseException as err:
+            return err
+        return None
+
+    order = list(made)
+    if threads > 1 and len(order) > 1:
         _start_triton()
         # The first combination alone first: the others are its neighbours, one tunable
         # apart, and most of their kernels are its own (same source and constants: the same
         # key in the sweep's Triton cache), found there instead of compiled again side by side.
-        first = next(iter(made))
-        try:
-            first_call(first)
-            errors[first] = None
-        except BaseException as err:
-            errors[first] = err
+        errors = {order[0]: called(order[0])}
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            calls = {i: pool.submit(first_call, i) for i in made if i != first}
-        errors.update({i: call.exception() for i, call in calls.items()})
+            rest = {i: pool.submit(called, i) for i in order[1:]}
+        errors.update({i: call.result() for i, call in rest.items()})
     else:  # in this (the main) thread, as a plain candidate's first call
-        for i in made:
-            try:
-                first_call(i)
-                errors[i] = None
-            except BaseException as err:
-                errors[i] = err
+        errors = {i: called(i) for i in order}
     models = {}
     for i, err in errors.items():
         if err is not None:
@@ -204,7 +206,7 @@ def run_sweep(job: Job, ch) -> dict:
         for built in imported:
             if built.idx != winner:
                 built.binary = None
-                sys.modules.pop(f"openkernel_variant_{built.idx}", None)
+                sys.modules.pop(_module_name(built.idx), None)
         gc.collect()
         if ev.gpu:
             torch.cuda.empty_cache()
