@@ -43,6 +43,25 @@ def test_program_round_trip():
     assert q.kernel_exec_result.runtime_improvement == 1.3 and q.metadata["params"]["BLOCK_SIZE"] == 1024
 
 
+def test_precision_records_are_stored_and_read_back(tmp_path):
+    """What a program's GEMMs multiply in (set by the loop on the program, not by its
+    evaluation) reaches the database row the bench's best_precision reads, and a resume."""
+    from openkernel.search.records import kernel_fields, program_from_row
+    from openkernel.store import Store
+
+    p = _prog("p1", 1.4, "code", params={"TF32X3": 1})
+    records = [{"kernel": "_k0_matmul", "op": "mm", "by": "triton", "precision": "3xtf32"}]
+    p.metadata["precision"] = records
+    store = Store(str(tmp_path / "k.sqlite3"))
+    run = store.start_run(task_name="t", job_name="j", backend="triton", gpu_arch="sm_90")
+    store.add_kernel(**kernel_fields(p, run_id=run.id, task_name="t", job_name="j",
+                                     hardware="H200", gpu_arch="sm_90", reference_code=""))
+    row = store.best_kernel("t", "sm_90")
+    assert row.meta["precision"] == records and row.meta["params"] == {"TF32X3": 1}
+    back = program_from_row(row)
+    assert back.metadata["precision"] == records and "precision" not in back.kernel_exec_result.metadata
+
+
 def test_features_from_code_and_params():
     f = kernel_features("k[grid](x, y, n, BLOCK_SIZE=1024, num_warps=4)")
     assert f == {"kind": "hand", "launches": 1, "tile": 10, "warps": 4}

@@ -55,6 +55,10 @@ STATUS_LABELS = {
 NOT_JUDGED = frozenset({Status.NOT_RUN, Status.EVALUATOR_FAULT, Status.GENERATION_FAILED})
 
 # perf_score: the discrete quality ladder that compute_performance_score starts from.
+# The program's own metadata stored with its evaluation's in ``kernels.meta`` (and read back on
+# resume): its model calls, the critic's diagnoses its prompt carried, its precision records.
+PROGRAM_META = ("llm", "critic", "precision")
+
 PERF_NONE = 0  # nothing usable (build failed or timed out)
 PERF_COMPILED = 1  # built / imported
 PERF_RAN = 2  # ran to completion on the test inputs
@@ -278,8 +282,7 @@ class Program:
             user_instructions=meta.get("user_instructions", ""), score=self.score,
             features=meta.get("features", {}),
             meta={**result.metadata, "params": meta.get("params", {}),
-                  # what its model calls used, and the critic's diagnoses its prompt carried
-                  **{k: meta[k] for k in ("llm", "critic") if meta.get(k)}},
+                  **{k: meta[k] for k in PROGRAM_META if meta.get(k)}},
             generation_log=meta.get("generation_log", ""),
             tokens_used=int(meta.get("tokens_used", 0)),
             generation_s=float(meta.get("generation_s", 0.0)),

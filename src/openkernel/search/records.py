@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from openkernel.schemas import EvalResult, Program
+from openkernel.schemas import PROGRAM_META, EvalResult, Program
 from openkernel.store.tables import Kernel
 
 
@@ -21,7 +21,7 @@ def program_from_row(row: Kernel) -> Program:
     """Rebuild a Program (with its EvalResult) from a stored row."""
     meta = dict(row.meta or {})
     params = meta.pop("params", {})
-    shaped = {k: meta.pop(k) for k in ("llm", "critic") if k in meta}
+    shaped = {k: meta.pop(k) for k in PROGRAM_META if k in meta}
     result = EvalResult(
         compiled=row.compiled,
         correctness=row.correctness,
