@@ -160,6 +160,28 @@ def test_summary_figures_follow_kernelbench():
     assert summarize("empty", []).fast_p["0"] == 0.0
 
 
+def test_the_tie_rule_against_torch_compile():
+    """A kernel 1.5x eager where torch.compile is 1.48x eager: 1.014x compile, a tie when its
+    interval over eager (scaled by compile's ratio) holds 1.0, faster when the interval is
+    tight; without an interval the ratio alone decides."""
+    from openkernel.bench.summary import against_compile
+
+    over = 1.5 / 1.48
+    assert against_compile(over, 1.5, {"speedup_ci": [1.45, 1.55]}) == "tie"
+    assert against_compile(over, 1.5, {"speedup_ci": [1.495, 1.505]}) == "faster"
+    assert against_compile(0.9, 1.2, {"speedup_ci": [1.19, 1.21]}) == "slower"
+    assert against_compile(0.99, 1.2, {"speedup_ci": [1.19, 1.22]}) == "tie"
+    assert against_compile(0.99, 1.2, {}) == "slower" and against_compile(1.01, 1.2, None) == "faster"
+    assert against_compile(None, 1.2, {}) == "" and against_compile(1.1, None, {}) == ""
+    rows = [ProblemResult("a", correct=True, speedup=1.5, over_compile=over, vs_compile="tie"),
+            ProblemResult("b", correct=True, speedup=2.0, over_compile=1.3, vs_compile="faster"),
+            ProblemResult("c", correct=True, speedup=0.5, over_compile=0.4, vs_compile="slower"),
+            ProblemResult("d", correct=True, speedup=3.0)]  # no torch.compile timing: not counted
+    s = summarize("x", rows)
+    assert (s.n_compile, s.n_compile_faster, s.n_compile_tie) == (3, 1, 1)
+    assert s.to_json()["n_compile_tie"] == 1
+
+
 def test_library_bound_problems_are_listed_apart_and_tf32_is_labelled():
     rows = [ProblemResult("gemm", status="completed", correct=True, speedup=0.5, over_compile=0.5,
                           library_bound="mm", allow_tf32=True),

@@ -682,6 +682,11 @@ def _print_suite(summary) -> None:
                   f"{_ratio(summary.geomean_cudagraphs)} ({summary.n_cudagraphs})"
                   + (f"; {summary.n_cuda_graph} best kernel(s) replay a CUDA graph"
                      if summary.n_cuda_graph else ""), highlight=False)
+    if summary.n_compile:
+        slower = summary.n_compile - summary.n_compile_faster - summary.n_compile_tie
+        console.print(f"against torch.compile, of {summary.n_compile}: {summary.n_compile_faster} "
+                      f"faster, {summary.n_compile_tie} tie (the 95% interval holds 1.0), "
+                      f"{slower} slower", highlight=False)
     if summary.library_bound:
         console.print(f"library-bound (the reference is a lone GEMM or convolution; our own "
                       f"kernel's ratio): {len(summary.library_bound)}, geomean over torch.compile "

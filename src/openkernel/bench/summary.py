@@ -1,8 +1,8 @@
 """A suite's table and figures, read from the results database (the CLI and the dashboard).
 
 Per problem: how its job ended, whether it has a correct kernel, the best correct kernel's
-speedup over the eager reference and over torch.compile, candidates judged, time, evaluator
-faults. The strongest compiler baseline is torch.compile's max-autotune-no-cudagraphs mode,
+speedup over the eager reference and over torch.compile (faster, a tie or slower by the tie
+rule: :func:`against_compile`), candidates judged, time, evaluator faults. The strongest compiler baseline is torch.compile's max-autotune-no-cudagraphs mode,
 timed in the same interleaved rounds as eager and the default mode: a kernel's speedup over it is
 its speedup over eager times (autotune time / eager time). torch.compile's reduce-overhead mode
 (``cudagraphs``: its kernels replayed from CUDA graphs) is timed in the same rounds too: the
@@ -53,6 +53,8 @@ class ProblemResult:
     correct: bool = False
     speedup: float | None = None  # best correct kernel over the eager reference
     over_compile: float | None = None  # the same kernel over torch.compile of the reference
+    # against torch.compile by the tie rule: "faster", "tie" or "slower" ("" without a ratio)
+    vs_compile: str = ""
     candidates: int = 0
     evaluator_faults: int = 0  # candidates the evaluator could not judge (after their retry)
     retried: int = 0  # candidates judged only on the retry after an evaluator fault
@@ -102,6 +104,8 @@ class SuiteSummary:
     geomean_cudagraphs: float | None = None
     n_cudagraphs: int = 0  # ... and a reduce-overhead timing
     n_cuda_graph: int = 0  # problems whose best kernel replays a CUDA graph
+    n_compile_faster: int = 0  # of n_compile: faster than torch.compile by the tie rule
+    n_compile_tie: int = 0  # ... a tie with it
     library_bound: list[str] = field(default_factory=list)  # their names, listed apart
     geomean_compile_library_bound: float | None = None  # over those with a compile ratio
     precision: str = ""  # what float32 GEMMs ran in, for every table's label
@@ -117,6 +121,7 @@ class SuiteSummary:
                 "n_correct": self.n_correct, "n_compile": self.n_compile,
                 "n_autotune": self.n_autotune, "geomean_cudagraphs": self.geomean_cudagraphs,
                 "n_cudagraphs": self.n_cudagraphs, "n_cuda_graph": self.n_cuda_graph,
+                "n_compile_faster": self.n_compile_faster, "n_compile_tie": self.n_compile_tie,
                 "library_bound": self.library_bound,
                 "geomean_compile_library_bound": self.geomean_compile_library_bound,
                 "precision": self.precision, "n_timed_out": self.n_timed_out,
@@ -168,9 +173,27 @@ def summarize(suite: str, problems: list[ProblemResult]) -> SuiteSummary:
         n_correct=len(correct), n_compile=len(with_compile), n_autotune=len(with_autotune),
         geomean_cudagraphs=geomean([p.over_cudagraphs for p in with_cudagraphs]),
         n_cudagraphs=len(with_cudagraphs), n_cuda_graph=sum(p.cuda_graph for p in correct),
+        n_compile_faster=sum(p.vs_compile == "faster" for p in with_compile),
+        n_compile_tie=sum(p.vs_compile == "tie" for p in with_compile),
         n_timed_out=sum(p.status == "timed_out" for p in problems),
         fixed_s_median=median([p.fixed_s for p in problems if p.fixed_s is not None]),
         candidate_s_median=median([t for p in problems for t in p.candidate_times_s]))
+
+
+def against_compile(over_compile: float | None, speedup: float | None,
+                    stats: dict | None) -> str:
+    """The tie rule against torch.compile: the kernel's 95% interval of its speedup over eager
+    (timed in the same rounds as the reference), scaled by torch.compile's own ratio over
+    eager, holding 1.0 is a tie; outside it, faster or slower. Without an interval (the CPU,
+    an old row), the ratio alone decides."""
+    if not over_compile or not speedup:
+        return ""
+    ci = (stats or {}).get("speedup_ci")
+    if isinstance(ci, (list, tuple)) and len(ci) == 2 and all(ci):
+        scale = over_compile / speedup
+        if ci[0] * scale <= 1.0 <= ci[1] * scale:
+            return "tie"
+    return "faster" if over_compile > 1.0 else "slower"
 
 
 def replays_graph(code: str) -> bool:
@@ -277,6 +300,7 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
                               for r in records or [] if isinstance(r, dict)]
         row.speedup = best.runtime_improvement if best.runtime_improvement > 0 else None
         row.over_compile = best.improve_over_compile if best.improve_over_compile > 0 else None
+        row.vs_compile = against_compile(row.over_compile, row.speedup, best.runtime_stats)
         row.cuda_graph = replays_graph(conn.execute(select(Kernel.code).where(
             Kernel.id == best.id)).scalar() or "")
     stats = _baselines(conn, entry.task_digest, row.hardware, runs[-1].config if runs else None,

@@ -46,7 +46,8 @@ def figures(summary) -> str:
     return (f'<p class="suite-figures" id="suite-figures">{fast} &middot; geomean over eager '
             f"{_x(summary.geomean_eager)} ({summary.n_correct} correct of "
             f"{len(summary.problems)}) &middot; over torch.compile {_x(summary.geomean_compile)} "
-            f"({summary.n_compile}) &middot; over max-autotune {_x(summary.geomean_autotune)} "
+            f"({summary.n_compile}: {summary.n_compile_faster} faster, {summary.n_compile_tie} "
+            f"tie) &middot; over max-autotune {_x(summary.geomean_autotune)} "
             f"({summary.n_autotune}) &middot; over cudagraphs {_x(summary.geomean_cudagraphs)} "
             f"({summary.n_cudagraphs}) &middot; fixed cost median {_s(summary.fixed_s_median)} s "
             f"&middot; a candidate's own time median {_s(summary.candidate_s_median)} s"
