@@ -24,6 +24,9 @@ plans fall into, each with the tunables its kernels use:
   it in full precision multiplies its tiles in IEEE float32 FMAs or as three TF32 tensor-core
   products (``TF32X3``, float32's error at Hopper's TF32 rate): timing picks, the precision
   check holds either to the reference's own error, and the record says which ("3xtf32").
+  Where such a GEMM's operand is not K-contiguous (``A @ B`` with B row-major, ``att @ v``),
+  the tunable ``KMAJOR`` picks between reading it in place and copying it K-major first (TF32
+  tensor-core tiles are K-major only on Hopper: kernels/matmul.py).
 
 Where a call's work is small beside what its launches cost, the tunable ``CUDA_GRAPH`` picks
 between launching the kernels one by one and replaying them as a CUDA graph (replay.py).
@@ -79,6 +82,11 @@ TCONV_DIRECT = Tunable("TCONV_DIRECT", (0, 1), None, "1: a transposed convolutio
 TF32X3 = Tunable("TF32X3", (0, 1), (0,), "1: a float32 GEMM tile multiplies as three TF32 "
                  "tensor-core products (split precision: float32's error, at Hopper's TF32 "
                  "rate); 0: in IEEE float32 FMAs (where the run's flags keep GEMMs in float32)")
+# (Offered where a float32 GEMM's operand is not K-contiguous by construction; pinned to 0 on
+# the CPU, as TF32X3: the tests render it forced.)
+KMAJOR = Tunable("KMAJOR", (0, 1), (0,), "1: a float32 GEMM operand that is not K-contiguous "
+                 "(an N-major B, an M-major A) is copied K-major before the launch (Hopper's "
+                 "TF32 tensor-core tiles are K-major only); 0: read in place, in its own layout")
 MODES = ("LIBRARY", "FUSE_ROWS", "TCONV_DIRECT")  # the tunables that pick a plan, not a launch
 MATMUL = (Tunable("BLOCK_M", (16, 32, 64, 128), (32, 64), "rows of C per program"),
           Tunable("BLOCK_N", (16, 32, 64, 128, 256), (32, 64), "columns of C per program"),
@@ -86,6 +94,8 @@ MATMUL = (Tunable("BLOCK_M", (16, 32, 64, 128), (32, 64), "rows of C per program
           Tunable("GROUP_M", (1, 4, 8), None, "row-tiles visited together (L2 reuse)"))
 
 # Curated start points per kernel kind, merged for a plan's kinds (missing keys: middle value).
+# Float32 GEMMs start in 3xTF32 with their operands K-major: its fast path on Hopper.
+_FAST_FP32 = {"TF32X3": 1, "KMAJOR": 1}
 _STARTS = {
     "pointwise": ({"BLOCK": 1024, "num_warps": 4}, {"BLOCK": 2048, "num_warps": 8},
                   {"BLOCK": 512, "num_warps": 4}, {"BLOCK": 4096, "num_warps": 8}),
@@ -98,13 +108,13 @@ _STARTS = {
                   {"TILE": 1024, "MAX_FUSED": 2048, "LOOP_BLOCK": 512, "BLOCK_B": 32,
                    "BLOCK_R": 32, "SPLIT": 0, "num_warps": 4}),
     "matmul": ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
-                "num_stages": 4},
+                "num_stages": 4, **_FAST_FP32},
                {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
-                "num_stages": 4},
+                "num_stages": 4, **_FAST_FP32},
                {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8,
-                "num_stages": 3},
+                "num_stages": 3, **_FAST_FP32},
                {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 4, "num_warps": 4,
-                "num_stages": 3}),
+                "num_stages": 3, **_FAST_FP32}),
 }
 _CPU_STARTS = {
     "pointwise": ({"BLOCK": 16384}, {"BLOCK": 4096}, {"BLOCK": 1024}),
@@ -157,6 +167,8 @@ def _tunables(plan: Plan) -> tuple[Tunable, ...]:
         out += [t for t in MATMUL if not whole or t.name not in ("BLOCK_N", "GROUP_M")]
         if any(k.kind == "matmul" and k.anchor.outputs[0].dtype == "float32" for k in plan.kernels):
             out.append(TF32X3)
+        if any(k.to_k_major for k in plan.kernels):
+            out.append(KMAJOR)
     if "reduction" in kinds:
         if any(not k.middle for k in plan.kernels if k.kind in ("reduction", "scan")):
             out += REDUCTION

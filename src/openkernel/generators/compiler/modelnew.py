@@ -13,6 +13,7 @@ import keyword
 import re
 
 from openkernel.generators.compiler.kernels import conv, split, welford
+from openkernel.generators.compiler.kernels.matmul import K_MAJOR
 from openkernel.generators.compiler.graph import Graph
 from openkernel.generators.compiler.library import VENDOR
 from openkernel.generators.compiler.plan import Kernel, Plan
@@ -202,6 +203,12 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
         mm = kernel.anchor
         a, b = f"{kernel.name}_a", f"{kernel.name}_b"
         head.append(f"{a}, {b} = {kernel.views[0]}, {kernel.views[1]}")
+        if kernel.to_k_major:  # (strides follow the copies: the launch reads them after)
+            copied = " and ".join(x.upper() for x in kernel.to_k_major)
+            head.append(f"if KMAJOR:  # {copied} copied K-major (Hopper's TF32 tensor-core "
+                        "tiles are K-major only)")
+            head += [f"    {t} = _k_major({t}, {-1 if x == 'a' else -2})"
+                     for x, t in zip("ab", (a, b)) if x in kernel.to_k_major]
         ptrs = [a, b] + ptrs[2:]
         sizes = [f"{a}.shape[-2]", f"{b}.shape[-1]", f"{a}.shape[-1]"]
         if mm.op == "bmm":
@@ -324,6 +331,9 @@ def render(plan: Plan, params: dict) -> str:
         consts += "SPLIT = 0  # (not given: rows are never split)\n"
     if any(k.kind == "matmul" for k in plan.kernels) and "TF32X3" not in params:
         consts += "TF32X3 = 0  # (not given: float32 GEMM tiles in IEEE float32)\n"
+    copies = any(k.to_k_major for k in plan.kernels)
+    if copies and "KMAJOR" not in params:
+        consts += "KMAJOR = 0  # (not given: GEMM operands read in their own layout)\n"
     if any(k.kind in ("matmul", "conv") for k in plan.kernels):
         consts += 'INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # Triton on the CPU\n'
     header = HEADER if "INTERPRETED" in consts or replayed else HEADER.replace("import os\n\n", "")
@@ -334,6 +344,8 @@ def render(plan: Plan, params: dict) -> str:
         parts.append(welford.COMBINE)
     if any(k.splits for k in plan.kernels):
         parts.append(split.CHOOSE)
+    if copies:
+        parts.append(K_MAJOR.strip("\n"))
     parts += sources
     if replayed:
         parts.append(REPLAY.strip("\n"))

@@ -29,7 +29,12 @@ from openkernel.generators.compiler.graph import (
     Unknown,
     Value,
 )
-from openkernel.generators.compiler.kernels.matmul import GroupAnchor, torch_view, write_matmul
+from openkernel.generators.compiler.kernels.matmul import (
+    GroupAnchor,
+    to_k_major,
+    torch_view,
+    write_matmul,
+)
 from openkernel.generators.compiler.kernels.pointwise import KNOWN, write_pointwise
 from openkernel.generators.compiler.kernels.reductions import (
     Domain,
@@ -68,6 +73,9 @@ class Kernel:
     ops: list[str] = field(default_factory=list)  # aten ops it computes, in trace order
     views: tuple[str, str] = ("", "")  # a matmul's operands as torch views (forward code)
     bases: list[Value] = field(default_factory=list)  # what those views are views of
+    # A float32 matmul's operands ("a", "b") not K-contiguous by construction: the forward may
+    # copy them so (the tunable KMAJOR; kernels/matmul.py)
+    to_k_major: tuple[str, ...] = ()
     call: str = ""  # a library kernel's torch call (forward code)
     conv: object = None  # a "conv" kernel's ConvSpec (compiler/kernels/conv.py)
     split: Split | None = None  # a long-row reduction's split form, or why it has none
@@ -323,6 +331,7 @@ def _write(kernel: Kernel, plan: Plan) -> None:
         a, b = kernel.anchor.args[0], kernel.anchor.args[1]
         kernel.views = (torch_view(a, plan.names, plan.stored, kernel.bases),
                         torch_view(b, plan.names, plan.stored, kernel.bases))
+        kernel.to_k_major = to_k_major(kernel.anchor, plan.stored)
         w, em = make()
         w.pointer(kernel.anchor.args[0])
         w.pointer(kernel.anchor.args[1])

@@ -9,7 +9,12 @@ tile, the split-precision product whose error is float32's: on Hopper TF32 runs 
 float32 FMA rate), and computes the epilogue (bias, activations, residuals, scales: any pointwise chain over
 broadcast tensors) on the tile before its only store. GROUP_M orders
 the tiles so that neighbouring programs share rows of A (L2 reuse). Operands are passed with
-their strides, so a transposed weight (``x @ W.t()``) is read in place.
+their strides, so a transposed weight (``x @ W.t()``) is read in place. Hopper's tensor cores
+(wgmma) take 32-bit (TF32) tiles only K-major in shared memory (transposed ones only in 16-bit
+types): a float32 dot of an N-major B (``A @ B``, ``att @ v``) or an M-major A runs ~2x slower,
+measured on the H200. Where a float32 operand's view is not K-contiguous by construction
+(:func:`contiguous_dim`), the forward may copy it so first (the tunable ``KMAJOR``:
+:data:`K_MAJOR`), a transposing copy of ~1% of the GEMM's time; timing decides.
 
 Where C's rows are short enough for one tile (plan.py's ``ROW_TILE``), the kernel may own whole
 rows instead (BLOCK_N spans N, masked past it) and reduce them in its epilogue, in registers
@@ -184,6 +189,71 @@ def torch_view(v: Value, names: dict[str, str], stored: set[str], bases: list) -
         start = node.kwargs.get("start", args[2] if len(args) > 2 else 0) or 0
         return f"{src}.narrow({dim}, {_py(start)}, {v.shape[dim % len(v.shape)].code()})"
     raise Unfusable(node, f"no torch view for {node.aten}")
+
+
+# The forward's copy of an operand into a K-major layout (modelnew.py writes it where KMAJOR).
+K_MAJOR = '''
+
+def _k_major(t, k):
+    """``t`` with its K dim (``k``: -1 for A, -2 for B) of stride 1, copied so where it is not
+    (Hopper's tensor cores take TF32 tiles K-major only). An operand broadcast over the batch
+    (stride 0) is copied once, not once per batch."""
+    if t.stride(k) == 1 or t.shape[k] <= 1:
+        return t
+    if t.dim() == 3 and t.stride(0) == 0 and t.shape[0] > 1:
+        return _k_major(t[:1], k).expand(t.shape)
+    return t.transpose(k, -1).contiguous().transpose(k, -1)
+'''
+
+
+def contiguous_dim(v: Value, stored: set[str]) -> int | None:
+    """The dim of ``v``'s torch view (:func:`torch_view`) whose stride is 1, None where planning
+    cannot tell. Every base is contiguous: the forward makes its inputs so, weights are loaded
+    into contiguous parameters, and buffers are ``torch.empty``."""
+    if v.leaf or v.id in stored:
+        return len(v.shape) - 1
+    node = v.node
+    op, args = node.op, node.args
+    inner = contiguous_dim(args[0], stored) if node.op in VIEW_OPS else None
+    if inner is None:
+        return None
+    src = len(args[0].shape)
+    if op in ("alias", "detach", "clone", "contiguous", "lift_fresh", "lift_fresh_copy", "real",
+              "flip", "slice"):
+        return inner
+    if op in ("view", "_unsafe_view", "reshape", "flatten", "view_as", "squeeze", "unsqueeze",
+              "as_strided"):  # (a reshape keeps a contiguous last dim last, or copies)
+        return len(v.shape) - 1 if inner == src - 1 else None
+    if op in ("expand", "expand_as"):
+        return inner + len(v.shape) - src
+    if op == "permute":
+        order = [d % src for d in args[1]]
+        return order.index(inner)
+    if op in ("t", "transpose"):
+        if src < 2:
+            return inner
+        pair = (0, 1) if op == "t" else (args[1] % src, args[2] % src)
+        return pair[1] if inner == pair[0] else pair[0] if inner == pair[1] else inner
+    if op in ("select", "unbind"):
+        dim = node.kwargs.get("dim", args[1] if len(args) > 1 else 0) % src
+        return None if dim == inner else inner - (dim < inner)
+    return None
+
+
+def to_k_major(mm: Node, stored: set[str]) -> tuple[str, ...]:
+    """The operands ("a", "b") of a float32 matmul whose views are not K-contiguous by
+    construction: those the forward copies K-major under ``KMAJOR``. Where K is 1, or the
+    operand's other dim is 1 and innermost, any K stride reads as K-major."""
+    if mm.args[0].dtype != "float32":
+        return ()
+    out = []
+    for name, v, k in (("a", mm.args[0], -1), ("b", mm.args[1], -2)):
+        inner, shape = contiguous_dim(v, stored), v.shape
+        other = -2 if k == -1 else -1
+        if inner != len(shape) + k and shape[k] != ONE and \
+                not (inner == len(shape) + other and shape[other] == ONE):
+            out.append(name)
+    return tuple(out)
 
 
 def _py(value) -> str:
