@@ -20,7 +20,10 @@ plans fall into, each with the tunables its kernels use:
   the GEMM followed by a reduction kernel reading its result back. A Triton transposed
   convolution is written in two forms, the tunable ``TCONV_DIRECT`` picking: the gradient form
   (every tap, those the stride skips masked) or directly, one dense GEMM per output phase over
-  only that phase's taps (kernels/conv_transposed.py). A float32 Triton GEMM whose flags keep
+  only that phase's taps (kernels/conv_transposed.py); any other Triton convolution (not
+  depthwise) in two layouts, the tunable ``CONV_NHWC`` picking: NCHW, each element of an A tile
+  gathered at its own computed index, or channels-last, taps outer and contiguous channel
+  blocks inner (kernels/conv_nhwc.py: torch.compile's). A float32 Triton GEMM whose flags keep
   it in full precision multiplies its tiles in IEEE float32 FMAs or as three TF32 tensor-core
   products (``TF32X3``, float32's error at Hopper's TF32 rate): timing picks, the precision
   check holds either to the reference's own error, and the record says which ("3xtf32").
@@ -78,6 +81,9 @@ FUSE_ROWS = Tunable("FUSE_ROWS", (0, 1), None, "1: a GEMM whose rows fit one til
 TCONV_DIRECT = Tunable("TCONV_DIRECT", (0, 1), None, "1: a transposed convolution computes "
                        "directly, each output phase (o mod stride) a GEMM over only its own taps; "
                        "0: in the gradient form, every tap, those the stride skips masked")
+CONV_NHWC = Tunable("CONV_NHWC", (0, 1), None, "1: a convolution reads its input channels-"
+                    "last, taps outer and BLOCK_K contiguous input channels inner "
+                    "(kernels/conv_nhwc.py); 0: NCHW, each element of an A tile gathered")
 # (On the CPU the interpreter multiplies in float32 either way: pinned to 0 there.)
 TF32X3 = Tunable("TF32X3", (0, 1), (0,), "1: a float32 GEMM tile multiplies as three TF32 "
                  "tensor-core products (split precision: float32's error, at Hopper's TF32 "
@@ -115,6 +121,9 @@ _STARTS = {
                 "num_stages": 3, **_FAST_FP32},
                {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 4, "num_warps": 4,
                 "num_stages": 3, **_FAST_FP32}),
+    # (Start points take the plans in turn, the library-backed one first where there is one:
+    # two channels-last starts put it in the first all-Triton start either way.)
+    "conv": ({"CONV_NHWC": 1}, {"CONV_NHWC": 1}, {"CONV_NHWC": 0}, {"CONV_NHWC": 0}),
 }
 _CPU_STARTS = {
     "pointwise": ({"BLOCK": 16384}, {"BLOCK": 4096}, {"BLOCK": 1024}),
@@ -126,6 +135,7 @@ _CPU_STARTS = {
                    "BLOCK_R": 16, "SPLIT": 64}),
     "matmul": ({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8},
                {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4}),
+    "conv": ({"CONV_NHWC": 0}, {"CONV_NHWC": 1}),
 }
 
 _CACHE: dict[tuple, tuple[OpTrace, object]] = {}
@@ -169,6 +179,8 @@ def _tunables(plan: Plan) -> tuple[Tunable, ...]:
             out.append(TF32X3)
         if any(k.to_k_major for k in plan.kernels):
             out.append(KMAJOR)
+        if any(_layouts(k) for k in plan.kernels):
+            out.append(CONV_NHWC)
     if "reduction" in kinds:
         if any(not k.middle for k in plan.kernels if k.kind in ("reduction", "scan")):
             out += REDUCTION
@@ -189,14 +201,21 @@ def _tunables(plan: Plan) -> tuple[Tunable, ...]:
 def _kinds(plan: Plan) -> set[str]:
     """The kinds whose tunables and start points a plan uses (a Triton convolution tiles as a
     matmul does, a depthwise one blocks its outputs as a pointwise kernel does; a library call
-    has none)."""
+    has none; "conv": a convolution in either layout, CONV_NHWC's start points)."""
     alias = {"conv": "matmul", "scan": "reduction"}
     return {"pointwise" if k.kind == "conv" and k.conv.depthwise else alias.get(k.kind, k.kind)
-            for k in plan.kernels} - {"library"}
+            for k in plan.kernels} - {"library"} | ({"conv"} if any(
+                _layouts(k) for k in plan.kernels) else set())
+
+
+def _layouts(kernel) -> bool:
+    """A Triton convolution written in either layout (CONV_NHWC): not transposed, not
+    depthwise (those have kernels of their own)."""
+    return kernel.kind == "conv" and not kernel.conv.transposed and not kernel.conv.depthwise
 
 
 def _merged(table: dict, kinds: set[str]) -> tuple[dict, ...]:
-    order = [k for k in ("matmul", "reduction", "pointwise") if k in kinds]
+    order = [k for k in ("conv", "matmul", "reduction", "pointwise") if k in kinds]
     count = max(len(table[k]) for k in order)
     return tuple({key: value for k in reversed(order) for key, value in
                   table[k][i % len(table[k])].items()} for i in range(count))
@@ -281,6 +300,9 @@ class CompiledFamily(Family):
             n = params.get("SPLIT", 0)
             label += f"; rows split over about {n} programs where the grid has fewer" if n \
                 else "; rows never split (SPLIT 0)"
+        if _channels_last(params, self.used.get(mode, ())):
+            plan = match.spec["plans"][mode]
+            label = label.replace(_label(plan), _label(_nhwc(plan)), 1)
         replayed = params.get(CUDA_GRAPH.name) and CUDA_GRAPH.name in self.used.get(mode, ())
         return label + ("; replayed as a CUDA graph" if replayed else "")
 
@@ -293,8 +315,10 @@ class CompiledFamily(Family):
     def render(self, match: Match, params: dict, backend: str) -> str:
         mode = _mode(params)
         used = self.used.get(mode, params)
-        return render(match.spec["plans"][mode],
-                      {k: v for k, v in params.items() if k in used and k not in MODES})
+        plan = match.spec["plans"][mode]
+        if _channels_last(params, used):
+            plan = _nhwc(plan)
+        return render(plan, {k: v for k, v in params.items() if k in used and k not in MODES})
 
     # -- the space: a tunable its plan does not use is pinned ------------------------------
     def _pin(self, t: Tunable, interpreter: bool):
@@ -377,6 +401,18 @@ def _direct(plan: Plan) -> Plan | None:
     out = copy.copy(plan)
     out.kernels = [dataclasses.replace(k, conv=dataclasses.replace(k.conv, direct=True))
                    if direct(k) else k for k in plan.kernels]
+    return out
+
+
+def _channels_last(params: dict, used) -> bool:
+    return bool(params.get(CONV_NHWC.name)) and CONV_NHWC.name in used
+
+
+def _nhwc(plan: Plan) -> Plan:
+    """The plan with its Triton convolutions (but transposed and depthwise ones) channels-last."""
+    out = copy.copy(plan)
+    out.kernels = [dataclasses.replace(k, conv=dataclasses.replace(k.conv, nhwc=True))
+                   if _layouts(k) else k for k in plan.kernels]
     return out
 
 

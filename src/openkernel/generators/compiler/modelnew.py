@@ -385,7 +385,8 @@ def _model(plan: Plan, state, constants) -> str:
             body.append(f"        # {args[i]} is not a tensor: the kernels hold the value it had "
                         "when traced")
     used = {v.id for k in plan.kernels for v in k.reads + k.bases} | {v.id for v in graph.outputs}
-    tensors = [v for v in graph.inputs if v is not None and v.id in used]
+    tensors = [v for v in graph.inputs if v is not None and v.id in used
+               and not _channels_last_only(plan, v)]
     if tensors:
         body.append(f"        {', '.join(names[v.id] for v in tensors)} = "
                     + ", ".join(f"{names[v.id]}.contiguous()" for v in tensors)
@@ -411,6 +412,16 @@ def _model(plan: Plan, state, constants) -> str:
     doc = f'    """{len(plan.triton)} Triton kernel(s): ' + "; ".join(
         describe(k) for k in plan.kernels) + '."""'
     return "\n".join(["class ModelNew(nn.Module):", doc, "", *init, "", *body])
+
+
+def _channels_last_only(plan: Plan, v) -> bool:
+    """Whether input ``v`` is read only as the input of channels-last convolutions: they copy
+    it channels-last themselves, none where it already is (an NCHW copy first would force one)."""
+    name = plan.names[v.id]
+    readers = [k for k in plan.kernels if v in k.reads or v in k.bases]
+    return bool(readers) and v not in plan.graph.outputs and all(
+        k.kind == "conv" and k.conv.nhwc and k.views[0] == name and name not in k.views[1:]
+        for k in readers)
 
 
 def _is_param(graph: Graph, v) -> bool:

@@ -6,7 +6,9 @@ positions (batch x spatial), columns output channels, and the reduction runs ove
 channels x kernel positions; the A tile is gathered from the input at computed indices (zeros
 outside it, the padding), the B tile read from the weight. ``tl.dot`` accumulates in float32
 (float32 inputs in full precision, or TF32 where cuDNN's own convolution would use it: on a GPU
-with ``torch.backends.cudnn.allow_tf32``), the bias is added on the tile, one store.
+with ``torch.backends.cudnn.allow_tf32``), the bias is added on the tile, one store. A
+convolution that is neither transposed nor depthwise may instead read its input channels-last
+(``ConvSpec.nhwc``: conv_nhwc.py).
 """
 
 from __future__ import annotations
@@ -14,9 +16,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from openkernel.generators.compiler.graph import Node, Value, int_list
-from openkernel.generators.compiler.kernels import conv_transposed, depthwise
+from openkernel.generators.compiler.kernels import conv_nhwc, conv_transposed, depthwise
 
 _DIMS = ("d", "h", "w")  # the last nd of them name the spatial dims
+# The K loop's product of the tiles ``a`` and ``b`` into ``acc``, in the run's precision.
+DOT = [
+    "        if UPCAST:  # the Triton interpreter multiplies bfloat16 tiles as integers",
+    "            a, b = a.to(tl.float32), b.to(tl.float32)",
+    "        if IEEE:  # float32 in full precision (TF32 only where cuDNN's would be)",
+    "            acc = tl.dot(a, b, acc, input_precision=\"ieee\")",
+    "        elif TF32X3:  # near float32 on tensor cores: the reference's cuDNN kernels were exact",
+    "            acc = tl.dot(a, b, acc, input_precision=\"tf32x3\")",
+    "        else:",
+    "            acc = tl.dot(a, b, acc)",
+]
 
 
 @dataclass
@@ -41,6 +54,9 @@ class ConvSpec:
     # each output channel reads one input channel (weight (C_out, 1, *kernel)): computed tap by
     # tap (depthwise.py), not as a GEMM whose tiles would be nearly all padding
     depthwise: bool = False
+    # read channels-last, taps outer and channel blocks inner (conv_nhwc.py; the tunable
+    # CONV_NHWC), not NCHW with every A element gathered
+    nhwc: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -77,6 +93,8 @@ def source(name: str, spec: ConvSpec) -> str:
         return conv_transposed.source(name, spec)
     if spec.depthwise:
         return depthwise.source(name, spec)
+    if spec.nhwc:
+        return conv_nhwc.source(name, spec)
     nd, dims, ks = spec.nd, spec.names, spec.kernel
     sp_in = ", ".join(f"{d.upper()}_in" for d in dims)
     sp_out = ", ".join(f"{d.upper()}_out" for d in dims)
@@ -138,15 +156,7 @@ def source(name: str, spec: ConvSpec) -> str:
     lines += [
         "        b_mask = (rk[:, None] < K) & (rn[None, :] < cog)",
         f"        b = tl.load(w_ptr + {w_off}, mask=b_mask, other=0.0)",
-        "        if UPCAST:  # the Triton interpreter multiplies bfloat16 tiles as integers",
-        "            a, b = a.to(tl.float32), b.to(tl.float32)",
-        "        if IEEE:  # float32 in full precision (TF32 only where cuDNN's would be)",
-        "            acc = tl.dot(a, b, acc, input_precision=\"ieee\")",
-        "        elif TF32X3:  # near float32 on tensor cores: the reference's cuDNN kernels were exact",
-        "            acc = tl.dot(a, b, acc, input_precision=\"tf32x3\")",
-        "        else:",
-        "            acc = tl.dot(a, b, acc)",
-    ]
+    ] + DOT
     co = "g * cog + rn[None, :]"
     if spec.bias:
         lines.append(f"    acc += tl.load(b_ptr + {co}, mask=rn[None, :] < cog, other=0.0)"
@@ -178,10 +188,13 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
     nd = spec.nd
     x, w, b = f"{name}_x", f"{name}_w", (f"{name}_b" if b_expr else None)
     w_read = conv_transposed.weight(spec, w_expr) if spec.direct else f"{w_expr}.contiguous()"
-    lines = [f"{x}, {w} = {x_expr}.contiguous(), {w_read}"]
+    if spec.nhwc:
+        lines, sizes_in = conv_nhwc.operands(name, spec, x_expr, w_expr)
+    else:
+        lines = [f"{x}, {w} = {x_expr}.contiguous(), {w_read}"]
+        sizes_in = [f"{x}.shape[{2 + j}]" for j in range(nd)]
     if b_expr:
         lines.append(f"{b} = {b_expr}.contiguous()")
-    sizes_in = [f"{x}.shape[{2 + j}]" for j in range(nd)]
     outs = []
     for j in range(nd):
         k, s, p, dil = spec.kernel[j], spec.stride[j], spec.padding[j], spec.dilation[j]
@@ -201,8 +214,10 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
     if spec.direct:  # (rows of one phase)
         m = conv_transposed.rows(spec, f"{x}.shape[0]", f"{name}_out")
     lines.append(f"M = {m}")
-    args = [x, w, b or y, y, "M", f"{x}.shape[1]", *sizes_in, f"{y}.shape[1]",
-            *[f"{name}_out[{j}]" for j in range(nd)],
+    sizes_out = [f"{name}_out[{j}]" for j in range(nd)]
+    args = [x, w, b or y, y, *(conv_nhwc.launch_args(spec, x, y, sizes_in, sizes_out)
+                               if spec.nhwc else
+                               ["M", f"{x}.shape[1]", *sizes_in, f"{y}.shape[1]", *sizes_out]),
             f"IEEE={x}.dtype == torch.float32 and not ({x}.is_cuda and torch.backends.cudnn.allow_tf32)",
             f"TF32X3={x}.dtype == torch.float32" if spec.exact else "TF32X3=False",
             f"UPCAST=INTERPRETED and {x}.dtype == torch.bfloat16", "BLOCK_M=BLOCK_M",
@@ -221,6 +236,8 @@ def describe(spec: ConvSpec) -> str:
         return conv_transposed.describe(spec)
     if spec.depthwise:
         return depthwise.describe(spec)
+    if spec.nhwc:
+        return conv_nhwc.describe(spec)
     if spec.transposed and any(s > 1 for s in spec.stride):
         return (f"{spec.nd}-d transposed convolution as a Triton implicit GEMM in the gradient "
                 "form (every tap, those its stride skips masked)")

@@ -1,0 +1,206 @@
+"""The channels-last form of the Triton convolution (kernels/conv_nhwc.py; the tunable CONV_NHWC).
+
+On the H200 our NCHW implicit GEMM (every A element gathered at its own computed index) ran
+at 0.42-0.85x torch.compile on KernelBench's lone convolutions; this form reads the input
+channels-last, taps outer and contiguous channel blocks inner, as torch.compile's own Triton
+convolution does. Each candidate is rendered by the family from the traced module, with
+CONV_NHWC forced either way, and run under the Triton interpreter on the traced input and a
+held-out one against torch's convolution.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+
+from openkernel.evaluation.worker.trace import trace_forward
+from openkernel.generators.compiler.families import FusedMatmul
+from openkernel.records import Hardware, PrecisionFlags, TaskProbe
+
+PARAMS = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 4, "BLOCK": 1024,
+          "LIBRARY": 0}
+
+
+class ConvReluBias(nn.Module):
+    """KernelBench level2/1's form: convolution, ReLU, a per-channel bias added."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.bias = nn.Parameter(torch.randn(8, 1, 1))
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) + self.bias
+
+
+# name -> (module, input shape): 1/2/3-d; stride, padding, dilation; groups whose 18 channels
+# take two BLOCK_K blocks per tap (the second masked); bias or not; an epilogue after it.
+CASES = {
+    "1d_strided_dilated": (lambda: nn.Conv1d(4, 6, 3, stride=2, padding=1, dilation=2),
+                           (2, 4, 11)),
+    "2d_stride2_pad1_dil2_groups2": (lambda: nn.Conv2d(36, 6, 3, stride=2, padding=1,
+                                                       dilation=2, groups=2), (2, 36, 7, 6)),
+    "3d_padded_no_bias": (lambda: nn.Conv3d(3, 5, (2, 3, 2), padding=(1, 0, 1), bias=False),
+                          (1, 3, 3, 5, 4)),
+    "2d_relu_bias_add": (ConvReluBias, (2, 3, 7, 6)),
+}
+
+
+class _Spy:
+    """Stands in for a Triton kernel in the loaded module: records each launch's arguments."""
+
+    def __init__(self, kernel):
+        self.kernel, self.calls = kernel, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.calls.append(args)
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+def _match(module: nn.Module, x: torch.Tensor, exact: bool = False):
+    return FusedMatmul().match(None, TaskProbe(ok=True, trace=trace_forward(module, [x]),
+                                               conv_exact=exact), "triton")
+
+
+def _candidate(module, x, nhwc: int, tmp_path, device="cpu", params=None):
+    """The all-Triton candidate with CONV_NHWC forced, its code, and a spy on its convolution."""
+    match = _match(module, x)
+    family = match.family
+    params = family.clean({**(params or PARAMS), "CONV_NHWC": nhwc}, device == "cpu", "triton")
+    assert params["CONV_NHWC"] == nhwc and params.get("LIBRARY", 0) == 0
+    code = family.render(match, params, "triton")
+    name = f"conv_nhwc_{nhwc}_{id(match)}"
+    path = tmp_path / f"{name}.py"
+    path.write_text(code)
+    spec = importlib.util.spec_from_file_location(name, path)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    kernel = re.search(r"def (_k\d+_conv)\(", code).group(1)
+    spy = _Spy(getattr(loaded, kernel))
+    setattr(loaded, kernel, spy)
+    candidate = loaded.ModelNew().to(device)
+    candidate.load_state_dict(module.state_dict(), strict=False)
+    return candidate, code, spy, family.describe(match, params)
+
+
+def _held_out(shape) -> tuple[int, ...]:
+    return (shape[0] + 1, shape[1], *[s + 1 for s in shape[2:]])
+
+
+@pytest.mark.parametrize("nhwc", [1, 0])
+@pytest.mark.parametrize("name", CASES)
+def test_both_layouts_match_torch(name, nhwc, interpreter, tmp_path):
+    torch.manual_seed(0)
+    make, shape = CASES[name]
+    module = make().eval()
+    x = torch.randn(*shape)
+    candidate, code, spy, label = _candidate(module, x, nhwc, tmp_path)
+    for inp in (x, torch.randn(*_held_out(shape))):
+        torch.testing.assert_close(candidate(inp), module(inp), atol=1e-4, rtol=1e-4)
+    nd = len(shape) - 2
+    order = ", ".join(str(2 + j) for j in range(nd))
+    assert (f".permute(0, {order}, 1).contiguous()" in code) == bool(nhwc), code
+    assert ("channels-last" in label) == bool(nhwc), label
+    if nhwc:  # the kernel was handed the input channels-last: (N, *spatial, C_in), contiguous
+        read = spy.calls[-1][0]
+        assert read.shape == (inp.shape[0], *inp.shape[2:], inp.shape[1]) and read.is_contiguous()
+        assert torch.equal(read, inp.permute(0, *range(2, nd + 2), 1))
+
+
+def test_a_channels_last_input_is_read_in_place(interpreter, tmp_path):
+    """An input already channels-last is handed to the kernel as it is (no copy), and the
+    output keeps the reference's layout (NCHW contiguous)."""
+    torch.manual_seed(0)
+    module = nn.Conv2d(4, 6, 3, padding=1).eval()
+    x = torch.randn(2, 4, 5, 6)
+    candidate, code, spy, _ = _candidate(module, x, 1, tmp_path)
+    assert "in0 = in0.contiguous()" not in code and "x = x.contiguous()" not in code, code
+    last = x.contiguous(memory_format=torch.channels_last)
+    got = candidate(last)
+    assert spy.calls[-1][0].data_ptr() == last.data_ptr()
+    assert got.is_contiguous()
+    torch.testing.assert_close(got, module(x), atol=1e-4, rtol=1e-4)
+
+
+def test_bfloat16_channels_last(interpreter, tmp_path):
+    torch.manual_seed(0)
+    module = nn.Conv2d(4, 6, 3, stride=2, padding=1).to(torch.bfloat16).eval()
+    x = torch.randn(2, 4, 7, 6, dtype=torch.bfloat16)
+    candidate, _, _, _ = _candidate(module, x, 1, tmp_path)
+    got = candidate(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), module.float()(x.float()), atol=3e-2, rtol=3e-2)
+
+
+def test_conv_nhwc_is_offered_where_a_gemm_convolution_is():
+    """Offered for a convolution (alone or with an epilogue), not for transposed or depthwise
+    ones; on the GPU the first all-Triton start point reads channels-last; the precision
+    record and the launch's precision flags are the same in both layouts."""
+    def tunables(module, shape):
+        return [t.name for t in _match(module.eval(), torch.randn(*shape)).family.tunables]
+
+    assert "CONV_NHWC" in tunables(nn.Conv1d(3, 4, 3), (2, 3, 9))
+    assert "CONV_NHWC" not in tunables(nn.ConvTranspose1d(3, 4, 3, stride=2), (2, 3, 5))
+    assert "CONV_NHWC" not in tunables(nn.Conv2d(4, 4, 3, groups=4), (2, 4, 6, 6))
+    for module, shape in [(nn.Conv2d(3, 8, 3), (2, 3, 7, 6)), (ConvReluBias(), (2, 3, 7, 6))]:
+        match = _match(module.eval(), torch.randn(*shape), exact=True)
+        family = match.family
+        starts = [family.clean(dict(p), False, "triton") for p in family.starts]
+        first = next(p for p in starts if p.get("LIBRARY", 0) == 0)
+        assert first["CONV_NHWC"] == 1 and {p["CONV_NHWC"] for p in starts} == {0, 1}
+        gpu = Hardware(label="H200", device="cuda", gpu_arch="sm_90")
+        probe = TaskProbe(ok=True, hardware=gpu, flags=PrecisionFlags(conv_tf32=True),
+                          conv_exact=True)
+        codes = {}
+        for nhwc in (0, 1):
+            params = {**first, "CONV_NHWC": nhwc}
+            assert [(p.op, p.precision) for p in family.precision(match, params, probe)] == \
+                [("convolution", "fp32")]
+            codes[nhwc] = family.render(match, params, "triton")
+        for flag in ("IEEE", "TF32X3"):
+            found = [re.search(flag + r"=(.*?),", codes[n]).group(1).replace("_x.", ".")
+                     for n in (0, 1)]
+            assert found[0] == found[1], found
+        space = family.space(True, "triton")
+        assert {p["CONV_NHWC"] for p in space} == {0, 1}
+        assert len({family.render(match, p, "triton") for p in space}) == len(space)
+
+
+@pytest.mark.gpu
+def test_channels_last_on_the_gpu(tmp_path):
+    """KernelBench-like sizes compiled for the GPU at the first curated start point: correct
+    with TF32 off (IEEE), and with cuDNN's TF32 on no further from float64 than the NCHW form."""
+    torch.manual_seed(0)
+    cases = [(nn.Conv2d(64, 128, 3, padding=1), (8, 64, 64, 64)),
+             (nn.Conv2d(32, 64, 5, stride=2, padding=2, dilation=2, groups=2), (4, 32, 65, 47)),
+             (nn.Conv1d(64, 128, 3, stride=3, dilation=4), (16, 64, 2049)),
+             (nn.Conv3d(16, 32, 3, padding=1), (2, 16, 16, 32, 32)),
+             (ConvReluBias(), (16, 3, 128, 128))]
+    allow = torch.backends.cudnn.allow_tf32
+    try:
+        for k, (module, shape) in enumerate(cases):
+            module = module.eval()  # (on the CPU: traced there)
+            x = torch.randn(*shape)
+            params = next(p for p in _match(module, x).family.starts if p.get("LIBRARY", 0) == 0)
+            gpu, xc = copy.deepcopy(module).cuda(), x.cuda()
+            want = copy.deepcopy(module).double().cuda()(x.double().cuda())
+            errors = {}
+            for nhwc in (1, 0):
+                candidate, _, spy, _ = _candidate(module, x, nhwc, tmp_path, "cuda", params)
+                torch.backends.cudnn.allow_tf32 = False
+                torch.testing.assert_close(candidate(xc), gpu(xc), atol=1e-3, rtol=1e-3,
+                                           msg=f"case {k}, CONV_NHWC {nhwc}")
+                torch.backends.cudnn.allow_tf32 = True
+                got = candidate(xc).double()
+                errors[nhwc] = float((got - want).abs().max() / want.abs().max())
+                assert len(spy.calls) == 2
+            assert errors[1] <= 2 * errors[0] + 1e-6, (k, errors)
+    finally:
+        torch.backends.cudnn.allow_tf32 = allow
