@@ -151,6 +151,15 @@ def test_a_gemm_of_many_columns_keeps_its_tile(interpreter, tmp_path):
     assert [k.kind for k in head.kernels] == ["matmul"]
 
 
+def test_a_row_level_epilogue_is_stored_once_a_row(tmp_path):
+    """The bias of a few-column head is loaded per row (``mask=row_mask``): a call's keyword
+    is no variable (writer.KEYWORD), so its result varies along the rows only and is stored
+    once a row, not once per column lane (``+ 0 * col``)."""
+    plan = plan_for(None, trace_forward(Head(300, 4), [torch.randn(16, 300)]))
+    code = render(plan, PARAMS)
+    assert "fc_bias_ptr + i1, mask=row_mask" in code and "0 * col" not in code
+
+
 def test_few_columns_reduced_after_it_may_be_a_gemm_again(interpreter, tmp_path):
     """A Linear of 8 features under a softmax: summed over K, then a softmax kernel; or, with
     FUSE_ROWS, one GEMM reducing its own rows. Both are offered and both are correct."""
