@@ -100,7 +100,9 @@ def test_a_gemm_reduces_its_own_rows_in_one_kernel(name, interpreter, tmp_path):
     fused, apart = plan_for(None, trace, rows=True), plan_for(None, trace)
     assert [k.kind for k in fused.kernels] == ["matmul"], [k.kind for k in fused.kernels]
     assert fused.kernels[0].domain is not None and not fused.notes
-    assert [k.kind for k in apart.kernels][:2] == ["matmul", "reduction"]
+    # (C of 8 columns apart is summed over K by a reduction kernel: compiler/matvec.py)
+    first = "reduction" if name == "groupnorm_narrow" else "matmul"
+    assert [k.kind for k in apart.kernels][:2] == [first, "reduction"]
     code = _check(model, fused, tmp_path, f"rows_{name}")
     assert code.count("@triton.jit") == 1 and "whole rows in its epilogue" in code
     assert "BLOCK_N=max(16, triton.next_power_of_2(N))" in code

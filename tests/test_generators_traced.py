@@ -382,7 +382,8 @@ def test_uncovered_ops_are_named_with_their_place(tmp_path, config):
 
 
 def test_skill_matches_name_the_family_from_the_trace():
-    model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.GELU()).eval()
+    # (16 output features: 8 or fewer are a reduction over K, compiler/matvec.py)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU()).eval()
     probe = TaskProbe(ok=True, aten_ops=["aten.addmm.default"],
                       trace=trace_forward(model, [torch.randn(5, 8)]))
     rows = skill_matches(probe, "triton")
@@ -478,7 +479,8 @@ def test_each_gemm_and_convolution_records_its_precision(tmp_path):
     class Net(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.fc, self.conv = torch.nn.Linear(8, 6), torch.nn.Conv1d(2, 3, 3)
+            # (16 output features: a GEMM; 8 or fewer are summed over K, compiler/matvec.py)
+            self.fc, self.conv = torch.nn.Linear(8, 16), torch.nn.Conv1d(2, 3, 3)
 
         def forward(self, x, y):
             return torch.relu(self.fc(x)) * 2.0, self.conv(y).sigmoid()

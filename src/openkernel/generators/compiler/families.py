@@ -8,7 +8,8 @@ plans fall into, each with the tunables its kernels use:
   log_softmax, logsumexp, LayerNorm, RMSNorm, GroupNorm, BatchNorm, cross-entropy, losses,
   sum/mean/max/min/argmax/argmin/var/std, norms), one pass or looped (online softmax, Welford
   variance), or over middle dims in tiles coalesced along the dims after them; few long rows
-  split over several programs each (``SPLIT``: kernels/split.py);
+  split over several programs each (``SPLIT``: kernels/split.py); matrix-vector products too
+  (a GEMM of one row, or of at most 8 columns, summed over K: matvec.py);
 * ``fused_matmul``: nn.Linear, addmm, mm, bmm, matmul and convolutions, each either a Triton
   kernel (a tiled ``tl.dot`` with the pointwise epilogue fused; an implicit-GEMM convolution)
   or a library call (cuBLAS, cuBLASLt with its bias + ReLU epilogue, cuDNN: library.py) with
@@ -48,6 +49,7 @@ from collections.abc import Iterator
 from openkernel.generators.compiler.graph import build_graph
 from openkernel.generators.compiler.kernels import conv_transposed
 from openkernel.generators.compiler.library import fold_epilogues, kernel_precision
+from openkernel.generators.compiler.matvec import FEW, lower_matvecs
 from openkernel.generators.compiler.modelnew import describe, leaf_names, render
 from openkernel.generators.compiler.plan import ROW_TILE, Plan, make_plan
 from openkernel.generators.compiler.replay import CUDA_GRAPH, offered
@@ -147,7 +149,8 @@ def plan_for(task: Task | None, trace: OpTrace, library: bool = False,
     task the forward's arguments keep neutral names. ``library``: the library-backed plan,
     each GEMM's bias and ReLU folded into its library call, or only its bias where the ReLU
     is all that would be left to Triton. ``rows``: GEMMs reduce their own rows where they fit
-    one tile (``make_plan(rows=True)``)."""
+    one tile (``make_plan(rows=True)``). In Triton plans, GEMMs of one row or few columns are
+    reductions (matvec.py): of at most ``matvec.FEW`` columns, or of one where ``rows``."""
     key = (task.digest if task is not None else None, id(trace), library, rows)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is trace:
@@ -157,6 +160,8 @@ def plan_for(task: Task | None, trace: OpTrace, library: bool = False,
     for relu in (True, False) if library else (False,):
         graph = build_graph(trace)
         folded = fold_epilogues(graph, relu) if library else 0
+        if not library:  # (a GEMM that reduces its own rows keeps N >= 2: FUSE_ROWS picks)
+            lower_matvecs(graph, 1 if rows else FEW)
         result = make_plan(graph, leaf_names(graph, ref.forward_args if ref else []), library,
                            rows)
         if not isinstance(result, str) or not folded:
@@ -379,15 +384,18 @@ class CompiledFamily(Family):
 
 
 def _whole_rows(task: Task | None, trace: OpTrace, result: Plan) -> tuple[Plan | None, str]:
-    """The plan whose GEMMs reduce their own rows (None where none does), and why one does not."""
-    if not any(k.kind == "matmul" for k in result.kernels):
+    """The plan whose GEMMs reduce their own rows (None where none does), and why one does not
+    (said of ``result``'s own GEMMs only: a GEMV that ``result`` sums as a reduction, matvec.py,
+    is a GEMM again in the other plan where it has columns enough)."""
+    gemms = any(k.kind == "matmul" for k in result.kernels)
+    if not gemms and not any(k.products for k in result.kernels):
         return None, ""
     rows = plan_for(task, trace, rows=True)
     if isinstance(rows, str):
         return None, ""
     if any(k.kind == "matmul" and k.domain is not None for k in rows.kernels):
         return rows, ""
-    return None, "; ".join(rows.notes.values())
+    return None, "; ".join(rows.notes.values()) if gemms else ""
 
 
 def _direct(plan: Plan) -> Plan | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from openkernel.generators.compiler.graph import Graph, Node, Value
+from openkernel.generators.compiler.matvec import product_of
 from openkernel.records import KernelPrecision, PrecisionFlags
 
 if TYPE_CHECKING:
@@ -34,10 +35,14 @@ def kernel_precision(plan: "Plan", gpu: bool, flags: PrecisionFlags | None,
     flags at run time as cuBLAS and cuDNN do) and, for a convolution, only where the
     reference's cuDNN kernels were not measured exact (``conv_exact``: cuDNN computes such
     shapes in float32, our Triton convolutions in 3xTF32), other dtypes in their own.
-    ``tf32x3``: the Triton GEMMs' full-precision tiles are three TF32 products ("3xtf32")."""
+    ``tf32x3``: the Triton GEMMs' full-precision tiles are three TF32 products ("3xtf32").
+    A GEMV summed by a reduction kernel (matvec.py) is float32 under any flags."""
     flags = flags or PrecisionFlags()
     out = []
     for kernel in plan.kernels:
+        for node in kernel.products:  # (float64 sums in float64; halves in float32)
+            out.append(KernelPrecision(kernel.name, product_of(node), "triton",
+                                       "fp64" if node.outputs[0].dtype == "float64" else "fp32"))
         if kernel.kind not in ("matmul", "conv", "library"):
             continue
         node = kernel.anchor

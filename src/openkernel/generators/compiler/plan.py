@@ -45,6 +45,7 @@ from openkernel.generators.compiler.kernels.reductions import (
 )
 from openkernel.generators.compiler.kernels.scan import SCAN_OPS, scan_domain, write_scan
 from openkernel.generators.compiler.kernels.split import Split, write_split
+from openkernel.generators.compiler.matvec import product_of
 from openkernel.generators.compiler.sizes import Size
 from openkernel.generators.compiler.views import view_problem
 from openkernel.generators.compiler.writer import KernelWriter
@@ -71,6 +72,7 @@ class Kernel:
     writes: list[Value] = field(default_factory=list)
     symbols: list[str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)  # aten ops it computes, in trace order
+    products: list[Node] = field(default_factory=list)  # GEMMs it sums as reductions (matvec.py)
     views: tuple[str, str] = ("", "")  # a matmul's operands as torch views (forward code)
     bases: list[Value] = field(default_factory=list)  # what those views are views of
     # A float32 matmul's operands ("a", "b") not K-contiguous by construction: the forward may
@@ -420,7 +422,8 @@ def _no_anchor(em, node, v, f):
     raise Unfusable(node, "a reduction or matmul in a pointwise kernel")
 
 
-def _ops_of(kernel: Kernel, stored: set[str]) -> list[str]:
+def _nodes_of(kernel: Kernel, stored: set[str]) -> list[Node]:
+    """The nodes the kernel computes (views included), in trace order."""
     seen, out = set(), []
     stack = list(kernel.outputs)
     while stack:
@@ -430,7 +433,7 @@ def _ops_of(kernel: Kernel, stored: set[str]) -> list[str]:
         seen.add(id(v.node))
         out.append(v.node)
         stack.extend(v.node.tensors())
-    return [n.aten for n in sorted(out, key=lambda n: n.index) if n.op not in VIEW_OPS]
+    return sorted(out, key=lambda n: n.index)
 
 
 def make_plan(graph: Graph, names: dict[str, str], library: bool = False,
@@ -477,7 +480,9 @@ def make_plan(graph: Graph, names: dict[str, str], library: bool = False,
                 kernel.kind, kernel.conv = "conv", spec
         for k, kernel in enumerate(kernels):
             kernel.name = f"_k{k}_{kernel.anchor.op if kernel.kind == 'library' else kernel.kind}"
-            kernel.ops = _ops_of(kernel, plan.stored)
+            nodes = _nodes_of(kernel, plan.stored)
+            kernel.ops = [n.aten for n in nodes if n.op not in VIEW_OPS]
+            kernel.products = [n for n in nodes if product_of(n)]
         fused = {id(k.anchor) for k in kernels if k.kind == "matmul" and k.domain is not None}
         plan.notes = {key: note for key, note in plan.notes.items() if key not in fused}
         return plan

@@ -16,6 +16,8 @@ from openkernel.generators.compiler.graph import Value
 from openkernel.generators.compiler.sizes import SYMBOL, Size
 
 TOKEN = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
+# A call's keyword (``mask=`` of a load): a name, but no variable's (``==`` is a comparison).
+KEYWORD = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\s*=(?!=)")
 
 
 @dataclass
@@ -71,7 +73,7 @@ class KernelWriter:
 
     def axes_of(self, expr: str) -> frozenset:
         out: frozenset = frozenset()
-        for token in TOKEN.findall(expr):
+        for token in TOKEN.findall(KEYWORD.sub("", expr)):
             out |= self.axes.get(token, frozenset())
             if SYMBOL.fullmatch(token):
                 self.symbols.add(token)
