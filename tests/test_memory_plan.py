@@ -44,6 +44,25 @@ def test_plan_for_a_softmax_of_six_gib():
     assert "footprint 12 GiB" in describe(plan)
 
 
+def test_a_sweeps_first_calls_side_by_side_stay_within_the_plan():
+    """KernelBench level3/4 LeNet-5 (229 MB; a forward holds ~170 MB of activations): eight
+    first calls at once took a worker to 6.6x its footprint; the plan lets two run together.
+    A level-2 GEMM's first calls (32 MB of output each, 335 MB footprint) keep all eight."""
+    from openkernel.evaluation.worker.sweep import side_by_side
+
+    mb = 2**20
+    lenet = plan_memory(Footprint(input_bytes=16 * mb, output_bytes=mb, param_bytes=mb,
+                                  peak_bytes=229 * mb, measured=True), H200)
+    assert lenet.first_calls_bytes == int((BUDGET_FACTOR - 1) * 229 * mb)
+    assert side_by_side(8, 170 * mb, lenet.first_calls_bytes) == 2
+    gemm = plan_memory(Footprint(input_bytes=32 * mb, output_bytes=32 * mb, param_bytes=256 * mb,
+                                 peak_bytes=335 * mb, measured=True), H200)
+    assert side_by_side(8, 32 * mb, gemm.first_calls_bytes) == 8
+    assert side_by_side(8, 10 * GIB, gemm.first_calls_bytes) == 1  # never none
+    assert side_by_side(8, 0, gemm.first_calls_bytes) == 8  # nothing measured: no bound
+    assert side_by_side(8, 170 * mb, plan_memory(None, H200).first_calls_bytes) == 8
+
+
 def test_plan_moves_the_float64_check_to_the_small_set_when_the_main_one_does_not_fit():
     """level1/45_Average_Pooling_2D: 16 GiB in, 0.13 GiB out."""
     big = dict(input_bytes=16 * GIB, output_bytes=GIB // 8, peak_bytes=16 * GIB + GIB // 8)

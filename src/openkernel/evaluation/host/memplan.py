@@ -18,6 +18,10 @@ memory of one forward, ``records.Footprint``). A worker's own checks are planned
   probe's smaller set (KernelBench size globals shrunk, or a task's smaller held-out set); else
   skipped. The log says which.
 
+A sweep's first calls (each combination's, compiling its kernels) run side by side on a GPU, as
+many as add at most (``BUDGET_FACTOR`` - 1) x F together beyond what the worker holds
+(``MemoryPlan.first_calls_bytes``; the first call alone measures one's).
+
 Workers per GPU: every worker holds its task data while it builds and runs its first call
 (about F plus the candidate's weights), the one in its turn up to the budget, and each process
 has a CUDA context; a spare holds no task data, only its context (``SPARES_PER_SLOT`` of them
@@ -64,7 +68,8 @@ def plan_memory(fp: Footprint | None, hw: Hardware, *, memory_fraction: float = 
     plan = MemoryPlan(level=level, footprint_bytes=footprint, budget_bytes=budget,
                       keep_pristine=fp.mutates_inputs, poison_bytes=fp.output_bytes,
                       small_set=dict(fp.small_set), chunk_elements=max(chunk, 1 << 16),
-                      memory_fraction=memory_fraction)
+                      memory_fraction=memory_fraction,
+                      first_calls_bytes=int((BUDGET_FACTOR - 1) * footprint))
     pristine = fp.input_bytes if fp.mutates_inputs else 0
     full = fp.param_bytes + fp.input_bytes + pristine + 2 * footprint
     small = (fp.small_peak_bytes * 2 + fp.input_bytes // 4) if fp.small_set else 0

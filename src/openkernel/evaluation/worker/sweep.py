@@ -3,7 +3,8 @@
 Each combination is a plain candidate module (the engine instantiated it from the template's
 text). The worker imports them all (CUDA builds run side by side, one thread each: nvcc or
 NVRTC does the work) and makes each one's first call on the screening set (the memory plan's
-smaller input set when there is one, else the main set). In one GPU turn it checks each there
+smaller input set when there is one, else the main set; on a GPU the first alone, then as many
+side by side as the memory plan's share for them holds). In one GPU turn it checks each there
 against the reference, screens the correct ones against each other, dropping the clearly
 slower ones early (``screening.py``), and only the finalists are checked at full size and
 timed together with the reference, interleaved, by the same method as any candidate: so their
@@ -114,7 +115,17 @@ def run_sweep(job: Job, ch) -> dict:
         # The first combination alone first: the others are its neighbours, one tunable
         # apart, and most of their kernels are its own (same source and constants: the same
         # key in the sweep's Triton cache), found there instead of compiled again side by side.
+        # Its call's own memory (its peak over what was held before) bounds how many run at
+        # once: eight of LeNet-5's forwards on the main set took a worker to 6.6x the problem's
+        # footprint on the H200 (kb22-s18). The step's peak so far is kept (mark() takes the max).
+        ev.peaks["first_calls"] = max(ev.peaks.get("first_calls", 0),
+                                      int(torch.cuda.max_memory_reserved()))
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
         errors = {order[0]: called(order[0])}
+        threads = side_by_side(threads, torch.cuda.max_memory_allocated() - before,
+                               ev.plan.first_calls_bytes)
+        out["first_calls_side_by_side"] = threads
         with ThreadPoolExecutor(max_workers=threads) as pool:
             rest = {i: pool.submit(called, i) for i in order[1:]}
         errors.update({i: call.result() for i, call in rest.items()})
@@ -258,6 +269,15 @@ def _judge_winner(ev: Evaluation, module, index: int, compiles: CompileNotifier,
     payload["compile"] = compiles.report()
     payload["judge_s"] = round(time.perf_counter() - t0, 3)
     return payload
+
+
+def side_by_side(threads: int, per_call: int, limit: int) -> int:
+    """How many first calls may run at once: each holds ``per_call`` bytes beyond what the
+    worker holds already, together at most ``limit`` (the memory plan's share for them; 0: no
+    bound); at least one."""
+    if limit <= 0 or per_call <= 0:
+        return threads
+    return max(1, min(threads, limit // per_call))
 
 
 def _start_triton() -> None:
