@@ -12,7 +12,6 @@ interpreter; the gpu test runs the same compiled, and a KernelBench-sized produc
 from __future__ import annotations
 
 import copy
-import importlib.util
 
 import pytest
 import torch
@@ -24,6 +23,8 @@ from openkernel.generators.compiler.families import FusedMatmul, FusedReduction,
 from openkernel.generators.compiler.library import kernel_precision
 from openkernel.generators.compiler.modelnew import render
 from openkernel.records import KernelPrecision, PrecisionFlags, TaskProbe
+
+import rendered  # tests/rendered.py
 
 PARAMS = {"BLOCK": 1024, "TILE": 4096, "MAX_FUSED": 1024, "LOOP_BLOCK": 64, "BLOCK_B": 16,
           "BLOCK_R": 8, "SPLIT": 16, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4,
@@ -67,24 +68,8 @@ CASES = {
 }
 
 
-class Launches:
-    """A kernel of the candidate module that counts its launches (and launches it)."""
-
-    def __init__(self, kernel):
-        self.kernel, self.count = kernel, 0
-
-    def __getitem__(self, grid):
-        self.count += 1
-        return self.kernel[grid]
-
-
 def _module(plan, tmp_path, name: str, params=PARAMS):
-    path = tmp_path / f"{name}.py"
-    path.write_text(render(plan, params))
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return rendered.load(render(plan, params), tmp_path, name)
 
 
 def _check(name: str, tmp_path, device: str) -> None:
@@ -99,7 +84,7 @@ def _check(name: str, tmp_path, device: str) -> None:
     module = _module(plan, tmp_path, name)
     partial = None
     if kernel.splits:
-        module._k0_reduction_partial = partial = Launches(module._k0_reduction_partial)
+        module._k0_reduction_partial = partial = rendered.Launches(module._k0_reduction_partial)
     candidate = module.ModelNew().to(device)
     candidate.load_state_dict(model.state_dict(), strict=False)
     model = model.to(device)

@@ -8,7 +8,6 @@ precision is the point). Direct rendering, no evaluator workers: a few seconds i
 from __future__ import annotations
 
 import copy
-import importlib.util
 import re
 
 import pytest
@@ -19,6 +18,8 @@ from openkernel.generators.compiler.families import FusedReduction, plan_for
 from openkernel.generators.compiler.modelnew import render
 from openkernel.records import TaskProbe
 from openkernel.task import load_task
+
+import rendered  # tests/rendered.py
 
 # MAX_FUSED at its smallest value: rows longer than 1024 take the looped kernels; small middle
 # tiles, so R and B below are not multiples of them.
@@ -49,12 +50,7 @@ def _candidate(tmp_path, model: torch.nn.Module, example: torch.Tensor, name: st
     plan = plan_for(None, trace_forward(model, [example]))
     assert not isinstance(plan, str), plan
     source = render(plan, PARAMS)
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    candidate = module.ModelNew()
+    candidate = rendered.load(source, tmp_path, name).ModelNew()
     candidate.load_state_dict(model.state_dict(), strict=False)
     return candidate, source
 

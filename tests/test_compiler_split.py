@@ -10,7 +10,6 @@ where precision is the point. Direct rendering under the interpreter, no evaluat
 from __future__ import annotations
 
 import copy
-import importlib.util
 
 import pytest
 import torch
@@ -20,6 +19,8 @@ from openkernel.generators.compiler.families import FusedReduction, plan_for
 from openkernel.generators.compiler.modelnew import render
 from openkernel.records import TaskProbe
 from openkernel.task import load_task
+
+import rendered  # tests/rendered.py
 
 PARAMS = {"BLOCK": 1024, "TILE": 4096, "MAX_FUSED": 1024, "LOOP_BLOCK": 16, "BLOCK_B": 16,
           "BLOCK_R": 8, "SPLIT": 16, "num_warps": 4, "num_stages": 2}
@@ -41,26 +42,11 @@ class Forward(torch.nn.Module):
         return self.fn(self, x)
 
 
-class Launches:
-    """A kernel of the candidate module that counts its launches (and launches it)."""
-
-    def __init__(self, kernel):
-        self.kernel, self.count = kernel, 0
-
-    def __getitem__(self, grid):
-        self.count += 1
-        return self.kernel[grid]
-
-
 def _candidate(tmp_path, model, example, name, params=PARAMS):
     """(the candidate's module, its ModelNew with the model's weights, the plan)."""
     plan = plan_for(None, trace_forward(model, [example]))
     assert not isinstance(plan, str), plan
-    path = tmp_path / f"{name}.py"
-    path.write_text(render(plan, params))
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = rendered.load(render(plan, params), tmp_path, name)
     candidate = module.ModelNew()
     candidate.load_state_dict(model.state_dict(), strict=False)
     return module, candidate, plan
@@ -123,7 +109,7 @@ def _check(name: str, tmp_path, device: str) -> None:
     model = build().train()
     module, candidate, plan = _candidate(tmp_path, model, torch.randn(shape), name)
     assert [k.splits for k in plan.kernels] == [True], [k.split for k in plan.kernels]
-    module._k0_reduction_partial = partial = Launches(module._k0_reduction_partial)
+    module._k0_reduction_partial = partial = rendered.Launches(module._k0_reduction_partial)
     candidate.to(device)
     for size in (shape, held_out):
         x = torch.randn(size) * 0.5 + 1000.0
@@ -142,7 +128,7 @@ def test_many_rows_and_inference_batch_norm_are_not_split(tmp_path):
     torch.manual_seed(0)
     model = Forward(lambda m, x: x.amax(dim=1))
     module, candidate, _ = _candidate(tmp_path, model, torch.randn(3, 150), "rows")
-    module._k0_reduction_partial = partial = Launches(module._k0_reduction_partial)
+    module._k0_reduction_partial = partial = rendered.Launches(module._k0_reduction_partial)
     x = torch.randn(40, 150)  # 40 rows >= SPLIT 16
     torch.testing.assert_close(candidate(x), x.amax(dim=1))
     assert partial.count == 0

@@ -11,7 +11,6 @@ held-out one against torch's convolution.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import re
 
 import pytest
@@ -21,6 +20,8 @@ import torch.nn as nn
 from openkernel.evaluation.worker.trace import trace_forward
 from openkernel.generators.compiler.families import FusedMatmul
 from openkernel.records import Hardware, PrecisionFlags, TaskProbe
+
+import rendered  # tests/rendered.py
 
 PARAMS = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 4, "BLOCK": 1024,
           "LIBRARY": 0}
@@ -76,12 +77,7 @@ def _candidate(module, x, nhwc: int, tmp_path, device="cpu", params=None):
     params = family.clean({**(params or PARAMS), "CONV_NHWC": nhwc}, device == "cpu", "triton")
     assert params["CONV_NHWC"] == nhwc and params.get("LIBRARY", 0) == 0
     code = family.render(match, params, "triton")
-    name = f"conv_nhwc_{nhwc}_{id(match)}"
-    path = tmp_path / f"{name}.py"
-    path.write_text(code)
-    spec = importlib.util.spec_from_file_location(name, path)
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
+    loaded = rendered.load(code, tmp_path, f"conv_nhwc_{nhwc}_{id(match)}")
     kernel = re.search(r"def (_k\d+_conv)\(", code).group(1)
     spy = _Spy(getattr(loaded, kernel))
     setattr(loaded, kernel, spy)

@@ -9,7 +9,6 @@ generator's convolutions compute in 3xTF32 (near float32, on tensor cores) there
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import pytest
@@ -21,6 +20,8 @@ from openkernel.evaluation.worker.trace import trace_forward
 from openkernel.generators.compiler.families import FusedMatmul
 from openkernel.generators.compiler.modelnew import render
 from openkernel.records import Hardware, PrecisionFlags, TaskProbe
+
+import rendered  # tests/rendered.py
 
 PARAMS = {"BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4, "BLOCK": 1024,
           "num_warps": 4, "num_stages": 2}
@@ -76,12 +77,7 @@ def _match(module, x, exact: bool):
 
 
 def _load(code: str, tmp_path, name: str):
-    path = tmp_path / f"{name}.py"
-    path.write_text(code)
-    spec = importlib.util.spec_from_file_location(name, path)
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-    return loaded.ModelNew
+    return rendered.load(code, tmp_path, name).ModelNew
 
 
 def test_an_exact_reference_makes_every_plan_exact(tmp_path, monkeypatch):

@@ -9,7 +9,6 @@ torch's ConvTranspose.
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import re
 
@@ -24,6 +23,8 @@ from openkernel.generators.compiler.modelnew import kernel_source, render
 from openkernel.generators.offline import OfflineGenerator
 from openkernel.records import Hardware, TaskProbe
 from openkernel.task import load_task
+
+import rendered  # tests/rendered.py
 
 PARAMS = {"BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4, "BLOCK": 1024,
           "num_warps": 4, "num_stages": 2}
@@ -57,12 +58,7 @@ def _candidate(module: nn.Module, x: torch.Tensor, tmp_path, device: str = "cpu"
                                 "triton").spec["plans"]
     plan = plans[(0, 0, 1)]
     code = render(plan, PARAMS)
-    name = f"tconv_{id(plan)}"
-    path = tmp_path / f"{name}.py"
-    path.write_text(code)
-    spec = importlib.util.spec_from_file_location(name, path)
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
+    loaded = rendered.load(code, tmp_path, f"tconv_{id(plan)}")
     candidate = loaded.ModelNew().to(device)
     candidate.load_state_dict(module.state_dict(), strict=False)
     return candidate, code

@@ -8,7 +8,6 @@ process, on the traced batch and on held-out batch sizes and spatial sizes.
 
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 import torch
@@ -19,6 +18,8 @@ from openkernel.generators.compiler.families import FusedMatmul, plan_for
 from openkernel.generators.compiler.library import kernel_precision
 from openkernel.generators.compiler.modelnew import render
 from openkernel.records import PrecisionFlags, TaskProbe
+
+import rendered  # tests/rendered.py
 
 
 class Depthwise2d(nn.Module):  # level1/82-84's shape of problem, small, with a multiplier
@@ -59,12 +60,7 @@ def _module(plan, tmp_path, name: str, block: int, wide: bool = False):
     if wide:  # the int64 positions of a plane past 2^31 elements, on small planes
         assert code.count(">= 2**31") == 1
         code = code.replace(">= 2**31", ">= 0")
-    path = tmp_path / f"{name}.py"
-    path.write_text(code)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module, path.read_text()
+    return rendered.load(code, tmp_path, name), code
 
 
 @pytest.mark.parametrize("name", CASES)

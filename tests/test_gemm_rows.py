@@ -9,7 +9,6 @@ process (a few small launches), on the traced batch and on held-out ones.
 
 from __future__ import annotations
 
-import importlib.util
 import random
 
 import pytest
@@ -24,6 +23,8 @@ from openkernel.generators.compiler.modelnew import render
 from openkernel.generators.offline import OfflineGenerator
 from openkernel.records import Hardware, TaskProbe
 from openkernel.task import load_task
+
+import rendered  # tests/rendered.py
 
 PARAMS = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "TILE": 4096,
           "MAX_FUSED": 4096, "LOOP_BLOCK": 1024, "BLOCK": 1024, "num_warps": 4, "num_stages": 2}
@@ -67,12 +68,8 @@ class GemmGroupNorm(nn.Module):  # KernelBench level2's Gemm_GroupNorm_..., smal
 
 
 def _module(plan, tmp_path, name: str):
-    path = tmp_path / f"{name}.py"
-    path.write_text(render(plan, PARAMS))
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module, path.read_text()
+    code = render(plan, PARAMS)
+    return rendered.load(code, tmp_path, name), code
 
 
 def _check(model: nn.Module, plan, tmp_path, name: str, device: str = "cpu") -> str:
@@ -184,13 +181,9 @@ def test_float32_tiles_may_multiply_as_three_tf32_products(interpreter, tmp_path
     trace = trace_forward(model, [torch.randn(4, 32)])
     plan = plan_for(None, trace)
     for value in (0, 1):
-        path = tmp_path / f"tf32x3_{value}.py"
-        path.write_text(render(plan, {**PARAMS, "TF32X3": value}))
-        code = path.read_text()
+        code = render(plan, {**PARAMS, "TF32X3": value})
         assert f"\nTF32X3 = {value}\n" in code and 'input_precision="tf32x3"' in code
-        spec = importlib.util.spec_from_file_location(f"tf32x3_{value}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = rendered.load(code, tmp_path, f"tf32x3_{value}")
         candidate = module.ModelNew()
         candidate.load_state_dict(model.state_dict(), strict=False)
         for batch in (4, 7):
@@ -222,12 +215,8 @@ def test_three_tf32_products_pass_the_precision_check_on_the_gpu(tmp_path):
         model = model.cuda()
         err_ref = relative_error(model(x), exact)
         for value in (0, 1):
-            path = tmp_path / f"gpu_tf32x3_{value}.py"
-            path.write_text(render(plan, {**PARAMS, "BLOCK_M": 64, "BLOCK_N": 64,
-                                          "TF32X3": value}))
-            spec = importlib.util.spec_from_file_location(f"gpu_tf32x3_{value}", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            module = rendered.load(render(plan, {**PARAMS, "BLOCK_M": 64, "BLOCK_N": 64,
+                                                 "TF32X3": value}), tmp_path, f"gpu_tf32x3_{value}")
             candidate = module.ModelNew().cuda()
             candidate.load_state_dict(model.state_dict(), strict=False)
             err = relative_error(candidate(x), exact)

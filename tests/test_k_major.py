@@ -10,7 +10,6 @@ and run under the Triton interpreter against the reference, with KMAJOR forced t
 
 from __future__ import annotations
 
-import importlib.util
 import random
 
 import pytest
@@ -24,6 +23,8 @@ from openkernel.generators.compiler.modelnew import render
 from openkernel.generators.offline import OfflineGenerator
 from openkernel.records import Hardware, TaskProbe
 from openkernel.task import load_task
+
+import rendered  # tests/rendered.py
 
 PARAMS = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "num_warps": 4,
           "num_stages": 2}
@@ -74,16 +75,13 @@ class _Watched:
 
 def _candidate(model: nn.Module, plan, value: int, tmp_path, name: str):
     """The candidate for KMAJOR=``value``, its weights loaded, the strides its GEMM gets, code."""
-    path = tmp_path / f"{name}_{value}.py"
-    path.write_text(render(plan, {**PARAMS, "KMAJOR": value}))
-    spec = importlib.util.spec_from_file_location(f"{name}_{value}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    code = render(plan, {**PARAMS, "KMAJOR": value})
+    module = rendered.load(code, tmp_path, f"{name}_{value}")
     strides: list = []
     module._k0_matmul = _Watched(module._k0_matmul, strides)
     candidate = module.ModelNew()
     candidate.load_state_dict(model.state_dict(), strict=False)
-    return candidate, strides, path.read_text()
+    return candidate, strides, code
 
 
 def test_a_plain_gemm_copies_its_n_major_b_k_major(interpreter, tmp_path):
@@ -198,13 +196,9 @@ def test_k_major_three_tf32_products_on_the_gpu(tmp_path):
         exact = a.double() @ b.double()
         err_ref = relative_error(model(a, b), exact)
         for value in (1, 0):
-            path = tmp_path / f"gpu_kmajor_{value}.py"
-            path.write_text(render(plan, {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32,
-                                          "GROUP_M": 8, "num_warps": 4, "num_stages": 3,
-                                          "TF32X3": 1, "KMAJOR": value}))
-            spec = importlib.util.spec_from_file_location(f"gpu_kmajor_{value}", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            module = rendered.load(render(plan, {
+                "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4,
+                "num_stages": 3, "TF32X3": 1, "KMAJOR": value}), tmp_path, f"gpu_kmajor_{value}")
             strides: list = []
             module._k0_matmul = _Watched(module._k0_matmul, strides)
             err = relative_error(module.ModelNew().cuda()(a, b), exact)

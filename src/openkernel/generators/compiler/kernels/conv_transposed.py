@@ -39,6 +39,8 @@ def phases(spec: ConvSpec) -> int:
 
 def source(name: str, spec: ConvSpec) -> str:
     """The kernel: one BLOCK_M x BLOCK_N tile of one phase of one group's output per program."""
+    from openkernel.generators.compiler.kernels.conv import DOT  # (conv.py imports this module)
+
     nd, dims = spec.nd, spec.names
     sp_in = ", ".join(f"{d.upper()}_in" for d in dims)
     sp_out = ", ".join(f"{d.upper()}_out" for d in dims)
@@ -122,15 +124,7 @@ def source(name: str, spec: ConvSpec) -> str:
         f"        w_row = ({kpos}) * C_in + g * cig  # weight (*kernel, C_in, C_out / groups)",
         "        b = tl.load(w_ptr + (w_row + ck[:, None]) * cog + rn[None, :],",
         "                    mask=(ck[:, None] < cig) & (rn[None, :] < cog), other=0.0)",
-        "        if UPCAST:  # the Triton interpreter multiplies bfloat16 tiles as integers",
-        "            a, b = a.to(tl.float32), b.to(tl.float32)",
-        "        if IEEE:  # float32 in full precision (TF32 only where cuDNN's would be)",
-        "            acc = tl.dot(a, b, acc, input_precision=\"ieee\")",
-        "        elif TF32X3:  # near float32 on tensor cores: the reference's cuDNN kernels were exact",
-        "            acc = tl.dot(a, b, acc, input_precision=\"tf32x3\")",
-        "        else:",
-        "            acc = tl.dot(a, b, acc)",
-    ]
+    ] + DOT
     co = "g * cog + rn[None, :]"
     if spec.bias:
         lines.append(f"    acc += tl.load(b_ptr + {co}, mask=rn[None, :] < cog, other=0.0)"
