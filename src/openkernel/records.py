@@ -266,7 +266,8 @@ class MemoryPlan:
     keep_pristine: bool = False  # the reference mutates its inputs: keep a pristine copy
     poison_bytes: int = 0  # free memory filled with NaN before each candidate call
     memory_fraction: float = 0.9  # torch's per-process cap for this worker
-    # what a sweep's first calls side by side may add to what its worker holds (0: no bound)
+    # what a sweep may add to what its worker holds (0: no bound): its combinations' own
+    # copies of the weights (past it they share one), and its first calls side by side
     first_calls_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:

@@ -20,7 +20,9 @@ memory of one forward, ``records.Footprint``). A worker's own checks are planned
 
 A sweep's first calls (each combination's, compiling its kernels) run side by side on a GPU, as
 many as add at most (``BUDGET_FACTOR`` - 1) x F together beyond what the worker holds
-(``MemoryPlan.first_calls_bytes``; the first call alone measures one's).
+(``MemoryPlan.first_calls_bytes``; the first call alone measures one's). Where the
+combinations' own copies of the weights would add more than that share, they share one copy
+(the MLPs of level 3: 2.5-8 GB of weights, six combinations).
 
 Workers per GPU: every worker holds its task data while it builds and runs its first call
 (about F plus the candidate's weights), the one in its turn up to the budget, and each process

@@ -41,7 +41,9 @@ def _dropped(drop: dict, variants: list[Variant]) -> str:
 def _row(variant: Variant, screened: dict, ref_median: float | None,
          variants: list[Variant] = ()) -> dict:
     stats = screened.get("stats") or {}
-    if not screened.get("built"):
+    if screened.get("fault"):  # the sweep's own doing (worker/sweep.py), not the combination's
+        status = Status.EVALUATOR_FAULT.value
+    elif not screened.get("built"):
         status = Status.COMPILE_ERROR.value
     elif not screened.get("correct"):
         status = Status.INCORRECT.value
@@ -49,7 +51,7 @@ def _row(variant: Variant, screened: dict, ref_median: float | None,
         status = Status.CORRECT.value
     row = {"params": variant.params, "status": status, "runtime_stats": stats,
            "runtime": stats.get("median", -1.0), "speedup": -1.0,
-           "error": (screened.get("error") or "")[-1500:]}
+           "error": (screened.get("fault") or screened.get("error") or "")[-1500:]}
     if screened.get("screen"):
         row["screen_stats"] = screened["screen"]  # on the screening set (module docstring)
     if screened.get("dropped"):
@@ -97,7 +99,8 @@ def summary_lines(results: dict) -> list[str]:
     for r in dropped:
         lines.append(f"  {label(r['params'])}: {r['dropped']}")
     for r in rows:
-        if r["status"] in (Status.COMPILE_ERROR.value, Status.INCORRECT.value):
+        if r["status"] in (Status.COMPILE_ERROR.value, Status.INCORRECT.value,
+                           Status.EVALUATOR_FAULT.value):
             first = next((ln for ln in r["error"].splitlines() if ln.strip()), r["status"])
             lines.append(f"  {label(r['params'])}: {r['status']}: {first[:160]}")
     return lines
@@ -147,7 +150,8 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
                "steps_s": (payload.get("memory") or {}).get("steps_s"),
                "compile": payload.get("compile"),
                "phase_s": run.phase_seconds(), "worker": payload.get("worker_timing"),
-               "timing_stop": payload.get("timing_stop")}
+               "timing_stop": payload.get("timing_stop"),
+               "shared_weights": bool(payload.get("shared_weights"))}
     if not payload.get("variants"):
         over = (f"ran past its wall (eval_config.sweep_timeout_s = "
                 f"{evaluator.ec.sweep_timeout_s:g} s) in {run.phase}" if run.timed_out == "total"
@@ -183,6 +187,12 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
                             template_results=results)
         result.eval_log = "\n".join(["No combination of the template was correct."]
                                     + summary_lines(results))
+        faults = [r for r in rows if r["status"] == Status.EVALUATOR_FAULT.value]
+        if faults:  # none judged wrong for what it did: retried with a smaller plan
+            result.metadata["evaluator_fault"] = {
+                "where": "the sweep", "kind": "out_of_memory",
+                "error": f"{len(faults)} of {len(rows)} combination(s) ran out of memory beside "
+                         f"the others: {faults[0]['error'][:300]}"}
         return result, None
     best_row, best, index = max(correct, key=lambda rv: rv[0]["speedup"])
     results["winner"] = best.params

@@ -31,8 +31,10 @@ from openkernel.evaluation.worker import integrity as ig
 from openkernel.evaluation.worker import screening, stopping
 from openkernel.evaluation.worker.build import CompileNotifier, is_compile_error, set_cuda_targets
 from openkernel.evaluation.worker.correctness import compare_outputs, flatten_outputs
-from openkernel.evaluation.worker.evaluate import Evaluation, EvaluatorFault, _tail
-from openkernel.evaluation.worker.task_runtime import TaskRuntime, load_module, load_state
+from openkernel.evaluation.worker.evaluate import (
+    _OOM_REQUEST, _UNITS, Evaluation, EvaluatorFault, _tail)
+from openkernel.evaluation.worker.task_runtime import (
+    TaskRuntime, load_module, load_state, share_state, state_bytes)
 from openkernel.evaluation.worker.stopping import verdict
 from openkernel.evaluation.worker.timing import summarize
 from openkernel.schemas import CompilationResult
@@ -79,6 +81,12 @@ def run_sweep(job: Job, ch) -> dict:
         warm = small[0] if small else rt.inputs(0)
         del small
     made = {}
+    # Where each combination's own copy of the weights would take the worker past the plan's
+    # share for the sweep, they share one (level3/1 MLP's 2.5 GB of weights six times over ran
+    # out of memory on the H200, session 19, and the combinations were called incorrect).
+    share = shares_weights(sum(b.compile_success for b in imported), state_bytes(ev.ref_model),
+                           ev.plan.first_calls_bytes)
+    shared = None  # the combination whose weights the others share
     for built in imported:  # made one at a time: a constructor may draw from the global RNG
         i = built.idx
         if not built.compile_success:
@@ -86,9 +94,12 @@ def run_sweep(job: Job, ch) -> dict:
             continue
         try:
             made[i] = rt.make_model(built.binary.ModelNew)
-            load_state(ev.ref_model, made[i])
+            if shared is None or not share_state(made[shared], made[i]):
+                if load_state(ev.ref_model, made[i]) and share and shared is None:
+                    shared = i
         except BaseException as err:
-            _failed(rows[i], err)
+            _failed(rows[i], err, ev)
+    out["shared_weights"] = shared is not None
 
     def first_call(i: int) -> None:
         with torch.no_grad():
@@ -134,11 +145,12 @@ def run_sweep(job: Job, ch) -> dict:
     models = {}
     for i, err in errors.items():
         if err is not None:
-            _failed(rows[i], err)
+            _failed(rows[i], err, ev)
             continue
         rows[i]["built"] = True
         models[i] = made[i]
     out["first_calls_s"] = round(time.perf_counter() - t0, 3)
+    made_shared = made.get(shared) if shared is not None else None
     del made
     del warm
     if ev.gpu:
@@ -153,7 +165,7 @@ def run_sweep(job: Job, ch) -> dict:
             inputs, where = small if reduced else (rt.inputs(1), "the main input set")
             del small
         out["screen"] = {"set": where}
-        _check(ev, rt, models, rows, inputs, where if reduced else "")
+        _check(ev, rt, models, rows, inputs, where if reduced else "", made_shared)
         ev.mark("check")
         if models:
             ch.phase("benchmark")
@@ -172,7 +184,7 @@ def run_sweep(job: Job, ch) -> dict:
                 del inputs
                 with ev.ours("generating inputs"):
                     inputs = rt.inputs(1)
-                _check(ev, rt, models, rows, inputs, "")
+                _check(ev, rt, models, rows, inputs, "", made_shared)
                 ev.mark("finalists_check")
         if models:
             ref_in = inputs
@@ -210,7 +222,7 @@ def run_sweep(job: Job, ch) -> dict:
     if job.winner_seeds and winner is not None and not changed and "fault" not in out:
         # Only the winner's own fresh instance below: every screened model and input set goes.
         models.clear()
-        fns = ref_in = inputs = errors = None  # noqa: F841 - the timing's references to them
+        fns = ref_in = inputs = errors = made_shared = None  # noqa: F841 - held references
         # The other combinations' modules too: what they keep at module level (a capture
         # stream, a cache of buffers) would count in the winner's peak (level3/4 LeNet5 on
         # the H200: 5.4x its footprint judged here, 2.4-2.8x for its other winners).
@@ -271,6 +283,33 @@ def _judge_winner(ev: Evaluation, module, index: int, compiles: CompileNotifier,
     return payload
 
 
+def shares_weights(n: int, weight_bytes: int, limit: int) -> bool:
+    """Whether ``n`` combinations share one copy of the weights: where their own copies would
+    add more than ``limit`` (the plan's share for the sweep, ``first_calls_bytes``; 0: no
+    bound) beyond the reference's."""
+    return n > 1 and limit > 0 and n * weight_bytes > limit
+
+
+def _crowded(ev: Evaluation, err: BaseException) -> bool:
+    """An out-of-memory error whose request was no larger than the problem's footprint."""
+    if not isinstance(err, torch.OutOfMemoryError) or not ev.plan.footprint_bytes:
+        return False
+    m = _OOM_REQUEST.search(str(err))
+    return m is not None and float(m[1]) * _UNITS[m[2]] <= ev.plan.footprint_bytes
+
+
+def _restore_weights(reference: torch.nn.Module, model: torch.nn.Module) -> str:
+    """The names of ``model``'s weights that no longer equal the reference's (restored), ""."""
+    ref = reference.state_dict()
+    written = []
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            if not torch.equal(tensor, ref[name]):
+                tensor.copy_(ref[name])
+                written.append(name)
+    return ", ".join(written[:3]) + (f" and {len(written) - 3} more" if len(written) > 3 else "")
+
+
 def side_by_side(threads: int, per_call: int, limit: int) -> int:
     """How many first calls may run at once: each holds ``per_call`` bytes beyond what the
     worker holds already, together at most ``limit`` (the memory plan's share for them; 0: no
@@ -291,8 +330,13 @@ def _start_triton() -> None:
         pass
 
 
-def _failed(row: dict, err: BaseException) -> None:
-    """A variant whose model could not be made or whose first call raised."""
+def _failed(row: dict, err: BaseException, ev: Evaluation | None = None) -> None:
+    """A variant whose model could not be made or whose first call raised. Out of memory
+    asking no more than the problem's footprint is the sweep's doing (it holds the other
+    combinations), not the combination's: an evaluator fault of that row."""
+    if ev is not None and _crowded(ev, err):
+        row["fault"] = f"out of memory beside the sweep's other combinations: {_tail(err)}"
+        return
     compiled = not is_compile_error(err)
     row["built"] = compiled
     row["error"] = ("first call failed" if compiled else "kernel compilation failed") \
@@ -316,8 +360,13 @@ def screen(fns: dict, timer, job: Job):
 
 
 def _check(ev: Evaluation, rt: TaskRuntime, models: dict, rows: list, inputs: list,
-           where: str) -> None:
-    """Each model against the reference on ``inputs``; the incorrect ones leave ``models``."""
+           where: str, shared=None) -> None:
+    """Each model against the reference on ``inputs``; the incorrect ones leave ``models``.
+    ``shared``: the model whose weights all combinations share, checked unchanged after each
+    call (one combination writing into them would fail the others)."""
+    if shared is not None:  # what a first call or screening round wrote goes unjudged
+        with ev.ours("checking the shared weights"):
+            _restore_weights(ev.ref_model, shared)
     with ev.ours("running the reference"):
         ref_outs, _ = ev.reference(inputs)
     tol = rt.hook("get_tolerances")
@@ -325,6 +374,13 @@ def _check(ev: Evaluation, rt: TaskRuntime, models: dict, rows: list, inputs: li
         ev.model = model
         try:
             outs, _ = ev.call(inputs)
+            if shared is not None:
+                with ev.ours("checking the shared weights"):
+                    written = _restore_weights(ev.ref_model, shared)
+                if written:
+                    raise ig.IntegrityViolation(
+                        "weights", f"the combination wrote into its weights ({written}), which "
+                        "the sweep's combinations share")
             with ev.ours("comparing outputs"):
                 ok, msg, stats = compare_outputs(outs, ref_outs, tol, ev.chunk)
             del outs
@@ -333,6 +389,10 @@ def _check(ev: Evaluation, rt: TaskRuntime, models: dict, rows: list, inputs: li
         except ig.IntegrityViolation as v:
             ok, msg, stats = False, f"INTEGRITY VIOLATION [{v.check}]: {v}", {}
         except BaseException as err:
+            if _crowded(ev, err):
+                rows[i]["fault"] = f"out of memory beside the sweep's other combinations: {_tail(err)}"
+                models.pop(i)
+                continue
             ok, msg, stats = False, f"test failed:\n{_tail(err)}", {}
         rows[i]["correct"] = ok
         if ok:

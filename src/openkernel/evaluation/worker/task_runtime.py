@@ -84,28 +84,28 @@ class TaskRuntime:
         return list(fn()) if fn else []
 
     def make_model(self, cls: type) -> torch.nn.Module:
-        """Build ``cls(*get_init_inputs())`` after the shared seed, on the device, in eval mode."""
+        """``cls(*get_init_inputs())`` after the shared seed, in eval mode, its weights drawn on
+        the device itself: drawn on the CPU and copied, KernelBench's 4 GiB of weights
+        (level2/56) took 9-12 s in every worker on the H200's host, and a sweep makes one model
+        per combination. The reference and the candidates are drawn alike, so a candidate whose
+        own weights are not copied in (other names) draws what the reference drew. A
+        constructor that cannot run there (a CPU-only step) is built on the CPU."""
         torch.manual_seed(INIT_SEED)
-        model = cls(*self.init_inputs())
+        model = None
+        if self.device != "cpu":
+            try:
+                with torch.device(self.device):
+                    model = cls(*self.init_inputs())
+            except Exception:
+                torch.manual_seed(INIT_SEED)
+        if model is None:
+            model = cls(*self.init_inputs())
         if isinstance(model, torch.nn.Module):
             model = model.to(self.device).eval()
         return model
 
     def reference_model(self) -> torch.nn.Module:
-        """The reference, its weights drawn on the device itself: drawn on the CPU and copied,
-        KernelBench's 4 GiB of weights (level2/56) took 9-12 s in every worker on the H200's
-        host. A constructor that cannot run there (a CPU-only step) is built on the CPU."""
-        if self.device == "cpu":
-            return self.make_model(self.ref.Model)
-        torch.manual_seed(INIT_SEED)
-        try:
-            with torch.device(self.device):
-                model = self.ref.Model(*self.init_inputs())
-        except Exception:
-            return self.make_model(self.ref.Model)
-        if isinstance(model, torch.nn.Module):
-            model = model.to(self.device).eval()
-        return model
+        return self.make_model(self.ref.Model)
 
     def _generate(self, fn, *args) -> list:
         """Call an input function with the device as the default for new tensors: KernelBench's
@@ -220,11 +220,36 @@ class TaskRuntime:
 
 def load_state(ref_model: torch.nn.Module, cand_model: torch.nn.Module) -> bool:
     """Copy the reference's weights when both state_dicts have the same keys and shapes."""
-    if not isinstance(cand_model, torch.nn.Module):
+    if not _same_state(ref_model, cand_model):
         return False
-    ref_sd, cand_sd = ref_model.state_dict(), cand_model.state_dict()
-    if ref_sd and ref_sd.keys() == cand_sd.keys() and all(
-            ref_sd[k].shape == cand_sd[k].shape for k in ref_sd):
-        cand_model.load_state_dict(ref_sd)
-        return True
-    return False
+    cand_model.load_state_dict(ref_model.state_dict())
+    return True
+
+
+def share_state(source: torch.nn.Module, model: torch.nn.Module) -> bool:
+    """Point ``model``'s parameters and buffers at ``source``'s tensors instead of copies of
+    them (same names, shapes, dtypes and devices; else False and nothing changes): a sweep's
+    combinations hold one copy of the weights between them (worker/sweep.py)."""
+    if not _same_state(source, model, exact=True):
+        return False
+    own, theirs = model.state_dict(keep_vars=True), source.state_dict(keep_vars=True)
+    for name, tensor in own.items():
+        tensor.data = theirs[name].data  # the same Parameter object: the module keeps it
+    return True
+
+
+def state_bytes(model: torch.nn.Module) -> int:
+    """What ``model``'s parameters and buffers take."""
+    if not isinstance(model, torch.nn.Module):
+        return 0
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+
+def _same_state(a, b, exact: bool = False) -> bool:
+    if not isinstance(a, torch.nn.Module) or not isinstance(b, torch.nn.Module):
+        return False
+    sa, sb = a.state_dict(), b.state_dict()
+    return bool(sa) and sa.keys() == sb.keys() and all(
+        sa[k].shape == sb[k].shape and (not exact or (sa[k].dtype == sb[k].dtype
+                                                      and sa[k].device == sb[k].device))
+        for k in sa)
