@@ -16,7 +16,8 @@ gpus=$(nvidia-smi -L | wc -l)
 [ -f .kbstate/kernels.sqlite3.gz ] && gunzip -c .kbstate/kernels.sqlite3.gz > .kbstate/kernels.sqlite3
 kb_bench() {  # openkernel bench over ${KB:-.kbsel}, the database from .kbstate/ kept under $OUT
   mkdir -p .kbstate
-  [ -f .kbstate/kernels.sqlite3 ] && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d); d.close()" \
+  # (a second stage of the same call goes on with the first's store, not the carried one)
+  [ -f .kbstate/kernels.sqlite3 ] && [ ! -f "$OUT/kernels.sqlite3" ] && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d); d.close()" \
     .kbstate/kernels.sqlite3 "$OUT/kernels.sqlite3"
   # SIGINT at the limit: the bench stops between candidates and still writes its table and JSON
   CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 30 "${T:-500}" python3 -m openkernel.cli bench "${KB:-.kbsel}" --name "${SUITE:-kb-h200}" \
