@@ -137,7 +137,8 @@ def test_bfloat16_channels_last(interpreter, tmp_path):
 
 def test_conv_nhwc_is_offered_where_a_gemm_convolution_is():
     """Offered for a convolution (alone or with an epilogue), not for transposed or depthwise
-    ones; on the GPU the first all-Triton start point reads channels-last; the precision
+    ones; on the GPU the first all-Triton start point reads channels-last where the input
+    channels fill the start points' channel block, else none does; the precision
     record and the launch's precision flags are the same in both layouts."""
     def tunables(module, shape):
         return [t.name for t in _match(module.eval(), torch.randn(*shape)).family.tunables]
@@ -145,12 +146,16 @@ def test_conv_nhwc_is_offered_where_a_gemm_convolution_is():
     assert "CONV_NHWC" in tunables(nn.Conv1d(3, 4, 3), (2, 3, 9))
     assert "CONV_NHWC" not in tunables(nn.ConvTranspose1d(3, 4, 3, stride=2), (2, 3, 5))
     assert "CONV_NHWC" not in tunables(nn.Conv2d(4, 4, 3, groups=4), (2, 4, 6, 6))
-    for module, shape in [(nn.Conv2d(3, 8, 3), (2, 3, 7, 6)), (ConvReluBias(), (2, 3, 7, 6))]:
+    # (32 input channels and more start channels-last too; 3 start NCHW only: NHWC_MIN_CHANNELS)
+    for module, shape, wide in [(nn.Conv2d(32, 8, 3), (2, 32, 7, 6), True),
+                                (nn.Conv2d(3, 8, 3), (2, 3, 7, 6), False),
+                                (ConvReluBias(), (2, 3, 7, 6), False)]:
         match = _match(module.eval(), torch.randn(*shape), exact=True)
         family = match.family
         starts = [family.clean(dict(p), False, "triton") for p in family.starts]
         first = next(p for p in starts if p.get("LIBRARY", 0) == 0)
-        assert first["CONV_NHWC"] == 1 and {p["CONV_NHWC"] for p in starts} == {0, 1}
+        assert first["CONV_NHWC"] == wide
+        assert {p["CONV_NHWC"] for p in starts} == ({0, 1} if wide else {0})
         gpu = Hardware(label="H200", device="cuda", gpu_arch="sm_90")
         probe = TaskProbe(ok=True, hardware=gpu, flags=PrecisionFlags(conv_tf32=True),
                           conv_exact=True)

@@ -126,7 +126,14 @@ _STARTS = {
     # (Start points take the plans in turn, the library-backed one first where there is one:
     # two channels-last starts put it in the first all-Triton start either way.)
     "conv": ({"CONV_NHWC": 1}, {"CONV_NHWC": 1}, {"CONV_NHWC": 0}, {"CONV_NHWC": 0}),
+    # Narrow convolutions start NCHW: over 3 input channels (level1/50's 11x11, level1/54's
+    # 3-d) the channels-last form ran 10-17x slower than it on the H200 (session 19), each
+    # tap's channel block mostly padding where NCHW flattens channels x taps into one K.
+    "narrow": ({"CONV_NHWC": 0},),
 }
+# Input channels per group from which a convolution starts channels-last: the start points'
+# BLOCK_K, so that a tap's channel block is full.
+NHWC_MIN_CHANNELS = 32
 _CPU_STARTS = {
     "pointwise": ({"BLOCK": 16384}, {"BLOCK": 4096}, {"BLOCK": 1024}),
     "reduction": ({"TILE": 65536, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096, "BLOCK_B": 256,
@@ -138,6 +145,7 @@ _CPU_STARTS = {
     "matmul": ({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8},
                {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 4}),
     "conv": ({"CONV_NHWC": 0}, {"CONV_NHWC": 1}),
+    "narrow": ({"CONV_NHWC": 0},),
 }
 
 _CACHE: dict[tuple, tuple[OpTrace, object]] = {}
@@ -206,11 +214,14 @@ def _tunables(plan: Plan) -> tuple[Tunable, ...]:
 def _kinds(plan: Plan) -> set[str]:
     """The kinds whose tunables and start points a plan uses (a Triton convolution tiles as a
     matmul does, a depthwise one blocks its outputs as a pointwise kernel does; a library call
-    has none; "conv": a convolution in either layout, CONV_NHWC's start points)."""
+    has none; "conv": a convolution in either layout, CONV_NHWC's start points; "narrow":
+    only convolutions of fewer than NHWC_MIN_CHANNELS input channels, NCHW starts only)."""
     alias = {"conv": "matmul", "scan": "reduction"}
+    convs = [k for k in plan.kernels if _layouts(k)]
+    layouts = set() if not convs else {"conv"} if any(
+        k.conv.channels >= NHWC_MIN_CHANNELS for k in convs) else {"narrow"}
     return {"pointwise" if k.kind == "conv" and k.conv.depthwise else alias.get(k.kind, k.kind)
-            for k in plan.kernels} - {"library"} | ({"conv"} if any(
-                _layouts(k) for k in plan.kernels) else set())
+            for k in plan.kernels} - {"library"} | layouts
 
 
 def _layouts(kernel) -> bool:
@@ -220,7 +231,7 @@ def _layouts(kernel) -> bool:
 
 
 def _merged(table: dict, kinds: set[str]) -> tuple[dict, ...]:
-    order = [k for k in ("conv", "matmul", "reduction", "pointwise") if k in kinds]
+    order = [k for k in ("conv", "narrow", "matmul", "reduction", "pointwise") if k in kinds]
     count = max(len(table[k]) for k in order)
     return tuple({key: value for k in reversed(order) for key, value in
                   table[k][i % len(table[k])].items()} for i in range(count))

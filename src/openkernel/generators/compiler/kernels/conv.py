@@ -57,6 +57,7 @@ class ConvSpec:
     # read channels-last, taps outer and channel blocks inner (conv_nhwc.py; the tunable
     # CONV_NHWC), not NCHW with every A element gathered
     nhwc: bool = False
+    channels: int = 0  # input channels per group (the weight's dim 1)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -80,7 +81,7 @@ def conv_spec(node: Node) -> ConvSpec | str:
                     transposed=bool(node.arg(6, "transposed", False)),
                     output_padding=int_list(node.arg(7, "output_padding"), nd),
                     groups=int(node.arg(8, "groups", 1) or 1),
-                    bias=isinstance(node.arg(2, "bias"), Value))
+                    bias=isinstance(node.arg(2, "bias"), Value), channels=w.shape[1].coeff)
     spec.depthwise = not spec.transposed and w.shape[1].coeff == 1
     if x.dtype != w.dtype:
         return "a convolution of mixed dtypes"
