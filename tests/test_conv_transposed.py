@@ -29,14 +29,12 @@ import rendered  # tests/rendered.py
 PARAMS = {"BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4, "BLOCK": 1024,
           "num_warps": 4, "num_stages": 2}
 
-# name -> (module, input shape): 1/2/3-d, strides 1-5, padding, output_padding, groups, bias or
+# name -> (module, input shape): 1/2/3-d, strides 2-5 (stride 1: FLIPPED below), padding, output_padding, groups, bias or
 # not, kernels not a multiple of the stride, dilations sharing a factor with it (some phases
 # reached by no tap) or not.
 CASES = {
     "1d_stride2_outpad": (lambda: nn.ConvTranspose1d(4, 6, 3, stride=2, padding=1,
                                                      output_padding=1), (2, 4, 7)),
-    "1d_stride1_dilated": (lambda: nn.ConvTranspose1d(4, 6, 5, padding=2, dilation=3,
-                                                      bias=False), (2, 4, 9)),
     "1d_stride2_dilation2": (lambda: nn.ConvTranspose1d(4, 6, 3, stride=2, padding=1,
                                                         dilation=2), (2, 4, 7)),
     "2d_stride2_groups": (lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1,
@@ -163,5 +161,74 @@ def test_direct_on_the_gpu(tmp_path):
                 x = torch.randn(*s, device="cuda")
                 torch.testing.assert_close(candidate(x), module(x), atol=1e-4, rtol=1e-4,
                                            msg=name)
+    finally:
+        torch.backends.cudnn.allow_tf32 = allow
+
+
+# Stride 1: a plain convolution over the flipped kernel (ConvSpec.flipped), in either layout.
+FLIPPED = {
+    "1d_dilated_no_bias": (lambda: nn.ConvTranspose1d(4, 6, 5, padding=2, dilation=3,
+                                                      bias=False), (2, 4, 9)),
+    "2d_groups_padded": (lambda: nn.ConvTranspose2d(4, 6, 3, padding=1, groups=2), (2, 4, 5, 7)),
+    "3d_kernel2x3x1": (lambda: nn.ConvTranspose3d(3, 5, (2, 3, 1)), (1, 3, 3, 4, 2)),
+}
+
+
+@pytest.mark.parametrize("name", FLIPPED)
+@pytest.mark.parametrize("nhwc", [0, 1])
+def test_stride_one_is_a_plain_convolution_over_the_flipped_kernel(name, nhwc, interpreter,
+                                                                    tmp_path):
+    torch.manual_seed(0)
+    make, shape = FLIPPED[name]
+    module = make().eval()
+    x = torch.randn(*shape)
+    match = FusedMatmul().match(None, TaskProbe(ok=True, trace=trace_forward(module, [x])),
+                                "triton")
+    family = match.family
+    assert (0, 0, 1) not in match.spec["plans"]  # (no phases to split: nothing direct)
+    params = family.clean({**PARAMS, "CONV_NHWC": nhwc}, True, "triton")
+    assert params["CONV_NHWC"] == nhwc
+    code = family.render(match, params, "triton")
+    assert ".flip(" in code and "over its flipped kernel" in family.describe(match, params)
+    candidate = rendered.load(code, tmp_path, f"flipped_{name}_{nhwc}").ModelNew()
+    candidate.load_state_dict(module.state_dict(), strict=False)
+    for inp in (x, torch.randn(*_held_out(shape))):
+        torch.testing.assert_close(candidate(inp), module(inp), atol=1e-4, rtol=1e-4)
+
+
+def test_a_padding_past_the_kernel_stays_transposed(interpreter, tmp_path):
+    """Padding over dil * (k - 1) crops the output: no plain convolution has that (a negative
+    padding), so the gradient form computes it."""
+    module = nn.ConvTranspose1d(4, 6, 3, padding=3).eval()
+    x = torch.randn(2, 4, 12)
+    match = FusedMatmul().match(None, TaskProbe(ok=True, trace=trace_forward(module, [x])),
+                                "triton")
+    code = render(match.spec["plans"][(0, 0, 0)], PARAMS)
+    assert ".flip(" not in code and "Transposed convolution" in code
+    candidate = rendered.load(code, tmp_path, "cropped").ModelNew()
+    candidate.load_state_dict(module.state_dict(), strict=False)
+    torch.testing.assert_close(candidate(x), module(x), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+def test_flipped_on_the_gpu(tmp_path):
+    """The stride-1 forms compiled for the GPU, in both layouts, each correct (TF32 off)."""
+    allow = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        for name, (make, shape) in FLIPPED.items():
+            torch.manual_seed(0)
+            module = make().eval()
+            match = FusedMatmul().match(None, TaskProbe(ok=True, trace=trace_forward(
+                module, [torch.randn(*shape)])), "triton")
+            for nhwc in (0, 1):
+                params = match.family.clean({**PARAMS, "CONV_NHWC": nhwc}, False, "triton")
+                code = match.family.render(match, params, "triton")
+                candidate = rendered.load(code, tmp_path, f"gpu_{name}_{nhwc}").ModelNew().cuda()
+                candidate.load_state_dict(module.state_dict(), strict=False)
+                for s in (shape, _held_out(shape)):
+                    x = torch.randn(*s, device="cuda")
+                    torch.testing.assert_close(candidate(x), module.cuda()(x), atol=1e-4,
+                                               rtol=1e-4, msg=f"{name}, CONV_NHWC {nhwc}")
     finally:
         torch.backends.cudnn.allow_tf32 = allow

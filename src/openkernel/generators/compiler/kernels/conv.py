@@ -13,7 +13,7 @@ convolution that is neither transposed nor depthwise may instead read its input 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from openkernel.generators.compiler.graph import Node, Value, int_list
 from openkernel.generators.compiler.kernels import conv_nhwc, conv_transposed, depthwise
@@ -57,7 +57,11 @@ class ConvSpec:
     # read channels-last, taps outer and channel blocks inner (conv_nhwc.py; the tunable
     # CONV_NHWC), not NCHW with every A element gathered
     nhwc: bool = False
-    channels: int = 0  # input channels per group (the weight's dim 1)
+    channels: int = 0  # input channels per group
+    # a transposed convolution of stride 1 computed as a plain one: its weight (C_in, C_out / g,
+    # *kernel) read as (C_out, C_in / g, *kernel) with the kernel flipped, its padding
+    # dil * (k - 1) - p; the plain forms (NCHW, channels-last) then serve it
+    flipped: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -81,8 +85,13 @@ def conv_spec(node: Node) -> ConvSpec | str:
                     transposed=bool(node.arg(6, "transposed", False)),
                     output_padding=int_list(node.arg(7, "output_padding"), nd),
                     groups=int(node.arg(8, "groups", 1) or 1),
-                    bias=isinstance(node.arg(2, "bias"), Value), channels=w.shape[1].coeff)
-    spec.depthwise = not spec.transposed and w.shape[1].coeff == 1
+                    bias=isinstance(node.arg(2, "bias"), Value))
+    spec.channels = w.shape[0].coeff // spec.groups if spec.transposed else w.shape[1].coeff
+    flip = [d * (k - 1) - p for k, p, d in zip(spec.kernel, spec.padding, spec.dilation)]
+    if spec.transposed and set(spec.stride) == {1} and not any(spec.output_padding) and \
+            min(flip) >= 0:  # (a larger padding crops: left to the transposed forms)
+        spec.transposed, spec.flipped, spec.padding = False, True, flip
+    spec.depthwise = not spec.transposed and spec.channels == 1
     if x.dtype != w.dtype:
         return "a convolution of mixed dtypes"
     return spec
@@ -188,6 +197,8 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
     formulas, so held-out sizes follow), its buffer, the launch."""
     nd = spec.nd
     x, w, b = f"{name}_x", f"{name}_w", (f"{name}_b" if b_expr else None)
+    if spec.flipped:
+        w_expr = flipped_weight(spec, w_expr)
     w_read = conv_transposed.weight(spec, w_expr) if spec.direct else f"{w_expr}.contiguous()"
     if spec.nhwc:
         lines, sizes_in = conv_nhwc.operands(name, spec, x_expr, w_expr)
@@ -232,7 +243,20 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
     return lines
 
 
+def flipped_weight(spec: ConvSpec, w: str) -> str:
+    """The expression of a stride-1 transposed convolution's weight as a plain convolution's:
+    (C_in, C_out / g, *kernel) -> (C_out, C_in / g, *kernel), the kernel flipped."""
+    dims = ", ".join(str(2 + j) for j in range(spec.nd))
+    swap = f"{w}.transpose(0, 1)" if spec.groups == 1 else \
+        f"{w}.unflatten(0, ({spec.groups}, -1)).transpose(1, 2).flatten(0, 1)"
+    return f"{swap}.flip({dims})"
+
+
 def describe(spec: ConvSpec) -> str:
+    if spec.flipped:
+        form = describe(replace(spec, flipped=False))
+        return form.replace("convolution", "transposed convolution (stride 1)", 1) + \
+            ", over its flipped kernel"
     if spec.direct:
         return conv_transposed.describe(spec)
     if spec.depthwise:
