@@ -85,8 +85,8 @@ def _one_level(anchor: ReductionAnchor, graph_deps) -> tuple[list[Node], list] |
     """The reductions and Welford variances, all in one loop; or why they cannot be."""
     levels = _levels(anchor, graph_deps)
     variances = welford.fold_variances(levels, anchor.domain, graph_deps)
-    if any(levels[1:]):
-        node = levels[1][0]
+    if any(levels[1:]):  # (the first deeper level with a reduction: one may be empty)
+        node = next(n for level in levels[1:] for n in level)
         return f"{node.aten} (op {node.index}) needs another reduction's result first"
     nodes = levels[0] if levels else []
     for node in nodes:
