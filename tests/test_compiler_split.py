@@ -141,6 +141,24 @@ def test_many_rows_and_inference_batch_norm_are_not_split(tmp_path):
     torch.testing.assert_close(candidate(x), bn(x), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.usefixtures("_interpreter")
+def test_statistics_of_normalised_rows_keep_whole_rows(tmp_path):
+    """Two training BatchNorms, a ReLU between: the second's statistics need the first's
+    (whose variance is folded out of its level, leaving that level empty); one kernel, rows
+    not split, the reason given (the plan failed with an IndexError)."""
+    torch.manual_seed(0)
+    model = Forward(lambda m, x: m.inner[1](torch.relu(m.inner[0](x))),
+                    torch.nn.Sequential(_bn(torch.nn.BatchNorm2d, 4), _bn(torch.nn.BatchNorm2d, 4)))
+    _, candidate, plan = _candidate(tmp_path, copy.deepcopy(model).train(),
+                                    torch.randn(3, 4, 6, 7), "two_bn")
+    assert [k.kind for k in plan.kernels] == ["reduction"] and not plan.kernels[0].splits
+    assert "needs another reduction's result first" in plan.kernels[0].split.why
+    for size in ((3, 4, 6, 7), (2, 4, 5, 9)):
+        x = torch.randn(size)
+        torch.testing.assert_close(candidate(x), copy.deepcopy(model).train()(x), atol=1e-4,
+                                   rtol=1e-4)
+
+
 def test_what_keeps_whole_rows_says_why_and_split_is_tuned_where_it_applies(tmp_path):
     """argmax and softmax's dependent sum keep whole rows (the description says why); SPLIT is
     a free tunable only where a plan splits, and each candidate's description says its form."""

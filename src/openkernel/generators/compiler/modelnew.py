@@ -9,8 +9,10 @@ the reference was traced with (``get_init_inputs()``).
 
 from __future__ import annotations
 
+import ast
 import keyword
 import re
+import textwrap
 
 from openkernel.generators.compiler.kernels import conv, split, welford
 from openkernel.generators.compiler.kernels.matmul import K_MAJOR
@@ -177,16 +179,58 @@ def kernel_source(kernel: Kernel) -> str:
     return "\n\n\n".join(out)
 
 
-def _launch(kernel: Kernel, plan: Plan) -> list[str]:
-    """Forward lines: the kernel's output buffers, then its launch (skipped on empty grids)."""
-    names = plan.names
+def _canonical(kernel: Kernel) -> str:
+    """The kernel's code up to its names: its functions' own (the variant's suffix kept), its
+    variables' and the parameters its launch passes by position (numbered in order of use:
+    pointers, sizes, and the locals named after its tensors; constexprs go by keyword and keep
+    theirs), its docstrings and comments (the op numbers of its lines)."""
+    tree = ast.parse(kernel_source(kernel))
+    for fn in tree.body:
+        fn.name = fn.name[len(kernel.name):]
+        if ast.get_docstring(fn) is not None:
+            fn.body = fn.body[1:]
+        bound = {a.arg for a in fn.args.args if a.annotation is None} | {
+            n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        number: dict[str, str] = {}
+        for node in ast.walk(fn):  # (whole identifiers: never a substring of another)
+            field = "arg" if isinstance(node, ast.arg) else "id" if isinstance(node, ast.Name) \
+                else None
+            if field and getattr(node, field) in bound:
+                name = getattr(node, field)
+                setattr(node, field, number.setdefault(name, f"<{len(number)}>"))
+    return ast.dump(tree)
+
+
+def shared_functions(kernels: list[Kernel]) -> dict[str, str]:
+    """Each Triton kernel's jit function: the first one's of the same code (``_canonical``),
+    launched with its own arguments in the same order, so Triton compiles that code once (a
+    deep network's identical layers: 16 ReLUs, 16 GEMMs)."""
+    first: dict[str, str] = {}
+    return {k.name: first.setdefault(_canonical(k), k.name) for k in kernels}
+
+
+def _sharing(kernel: Kernel, fns: dict[str, str]) -> str:
+    """A comment naming the other kernels that launch ``kernel``'s functions ("" if none)."""
+    others = [k for k, f in fns.items() if f == kernel.name and k != kernel.name]
+    if not others:
+        return ""
+    functions = len(kernel.bodies) if kernel.kind != "conv" else 1
+    text = ("Also" if functions == 1 else f"The {functions} functions below are also") + \
+        f" launched for {', '.join(others)} (the same code over their own tensors: compiled once)."
+    return textwrap.fill(text, 96, initial_indent="# ", subsequent_indent="# ") + "\n"
+
+
+def _launch(kernel: Kernel, plan: Plan, fn: str = "") -> list[str]:
+    """Forward lines: the kernel's output buffers, then its launch (skipped on empty grids).
+    ``fn``: the jit function it launches (its own unless it shares one: ``shared_functions``)."""
+    names, fn = plan.names, fn or kernel.name
     head = [f"# {kernel.name}: {describe(kernel)}"[:96]]
     if kernel.kind == "library":  # the kernels after it index its result as contiguous
         return head + [f"{names[kernel.outputs[0].id]} = {kernel.call}.contiguous()"]
     if kernel.kind == "conv":
         x, w, b = kernel.views
         return head + conv.launch(kernel.name, kernel.conv, x, w, None if b == "None" else b,
-                                  names[kernel.outputs[0].id])
+                                  names[kernel.outputs[0].id], fn)
     for v in kernel.writes:
         head.append(f"{names[v.id]} = torch.empty({_shape(v.shape)}, device=device, "
                     f"dtype={_tl_dtype(v.dtype)})")
@@ -195,7 +239,7 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
     if kernel.kind == "pointwise":
         n = numel(kernel.outputs[0].shape).code()
         body = [f"grid = (triton.cdiv({n}, BLOCK),)",
-                *_call(f"{kernel.name}[grid]", ptrs + [n] + syms
+                *_call(f"{fn}[grid]", ptrs + [n] + syms
                        + ["BLOCK=BLOCK", f"INDEX={index_type(kernel.reads + kernel.writes)}",
                           "num_warps=NUM_WARPS"])]
         return head + _guard(body, n)
@@ -225,7 +269,7 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
             tiles = ["BLOCK_N=max(16, triton.next_power_of_2(N))", "GROUP_M=1"]
             grid = f"grid = (triton.cdiv(M, BLOCK_M), {batch})"
         body = [grid,
-                *_call(f"{kernel.name}[grid]", ptrs + ["M", "N", "K"] + strides + syms
+                *_call(f"{fn}[grid]", ptrs + ["M", "N", "K"] + strides + syms
                        + [f"IEEE={a}.dtype == torch.float32 and not ({a}.is_cuda and "
                           "torch.backends.cuda.matmul.allow_tf32)", "TF32X3=TF32X3",
                           f"UPCAST=INTERPRETED and {a}.dtype == torch.bfloat16", "BLOCK_M=BLOCK_M",
@@ -239,17 +283,17 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
     if kernel.kind == "scan":
         return head + _guard([
             "rows = min(triton.next_power_of_2(n_rows), max(1, TILE // LOOP_BLOCK))",
-            *_call(f"{kernel.name}_looped[(triton.cdiv(n_rows, rows),)]", args
+            *_call(f"{fn}_looped[(triton.cdiv(n_rows, rows),)]", args
                    + ["ROWS=rows", "BLOCK_C=LOOP_BLOCK", index, "num_warps=NUM_WARPS"])],
             d.rows.code())
     if kernel.middle:  # a BLOCK_B-wide tile, deeper where the inner dims are narrower
-        middle = _call(f"{kernel.name}_middle[(programs,)]",
+        middle = _call(f"{fn}_middle[(programs,)]",
                        ptrs + ["n_rows", "n_cols", "n_inner"] + syms
                        + ["ROWS=rows", "BLOCK_C=block_c", index, "num_warps=NUM_WARPS",
                           "num_stages=NUM_STAGES"])
         if kernel.splits:
             middle = split.launch(kernel.name, kernel.split, ptrs, syms, True, "programs", "rows",
-                                  "block_c", middle, _call, index)
+                                  "block_c", middle, _call, index, fn)
         return head + _guard([
             f"n_inner = {numel(d.inner).code()}",
             "rows = min(BLOCK_B, triton.next_power_of_2(n_inner))",
@@ -258,20 +302,20 @@ def _launch(kernel: Kernel, plan: Plan) -> list[str]:
     fused = [
         "block_c = triton.next_power_of_2(n_cols)",
         "rows = min(triton.next_power_of_2(n_rows), max(1, TILE // block_c))",
-        *_call(f"{kernel.name}_fused[(triton.cdiv(n_rows, rows),)]", args
+        *_call(f"{fn}_fused[(triton.cdiv(n_rows, rows),)]", args
                + ["ROWS=rows", "BLOCK_C=block_c", index, "num_warps=NUM_WARPS"])]
     if not kernel.looped:
         return head + _guard(fused, d.rows.code())
     looped = [
         "rows = min(triton.next_power_of_2(n_rows), max(1, TILE // LOOP_BLOCK))",
-        *_call(f"{kernel.name}_looped[(triton.cdiv(n_rows, rows),)]", args
+        *_call(f"{fn}_looped[(triton.cdiv(n_rows, rows),)]", args
                + ["ROWS=rows", "BLOCK_C=LOOP_BLOCK", index, "num_warps=NUM_WARPS",
                   "num_stages=NUM_STAGES"])]
     body = ["if n_cols <= MAX_FUSED:"] + ["    " + x for x in fused] + ["else:"] + \
         ["    " + x for x in looped]
     if kernel.splits:  # one row a program, each split into parts
         body = split.launch(kernel.name, kernel.split, ptrs, syms, False, "n_rows", "1",
-                            "LOOP_BLOCK", body, _call, index)
+                            "LOOP_BLOCK", body, _call, index, fn)
     return head + _guard(body, d.rows.code())
 
 
@@ -322,9 +366,12 @@ def render(plan: Plan, params: dict) -> str:
                       if k in params)
     state = [v for v in graph.values.values() if v.kind == "state"]
     constants = [v for v in graph.values.values() if v.kind == "const" and v.numel != Size(1)]
-    n = len(plan.triton)
-    doc = [f"{n} Triton kernel{'s' if n > 1 else ''} written from the reference's traced aten graph "
-           "(openkernel's offline generator)"
+    n, fns = len(plan.triton), shared_functions(plan.triton)
+    shared = len(set(fns.values()))
+    doc = [f"{n} Triton kernel{'s' if n > 1 else ''}"
+           + (f" ({shared} jit function{'s' if shared > 1 else ''}: kernels of the same "
+              "code launch one)" if shared < n else "")
+           + " written from the reference's traced aten graph (openkernel's offline generator)"
            + (", around torch's own kernel for what is left to it" if n < len(plan.kernels) else "")
            + (NOTE if replayed else "") + ":"] + [f"{k.name}: {describe(k)}." for k in plan.kernels]
     if any(k.splits for k in plan.kernels) and "SPLIT" not in params:
@@ -339,7 +386,7 @@ def render(plan: Plan, params: dict) -> str:
     header = HEADER if "INTERPRETED" in consts or replayed else HEADER.replace("import os\n\n", "")
     head = '"""' + "\n".join(doc) + '\n"""\n\n' + header + "\n" + consts
     parts = [DECLARE.strip("\n")] if state else []
-    sources = [kernel_source(k) for k in plan.triton]
+    sources = [_sharing(k, fns) + kernel_source(k) for k in plan.triton if fns[k.name] == k.name]
     if any("_welford_combine" in text for text in sources):
         parts.append(welford.COMBINE)
     if any(k.splits for k in plan.kernels):
@@ -349,12 +396,12 @@ def render(plan: Plan, params: dict) -> str:
     parts += sources
     if replayed:
         parts.append(REPLAY.strip("\n"))
-    model = _model(plan, state, constants)
+    model = _model(plan, state, constants, fns)
     parts.append("\n".join(graphed(model.split("\n"))) if replayed else model)
     return head + "\n\n" + "\n\n\n".join(parts) + "\n"
 
 
-def _model(plan: Plan, state, constants) -> str:
+def _model(plan: Plan, state, constants, fns: dict[str, str]) -> str:
     graph, names = plan.graph, plan.names
     args = [names[v.id if v is not None else f"arg{i}"] for i, v in enumerate(graph.inputs)]
     init = ["    def __init__(self, *init_args):",
@@ -401,7 +448,7 @@ def _model(plan: Plan, state, constants) -> str:
         elif v.id in used and v.kind == "const" and v.numel != Size(1):
             body.append(f"        {names[v.id]} = self.{names[v.id]}")
     for kernel in plan.kernels:
-        body += ["        " + line for line in _launch(kernel, plan)]
+        body += ["        " + line for line in _launch(kernel, plan, fns.get(kernel.name, ""))]
     outs = [names.get(graph.values[r].id, "None") for r in graph.trace.outputs]
     if graph.trace.output_kind == "tensor":
         body.append(f"        return {outs[0]}")

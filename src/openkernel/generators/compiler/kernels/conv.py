@@ -192,9 +192,11 @@ def output_coordinates(index: str, dims) -> tuple[list[str], str]:
 
 
 def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | None,
-           y: str) -> list[str]:
+           y: str, fn: str = "") -> list[str]:
     """Forward lines: the operands (contiguous), the output's sizes from the input's (torch's
-    formulas, so held-out sizes follow), its buffer, the launch."""
+    formulas, so held-out sizes follow), its buffer, the launch of ``fn`` (the jit function:
+    ``name`` unless it shares another convolution's)."""
+    fn = fn or name
     nd = spec.nd
     x, w, b = f"{name}_x", f"{name}_w", (f"{name}_b" if b_expr else None)
     if spec.flipped:
@@ -221,7 +223,7 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
                  f"dtype={x}.dtype)")
     if spec.depthwise:
         return lines + depthwise.launch(name, spec, x, w, b, y,
-                                        [f"{name}_out[{j}]" for j in range(nd)])
+                                        [f"{name}_out[{j}]" for j in range(nd)], fn)
     m = " * ".join([f"{x}.shape[0]"] + [f"{name}_out[{j}]" for j in range(nd)])
     if spec.direct:  # (rows of one phase)
         m = conv_transposed.rows(spec, f"{x}.shape[0]", f"{name}_out")
@@ -239,7 +241,7 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
     lines.append(f"grid = (triton.cdiv(M, BLOCK_M), triton.cdiv({y}.shape[1] // {spec.groups}, "
                  f"BLOCK_N), {z})")
     lines.append(f"if M > 0 and {y}.shape[1] > 0:")
-    lines.append(f"    {name}[grid](" + ", ".join(args) + ")")
+    lines.append(f"    {fn}[grid](" + ", ".join(args) + ")")
     return lines
 
 

@@ -76,16 +76,18 @@ def source(name: str, spec) -> str:
     return "\n".join(lines)
 
 
-def launch(name: str, spec, x: str, w: str, b: str | None, y: str, outs: list[str]) -> list[str]:
+def launch(name: str, spec, x: str, w: str, b: str | None, y: str, outs: list[str],
+           fn: str = "") -> list[str]:
     """The launch lines once the operands (contiguous) and ``y`` exist: one program per BLOCK
-    outputs of each (batch, output channel) plane, on one grid axis (2^31 programs)."""
+    outputs of each (batch, output channel) plane, on one grid axis (2^31 programs); ``fn``:
+    the jit function, ``name`` unless it shares another's."""
     size = " * ".join(f"{name}_out[{j}]" for j in range(spec.nd))
     return [
         f"{name}_s = {size}",
         f"{name}_nblk = triton.cdiv({name}_s, BLOCK)",
         f"grid = ({x}.shape[0] * {y}.shape[1] * {name}_nblk,)",
         "if grid[0] > 0:",
-        f"    {name}[grid]({x}, {w}, {b or y}, {y}, {x}.shape[1], "
+        f"    {fn or name}[grid]({x}, {w}, {b or y}, {y}, {x}.shape[1], "
         + ", ".join(f"{x}.shape[{2 + j}]" for j in range(spec.nd))
         + f", {y}.shape[1], " + ", ".join(outs)
         + f", {name}_s, {name}_nblk, MULT={y}.shape[1] // {x}.shape[1], BLOCK=BLOCK, "

@@ -85,8 +85,8 @@ def _one_level(anchor: ReductionAnchor, graph_deps) -> tuple[list[Node], list] |
     """The reductions and Welford variances, all in one loop; or why they cannot be."""
     levels = _levels(anchor, graph_deps)
     variances = welford.fold_variances(levels, anchor.domain, graph_deps)
-    if any(levels[1:]):
-        node = levels[1][0]
+    if any(levels[1:]):  # (the first deeper level with a reduction: one may be empty)
+        node = next(n for level in levels[1:] for n in level)
         return f"{node.aten} (op {node.index}) needs another reduction's result first"
     nodes = levels[0] if levels else []
     for node in nodes:
@@ -197,21 +197,23 @@ def _combined(w: KernelWriter, em: Emitter, anchor: ReductionAnchor, nodes: list
 
 def launch(name: str, split: Split, ptrs: list[str], syms: list[str], middle: bool,
            programs: str, rows: str, block: str, unsplit: list[str], call,
-           index: str) -> list[str]:
+           index: str, fn: str = "") -> list[str]:
     """Forward lines: the split kernels where ``_split`` splits, else the ``unsplit`` launch.
 
     ``ptrs``, ``syms``: the kernel's tensors and size symbols; ``programs``: the unsplit grid's
     size, ``rows`` and ``block`` the split kernels' ROWS and BLOCK_C; ``call``: the writer of
-    a launch's lines (modelnew.py's); ``index``: the ``INDEX=...`` argument of the launch."""
+    a launch's lines (modelnew.py's); ``index``: the ``INDEX=...`` argument of the launch;
+    ``fn``: the jit functions' name, ``name``'s own unless it shares another kernel's."""
+    fn = fn or name
     scratch = [f"{name}_p{k}" for k in range(len(split.parts))]
     common = ptrs + scratch + ["n_rows", "n_cols"] + (["n_inner"] if middle else []) + \
         ["parts", "chunk"] + syms
     tiles = [f"ROWS={rows}", f"BLOCK_C={block}", index]
     launches = [f"{p} = torch.empty((n_rows, parts), device=device, dtype={TORCH[ct]})"
                 for p, ct in zip(scratch, split.parts)]
-    launches += call(f"{name}_partial[({programs}, parts)]", common + tiles
+    launches += call(f"{fn}_partial[({programs}, parts)]", common + tiles
                      + ["num_warps=NUM_WARPS", "num_stages=NUM_STAGES"])
-    launches += call(f"{name}_split[({programs}, {'parts' if split.element else 1})]",
+    launches += call(f"{fn}_split[({programs}, {'parts' if split.element else 1})]",
                      common + tiles + ["SPLITS=triton.next_power_of_2(parts)",
                                        "num_warps=NUM_WARPS", "num_stages=NUM_STAGES"])
     return [f"parts, chunk = _split({programs}, n_cols, {block})", "if parts > 1:"] + \
