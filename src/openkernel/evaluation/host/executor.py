@@ -655,10 +655,10 @@ class Evaluator:
 
     def _spare_key(self, device: str, gpu_index: int | None, profiler: str | None) -> tuple:
         """Held from its first use to :meth:`close`: what a worker was started with (the
-        environment it inherits included) decides which evaluators may take it."""
-        env = hashlib.sha256(repr(sorted(os.environ.items())).encode()).hexdigest()[:16]
+        environment it inherits included, not the engine's whole: it changes mid-run)
+        decides which evaluators may take it."""
         key = (device, gpu_index, profiler, str(self.scratch_root), self.ec.cpu_time_limit_s,
-               self.ec.memory_limit_gb, self.keep_scratch, env)
+               self.ec.memory_limit_gb, self.keep_scratch, environment.digest(os.environ))
         if key not in self._spare_keys and self._finalizer.alive:
             self._spare_keys.add(key)
             SPARES.hold(key, self.keep_scratch)

@@ -1,0 +1,75 @@
+"""Spare workers across evaluators (a bench's problems one after another, spares.py): the next
+evaluator's first jobs find workers started ahead, their imports done (the records say so)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from openkernel.config import build_config
+from openkernel.evaluation.host.executor import Evaluator
+from openkernel.evaluation.host.process import WorkerProcess
+from openkernel.task import load_task
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD = (ROOT / "tests" / "candidates" / "good_gelu.py").read_text()
+
+
+def _evaluator(tmp_path: Path, **ec) -> Evaluator:
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch"),
+                                     "build_cache_dir": str(tmp_path / "builds")},
+                           "eval_config": {"correctness_seeds": 1, "prestart_workers": True,
+                                           **ec}})
+    return Evaluator(load_task(ROOT / "examples" / "gelu"), config, bench_budget_s=0.1)
+
+
+def _until_waiting(worker: WorkerProcess, limit_s: float = 120.0) -> None:
+    """Until the spare has done its imports and blocks reading its job (no CPU for a second)."""
+    stat = Path(f"/proc/{worker.proc.pid}/stat")
+    last, deadline = None, time.monotonic() + limit_s
+    while time.monotonic() < deadline and worker.alive():
+        ticks = sum(int(x) for x in stat.read_text().rsplit(")", 1)[1].split()[11:13])
+        if ticks == last:
+            return
+        last = ticks
+        time.sleep(1.0)
+
+
+def test_the_next_evaluator_takes_the_spare_after_the_engine_imported_torch(tmp_path, monkeypatch):
+    """Between two problems the engine's own environment changed: the offline generator reads
+    a probe's Inductor capture with torch._inductor, whose import sets TORCHINDUCTOR_CACHE_DIR
+    in os.environ (H200, kb-s19: the first problem of each process with Triton kernels in its
+    capture had all four candidates wait 8-11 s for a worker's imports). A worker never
+    inherits that variable (each gets its own scratch's), so the spare started before serves."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    first = _evaluator(tmp_path, keep_spares_s=60)
+    assert first.evaluate(GOOD, "triton", "first").correctness
+    (spare,) = first.spares()[("cpu", None, None)]
+    first.close()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "engine-inductor"))  # as torch does
+    _until_waiting(spare)
+    nxt = _evaluator(tmp_path, keep_spares_s=0)
+    try:
+        result = nxt.evaluate(GOOD.replace("good", "good "), "triton", "next")
+        assert result.correctness, result.eval_log
+        # its worker is the spare, started ahead and done with its imports when the job came
+        assert result.metadata["prestarted"] is True, result.metadata
+        assert result.metadata["worker"]["idle_s"] > 0, result.metadata["worker"]
+        assert spare.proc.poll() is not None
+    finally:
+        nxt.close()
+
+
+def test_the_worker_key_ignores_what_workers_do_not_inherit(tmp_path, monkeypatch):
+    ev = _evaluator(tmp_path, keep_spares_s=0)
+    try:
+        key = ev._spare_key("cpu", None, None)
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "x"))  # set per worker
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-not-inherited")  # a secret: never inherited
+        monkeypatch.setenv("SOME_TOOL_SETTING", "1")  # not on the allow-list
+        assert ev._spare_key("cpu", None, None) == key
+        monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")  # inherited: a different worker
+        assert ev._spare_key("cpu", None, None) != key
+    finally:
+        ev.close()
