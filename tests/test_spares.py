@@ -73,3 +73,73 @@ def test_the_worker_key_ignores_what_workers_do_not_inherit(tmp_path, monkeypatc
         assert ev._spare_key("cpu", None, None) != key
     finally:
         ev.close()
+
+
+class _Idle:
+    """A spare that waits forever (the pool's sizes are what is tested, not a worker)."""
+
+    def __init__(self, scratch: Path):
+        self.scratch = scratch
+
+    def alive(self) -> bool:
+        return True
+
+    def kill(self) -> None:
+        pass
+
+
+def test_a_run_done_with_its_candidates_leaves_the_next_run_its_spares(tmp_path, monkeypatch):
+    """A large footprint plans 2 workers a GPU, so 4 spares wait while its candidates run;
+    once they are done, the pool grows to the 8 that a next run's probe, baselines and first
+    candidates take (kb-s19: level1/76, 28 GiB, then level2/1), as far as the GPU has room
+    beside the one worker left."""
+    from openkernel.evaluation.host.memplan import plan_memory, spares_beside_one
+    from openkernel.evaluation.host.spares import SPARES
+    from openkernel.records import Footprint, Hardware
+
+    hw = Hardware(label="NVIDIA H200 (sm_90)", device="cuda", gpu_arch="sm_90", num_gpus=1,
+                  gpu_archs=("sm_90",), gpu_memory_bytes=150_754_820_096)
+    monkeypatch.setattr(Evaluator, "hardware", property(lambda self: hw))
+    monkeypatch.setattr(Evaluator, "_spawn", lambda self, *a, **k: _Idle(tmp_path / "none"))
+    for footprint, before, after in ((28 << 30, 4, 8), (54 << 30, 2, 2)):
+        ev = _evaluator(tmp_path, max_workers=8, keep_spares_s=0, profile=False)
+        try:
+            ev._warm_spares()  # probe(): before its plan, as many as a fresh run takes
+            key = ev._spare_key("cuda", 0, None)
+            assert len(SPARES.waiting(key)) == 8
+            ev.plan = plan_memory(Footprint(peak_bytes=footprint), hw, max_workers_per_gpu=8)
+            ev._acquire_pool().per_device = ev.plan.workers_per_gpu  # as probe() sets it
+            for _ in range(6):  # the probe, the baselines, four candidates
+                assert ev._take("cuda", 0) is not None
+            assert len(SPARES.waiting(key)) == before == 2 * ev.plan.workers_per_gpu
+            ev.candidates_done()
+            assert len(SPARES.waiting(key)) == after
+            assert after <= max(before, spares_beside_one(ev.plan, hw))  # the plan's room
+        finally:
+            ev.close()
+
+
+def test_the_search_says_when_its_candidates_are_done(tmp_path, monkeypatch):
+    """After its last verdict, before the late baselines (whose seconds give the next run's
+    spares their head start)."""
+    from openkernel.events import CandidateEvaluated
+    from openkernel.runner import resolve_run
+    from openkernel.search.loop import Search
+
+    order = []
+    monkeypatch.setattr(Evaluator, "candidates_done", lambda self: order.append("done"))
+    late = Search._late_baselines
+
+    def recorded(self):
+        order.append("late baselines")
+        yield from late(self)
+
+    monkeypatch.setattr(Search, "_late_baselines", recorded)
+    task, config = resolve_run(ROOT / "examples" / "gelu", [
+        "max_iters=1", "branches_per_iteration=1", "prompt.max_template_combinations=1",
+        "eval_config.correctness_seeds=1", f"paths.scratch_dir={tmp_path / 'scratch'}",
+        f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}"])
+    for event in Search(task, config).run():
+        if isinstance(event, CandidateEvaluated):
+            order.append("verdict")
+    assert order == ["verdict", "done", "late baselines"]
