@@ -3,7 +3,6 @@ evaluator's first jobs find workers started ahead, their imports done (the recor
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
