@@ -317,6 +317,10 @@ class Search:
                 yield from self._seed_archive()
             yield from self._iterations(done)
             yield from self._drain_submissions()
+            # the next run's spares start beside the late baselines (not with the Ray executor)
+            candidates_done = getattr(self.evaluator, "candidates_done", None)
+            if candidates_done is not None:
+                candidates_done()
             yield from self._late_baselines()
         except Aborted:  # the evaluator was stopped (a suite's problem past its wall)
             self.control.stop()

@@ -9,6 +9,7 @@ defence in depth.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import resource
@@ -33,6 +34,32 @@ _ALLOWED_PREFIXES = (
 )
 # Secrets by name or value shape (``openkernel.redaction``) are dropped on top of the
 # allow-list, so TORCH_HUB_TOKEN or OPENKERNEL_API_KEY go too.
+# Each worker's own folders, inside its scratch (whatever the engine's say)
+_SCRATCH_DIRS = {
+    "HOME": "home", "TMPDIR": "tmp", "TEMP": "tmp", "TMP": "tmp", "XDG_CACHE_HOME": "cache",
+    "TRITON_CACHE_DIR": "cache/triton", "TORCH_EXTENSIONS_DIR": "cache/torch_extensions",
+    "TORCHINDUCTOR_CACHE_DIR": "cache/inductor", "CUDA_CACHE_PATH": "cache/cuda",
+}
+_DROPPED = ("TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR")  # default under HOME
+
+
+def inherited(base_env: Mapping[str, str]) -> dict[str, str]:
+    """The engine's variables a worker gets as they are: allow-listed, not secret, and none
+    of those set for each worker (its scratch folders)."""
+    return {k: v for k, v in base_env.items()
+            if (k in _ALLOWED or k.startswith(_ALLOWED_PREFIXES)) and not _is_secret(k, v)
+            and k not in _SCRATCH_DIRS and k not in _DROPPED}
+
+
+def digest(base_env: Mapping[str, str]) -> str:
+    """What of the engine's environment and working folder a worker's environment depends on
+    (:func:`worker_env`), digested: workers started under the same digest are interchangeable.
+    A variable no worker sees does not count: torch sets TORCHINDUCTOR_CACHE_DIR in the
+    engine's environment when the engine first imports it (the offline generator reading a
+    probe's Inductor capture), and the spares started before are as good as any."""
+    seen = sorted(inherited(base_env).items()) + [
+        (k, base_env.get(k, "")) for k in ("PYTHONPATH", PROTECT_VAR)] + [("cwd", os.getcwd())]
+    return hashlib.sha256(repr(seen).encode()).hexdigest()[:16]
 
 
 def worker_env(
@@ -52,20 +79,10 @@ def worker_env(
         scratch locations, PYTHONPATH and the variables below.
     """
     scratch = Path(scratch).resolve()
-    env = {
-        k: v for k, v in base_env.items()
-        if (k in _ALLOWED or k.startswith(_ALLOWED_PREFIXES)) and not _is_secret(k, v)
-    }
-    dirs = {
-        "HOME": "home", "TMPDIR": "tmp", "TEMP": "tmp", "TMP": "tmp", "XDG_CACHE_HOME": "cache",
-        "TRITON_CACHE_DIR": "cache/triton", "TORCH_EXTENSIONS_DIR": "cache/torch_extensions",
-        "TORCHINDUCTOR_CACHE_DIR": "cache/inductor", "CUDA_CACHE_PATH": "cache/cuda",
-    }
-    for var, sub in dirs.items():
+    env = inherited(base_env)
+    for var, sub in _SCRATCH_DIRS.items():
         (scratch / sub).mkdir(parents=True, exist_ok=True)
         env[var] = str(scratch / sub)
-    for var in ("TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR"):
-        env.pop(var, None)  # default under HOME, i.e. inside scratch
     env.setdefault("PATH", os.defpath)
     env["OPENBLAS_NUM_THREADS"] = "1"  # numpy's pool would start before confine(): unconfined
     # A load_inline build is two translation units: ninja needs no more, and the pool of

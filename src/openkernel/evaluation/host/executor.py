@@ -50,7 +50,13 @@ from openkernel.evaluation.host import captures, ceilings, environment, ncu
 from openkernel.evaluation.host.baselines import ReferenceBaselines, compile_ratio, wanted
 from openkernel.evaluation.host.devices import DevicePool, NoDeviceLeft, is_device_fault
 from openkernel.evaluation.host.float64 import Float64Answer
-from openkernel.evaluation.host.memplan import SPARES_PER_SLOT, describe, plan_memory, retry_plan
+from openkernel.evaluation.host.memplan import (
+    SPARES_PER_SLOT,
+    describe,
+    plan_memory,
+    retry_plan,
+    spares_beside_one,
+)
 from openkernel.evaluation.host.process import (
     WorkerProcess,
     WorkerRun,
@@ -655,30 +661,24 @@ class Evaluator:
 
     def _spare_key(self, device: str, gpu_index: int | None, profiler: str | None) -> tuple:
         """Held from its first use to :meth:`close`: what a worker was started with (the
-        environment it inherits included) decides which evaluators may take it."""
-        env = hashlib.sha256(repr(sorted(os.environ.items())).encode()).hexdigest()[:16]
+        environment it inherits included, not the engine's whole: it changes mid-run)
+        decides which evaluators may take it."""
         key = (device, gpu_index, profiler, str(self.scratch_root), self.ec.cpu_time_limit_s,
-               self.ec.memory_limit_gb, self.keep_scratch, env)
+               self.ec.memory_limit_gb, self.keep_scratch, environment.digest(os.environ))
         if key not in self._spare_keys and self._finalizer.alive:
             self._spare_keys.add(key)
             SPARES.hold(key, self.keep_scratch)
         return key
 
-    def _fill(self, device: str, gpu_index: int | None, profiler: str | None) -> None:
-        """Start spares until as many wait as can run on this device at once (under the lock).
-
-        An iteration's burst of candidates all find warm workers, and the next burst finds
-        them again: on a GPU two per slot, since a templated candidate takes two in a row (its
-        sweep, then its winner's evaluation) and a spare takes ~10 s to start on a busy H200;
-        profiles follow verdicts one by one, so half as many wait under ncu.
-        """
+    def _fill(self, device: str, gpu_index: int | None, profiler: str | None,
+              want: int | None = None) -> None:
+        """Start spares until ``want`` (default: as many as can run on this device at once)
+        wait (under the lock)."""
         if not self._finalizer.alive:
             return
-        want = self._slots.per_device if self._slots is not None else 1
-        if profiler:
-            want = max(1, want // 2)
-        elif device == "cuda":  # (at most 8 a GPU: each a process with torch and a context)
-            want = min(want * SPARES_PER_SLOT, max(want, 8))
+        if want is None:
+            want = _spares_for(device, profiler,
+                               self._slots.per_device if self._slots is not None else 1)
         SPARES.fill(self._spare_key(device, gpu_index, profiler), want,
                     lambda: self._spawn(device, gpu_index, profiler))
 
@@ -690,10 +690,44 @@ class Evaluator:
         self._acquire_pool()
         binary = ncu.find_ncu() if self.ec.profile else None
         with self._spare_lock:
-            for gpu in self._devices_of(self.targets.primary) or range(max(1, hw.num_gpus)):
+            for gpu in self._primary_gpus():
                 self._fill(hw.device, gpu, None)
                 if binary:
                     self._fill(hw.device, gpu, binary)
+
+    def candidates_done(self) -> None:
+        """The run takes no more candidates (the search calls it before the late baselines):
+        its pools grow to as many spares as a fresh run starts with, so that the next run of
+        this process (a bench's next problem) has them ready for its probe, its baselines and
+        its first candidates. A plan for a large footprint keeps fewer (two per worker slot);
+        beside the one worker left, the GPU has room for more (``spares_beside_one``)."""
+        hw = self.hardware
+        if hw.device != "cuda" or self._slots is None or not self._prestart(hw.device):
+            return
+        want = min(_spares_for(hw.device, None, self._per_device()),
+                   spares_beside_one(self.plan, hw, self.ec.gpu_memory_fraction))
+        with self._spare_lock:
+            for gpu in self._primary_gpus():
+                self._fill(hw.device, gpu, None, want)  # (a pool never shrinks here)
+
+    def _primary_gpus(self):
+        hw = self.hardware
+        return self._devices_of(self.targets.primary) or range(max(1, hw.num_gpus))
+
+
+def _spares_for(device: str, profiler: str | None, per_device: int) -> int:
+    """Spares to keep for ``per_device`` workers at once on a device.
+
+    An iteration's burst of candidates all find warm workers, and the next burst finds them
+    again: on a GPU two per slot, since a templated candidate takes two in a row (its sweep,
+    then its winner's evaluation) and a spare takes ~10 s to start on a busy H200; profiles
+    follow verdicts one by one, so half as many wait under ncu.
+    """
+    if profiler:
+        return max(1, per_device // 2)
+    if device == "cuda":  # (at most 8 a GPU: each a process with torch and a context)
+        return min(per_device * SPARES_PER_SLOT, max(per_device, 8))
+    return per_device
 
 
 def _present_archs(hw: Hardware) -> tuple[str, ...]:

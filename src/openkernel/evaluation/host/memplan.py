@@ -27,7 +27,8 @@ combinations' own copies of the weights would add more than that share, they sha
 Workers per GPU: every worker holds its task data while it builds and runs its first call
 (about F plus the candidate's weights), the one in its turn up to the budget, and each process
 has a CUDA context; a spare holds no task data, only its context (``SPARES_PER_SLOT`` of them
-per worker). Checks per GPU (with
+per worker; once a run's candidates are done, as many as a next run starts with, beside the
+one worker left: ``spares_beside_one``). Checks per GPU (with
 ``eval_config.overlap_checks``): how many of those workers may be at their checks' peak at
 once, each up to the budget, beside the others holding their first call's data. Level 1 (a retry after an
 evaluator fault) has the GPU to itself, smaller chunks and the precision check on the small
@@ -119,6 +120,16 @@ def plan_memory(fp: Footprint | None, hw: Hardware, *, memory_fraction: float = 
         cap = max(budget + (4 << 30), int(1.5 * budget))
         plan.memory_fraction = min(memory_fraction, cap / hw.gpu_memory_bytes)
     return plan
+
+
+def spares_beside_one(plan: MemoryPlan, hw: Hardware, memory_fraction: float = 0.9) -> int:
+    """Spares that fit on a GPU beside one worker at its checks' peak (a run's late baselines,
+    once its candidates are done): the rest of the usable memory, a context each; 0 when the
+    GPU's memory is unknown."""
+    if not hw.gpu_memory_bytes:
+        return 0
+    usable = int(hw.gpu_memory_bytes * memory_fraction)
+    return max(0, (usable - plan.budget_bytes - CONTEXT_BYTES) // CONTEXT_BYTES)
 
 
 def retry_plan(plan: MemoryPlan, fp: Footprint | None, hw: Hardware,
