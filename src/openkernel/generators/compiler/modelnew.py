@@ -22,6 +22,7 @@ from openkernel.generators.compiler.plan import Kernel, Plan
 from openkernel.generators.compiler.replay import NOTE, REPLAY, graphed
 from openkernel.generators.compiler.sizes import Size, numel
 from openkernel.generators.compiler.writer import KernelWriter
+from openkernel.syntax import parse
 
 HEADER = '''import os
 
@@ -184,7 +185,7 @@ def _canonical(kernel: Kernel) -> str:
     variables' and the parameters its launch passes by position (numbered in order of use:
     pointers, sizes, and the locals named after its tensors; constexprs go by keyword and keep
     theirs), its docstrings and comments (the op numbers of its lines)."""
-    tree = ast.parse(kernel_source(kernel))
+    tree = parse(kernel_source(kernel))
     for fn in tree.body:
         fn.name = fn.name[len(kernel.name):]
         if ast.get_docstring(fn) is not None:
