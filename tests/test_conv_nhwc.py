@@ -110,6 +110,26 @@ def test_both_layouts_match_torch(name, nhwc, interpreter, tmp_path):
         assert torch.equal(read, inp.permute(0, *range(2, nd + 2), 1))
 
 
+@pytest.mark.parametrize("name", ["1d_strided_dilated", "2d_stride2_pad1_dil2_groups2",
+                                  "3d_padded_no_bias"])
+def test_nchw_offsets_are_32_bit_unless_wide(name, interpreter, tmp_path):
+    """The NCHW kernel computes every A element's index: in int32 below 2^30 elements (64-bit
+    division is emulated on the GPU), in int64 past it (WIDE), the same outputs either way."""
+    torch.manual_seed(0)
+    make, shape = CASES[name]
+    module = make().eval()
+    x = torch.randn(*shape)
+    _, code, _, _ = _candidate(module, x, 0, tmp_path)
+    assert "WIDE=max(" in code and "    if WIDE:" in code and ".to(tl.int64)" in code
+    for forced in ("True", "False"):
+        wide = re.sub(r"WIDE=max\(.*?\) >= 2\*\*30", f"WIDE={forced}", code)
+        assert wide != code
+        loaded = rendered.load(wide, tmp_path, f"conv_wide_{forced}_{name}")
+        candidate = loaded.ModelNew()
+        candidate.load_state_dict(module.state_dict(), strict=False)
+        torch.testing.assert_close(candidate(x), module(x), atol=1e-4, rtol=1e-4)
+
+
 def test_a_channels_last_input_is_read_in_place(interpreter, tmp_path):
     """An input already channels-last is handed to the kernel as it is (no copy), and the
     output keeps the reference's layout (NCHW contiguous)."""

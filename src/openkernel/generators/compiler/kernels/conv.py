@@ -115,13 +115,17 @@ def source(name: str, spec: ConvSpec) -> str:
         "@triton.jit",
         f"def {name}(x_ptr, w_ptr, b_ptr, y_ptr, M, C_in, {sp_in}, C_out, {sp_out},",
         f"{' ' * (len(name) + 5)}IEEE: tl.constexpr, TF32X3: tl.constexpr, UPCAST: tl.constexpr,",
-        f"{' ' * (len(name) + 5)}BLOCK_M: tl.constexpr,",
+        f"{' ' * (len(name) + 5)}WIDE: tl.constexpr, BLOCK_M: tl.constexpr,",
         f"{' ' * (len(name) + 5)}BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):",
         f'    """{"Transposed c" if spec.transposed else "C"}onvolution ({nd}-d, '
         f'kernel {"x".join(map(str, ks))}, groups {spec.groups}) as an implicit GEMM."""',
-        "    pid_m = tl.program_id(0).to(tl.int64)",
-        "    pid_n = tl.program_id(1).to(tl.int64)",
-        "    g = tl.program_id(2).to(tl.int64)",
+        "    pid_m = tl.program_id(0)",
+        "    pid_n = tl.program_id(1)",
+        "    g = tl.program_id(2)",
+        "    if WIDE:  # offsets past int32 (else 32-bit: every A element's index is computed)",
+        "        pid_m = pid_m.to(tl.int64)",
+        "        pid_n = pid_n.to(tl.int64)",
+        "        g = g.to(tl.int64)",
         f"    cig = C_in // {spec.groups}  # input channels per group",
         f"    cog = C_out // {spec.groups}",
         f"    K = cig * {k_pos}  # input channels x kernel positions",
@@ -181,6 +185,13 @@ def source(name: str, spec: ConvSpec) -> str:
     return "\n".join(lines)
 
 
+def wide(x: str, w: str, y: str) -> str:
+    """The launch's WIDE flag: 64-bit offsets where the operands or the rows reach 2^30
+    elements (half of int32's range: the rows and taps past the edges, masked, still compute
+    their offsets)."""
+    return f"WIDE=max({x}.numel(), {w}.numel(), {y}.numel(), M + BLOCK_M) >= 2**30"
+
+
 def output_coordinates(index: str, dims) -> tuple[list[str], str]:
     """Kernel lines splitting a flat output index into its spatial coordinates ``o_<dim>``
     (innermost last), and the expression of what is left above them (the batch, the plane)."""
@@ -231,7 +242,8 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
     sizes_out = [f"{name}_out[{j}]" for j in range(nd)]
     args = [x, w, b or y, y, *(conv_nhwc.launch_args(spec, x, y, sizes_in, sizes_out)
                                if spec.nhwc else
-                               ["M", f"{x}.shape[1]", *sizes_in, f"{y}.shape[1]", *sizes_out]),
+                               ["M", f"{x}.shape[1]", *sizes_in, f"{y}.shape[1]", *sizes_out]
+                               + ([] if spec.direct else [wide(x, w, y)])),
             f"IEEE={x}.dtype == torch.float32 and not ({x}.is_cuda and torch.backends.cudnn.allow_tf32)",
             f"TF32X3={x}.dtype == torch.float32" if spec.exact else "TF32X3=False",
             f"UPCAST=INTERPRETED and {x}.dtype == torch.bfloat16", "BLOCK_M=BLOCK_M",
