@@ -9,6 +9,7 @@ torch's ConvTranspose.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 
@@ -145,24 +146,33 @@ def test_tconv_direct_is_a_tunable_and_the_branches_take_both_forms(tmp_path):
         "TCONV_DIRECT"] == 0
 
 
-@pytest.mark.gpu
-def test_direct_on_the_gpu(tmp_path):
-    """The direct kernels compiled for the GPU (no interpreter), each correct (TF32 off, as
-    the reference's cuDNN computes then)."""
+@contextlib.contextmanager
+def _cudnn_exact():
+    """TF32 off, as the reference's cuDNN then computes (the kernels' IEEE flag follows it)."""
     allow = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = False
     try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = allow
+
+
+def _matches_on_the_gpu(candidate, module, shape, msg: str) -> None:
+    module = module.cuda()
+    for s in (shape, _held_out(shape)):
+        x = torch.randn(*s, device="cuda")
+        torch.testing.assert_close(candidate(x), module(x), atol=1e-4, rtol=1e-4, msg=msg)
+
+
+@pytest.mark.gpu
+def test_direct_on_the_gpu(tmp_path):
+    """The direct kernels compiled for the GPU (no interpreter), each correct."""
+    with _cudnn_exact():
         for name, (make, shape) in CASES.items():
             torch.manual_seed(0)
             module = make().eval()
             candidate, _ = _candidate(module, torch.randn(*shape), tmp_path, device="cuda")
-            module = module.cuda()
-            for s in (shape, _held_out(shape)):
-                x = torch.randn(*s, device="cuda")
-                torch.testing.assert_close(candidate(x), module(x), atol=1e-4, rtol=1e-4,
-                                           msg=name)
-    finally:
-        torch.backends.cudnn.allow_tf32 = allow
+            _matches_on_the_gpu(candidate, module, shape, name)
 
 
 # Stride 1: a plain convolution over the flipped kernel (ConvSpec.flipped), in either layout.
@@ -212,10 +222,8 @@ def test_a_padding_past_the_kernel_stays_transposed(interpreter, tmp_path):
 
 @pytest.mark.gpu
 def test_flipped_on_the_gpu(tmp_path):
-    """The stride-1 forms compiled for the GPU, in both layouts, each correct (TF32 off)."""
-    allow = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    try:
+    """The stride-1 forms compiled for the GPU, in both layouts, each correct."""
+    with _cudnn_exact():
         for name, (make, shape) in FLIPPED.items():
             torch.manual_seed(0)
             module = make().eval()
@@ -226,9 +234,4 @@ def test_flipped_on_the_gpu(tmp_path):
                 code = match.family.render(match, params, "triton")
                 candidate = rendered.load(code, tmp_path, f"gpu_{name}_{nhwc}").ModelNew().cuda()
                 candidate.load_state_dict(module.state_dict(), strict=False)
-                for s in (shape, _held_out(shape)):
-                    x = torch.randn(*s, device="cuda")
-                    torch.testing.assert_close(candidate(x), module.cuda()(x), atol=1e-4,
-                                               rtol=1e-4, msg=f"{name}, CONV_NHWC {nhwc}")
-    finally:
-        torch.backends.cudnn.allow_tf32 = allow
+                _matches_on_the_gpu(candidate, module, shape, f"{name}, CONV_NHWC {nhwc}")

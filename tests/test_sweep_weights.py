@@ -11,7 +11,7 @@ import torch.nn as nn
 from openkernel.config import build_config
 from openkernel.evaluation.host.executor import Evaluator
 from openkernel.evaluation.host.templates import _row
-from openkernel.evaluation.worker.sweep import _restore_weights, shares_weights
+from openkernel.evaluation.worker.sweep import _beside_others, _restore_weights, shares_weights
 from openkernel.evaluation.worker.task_runtime import load_state, share_state, state_bytes
 from openkernel.schemas import Status
 from openkernel.task import load_task
@@ -154,6 +154,14 @@ def test_a_combination_writing_into_shared_weights_fails_alone(evaluator):
 
 
 def test_out_of_memory_beside_the_others_is_the_sweeps_fault_not_the_combinations():
+    from types import SimpleNamespace
+
+    ev = SimpleNamespace(plan=SimpleNamespace(footprint_bytes=64 << 20))
+    modest = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB.")
+    greedy = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB.")
+    assert _beside_others(ev, modest).startswith("out of memory beside the sweep's other")
+    assert _beside_others(ev, greedy) == ""  # more than the whole problem: its own doing
+    assert _beside_others(ev, RuntimeError("Tried to allocate 2.00 MiB")) == ""
     row = _row(Variant({"BLOCK_N": 16}, ""), {"built": False, "correct": False, "error": "",
                                               "fault": "out of memory beside the sweep's other "
                                                        "combinations: CUDA out of memory"}, None)

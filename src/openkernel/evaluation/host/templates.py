@@ -188,7 +188,7 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
         result.eval_log = "\n".join(["No combination of the template was correct."]
                                     + summary_lines(results))
         faults = [r for r in rows if r["status"] == Status.EVALUATOR_FAULT.value]
-        if faults:  # none judged wrong for what it did: retried with a smaller plan
+        if faults:  # the evaluator's fault, as a sweep that failed outright: nothing blamed
             result.metadata["evaluator_fault"] = {
                 "where": "the sweep", "kind": "out_of_memory",
                 "error": f"{len(faults)} of {len(rows)} combination(s) ran out of memory beside "

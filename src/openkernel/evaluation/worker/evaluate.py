@@ -64,6 +64,12 @@ _OOM_REQUEST = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
 _UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
+def oom_request(err: BaseException) -> float:
+    """The bytes an out-of-memory error says were asked for (inf: not said)."""
+    m = _OOM_REQUEST.search(str(err))
+    return float(m[1]) * _UNITS[m[2]] if m else float("inf")
+
+
 class EvaluatorFault(Exception):
     """The evaluator's own code failed: not the candidate's fault."""
 
@@ -236,8 +242,7 @@ class Evaluation:
         on (its request no larger than the reference's own, this worker within its budget)."""
         if not self.gpu or not self.plan.footprint_bytes:
             return False
-        m = _OOM_REQUEST.search(str(err))
-        asked = float(m[1]) * _UNITS[m[2]] if m else float("inf")
+        asked = oom_request(err)
         held = int(torch.cuda.memory_allocated())
         return asked <= self.plan.footprint_bytes and (not self.plan.budget_bytes
                                                        or held + asked <= self.plan.budget_bytes)

@@ -31,8 +31,7 @@ from openkernel.evaluation.worker import integrity as ig
 from openkernel.evaluation.worker import screening, stopping
 from openkernel.evaluation.worker.build import CompileNotifier, is_compile_error, set_cuda_targets
 from openkernel.evaluation.worker.correctness import compare_outputs, flatten_outputs
-from openkernel.evaluation.worker.evaluate import (
-    _OOM_REQUEST, _UNITS, Evaluation, EvaluatorFault, _tail)
+from openkernel.evaluation.worker.evaluate import Evaluation, EvaluatorFault, _tail, oom_request
 from openkernel.evaluation.worker.task_runtime import (
     TaskRuntime, load_module, load_state, share_state, state_bytes)
 from openkernel.evaluation.worker.stopping import verdict
@@ -290,12 +289,13 @@ def shares_weights(n: int, weight_bytes: int, limit: int) -> bool:
     return n > 1 and limit > 0 and n * weight_bytes > limit
 
 
-def _crowded(ev: Evaluation, err: BaseException) -> bool:
-    """An out-of-memory error whose request was no larger than the problem's footprint."""
-    if not isinstance(err, torch.OutOfMemoryError) or not ev.plan.footprint_bytes:
-        return False
-    m = _OOM_REQUEST.search(str(err))
-    return m is not None and float(m[1]) * _UNITS[m[2]] <= ev.plan.footprint_bytes
+def _beside_others(ev: Evaluation, err: BaseException) -> str:
+    """Why ``err`` is the sweep's doing, not the combination's ("" if it is the latter): out of
+    memory asking no more than the problem's footprint, beside the other combinations."""
+    if not isinstance(err, torch.OutOfMemoryError) or not ev.plan.footprint_bytes or \
+            oom_request(err) > ev.plan.footprint_bytes:
+        return ""
+    return f"out of memory beside the sweep's other combinations: {_tail(err)}"
 
 
 def _restore_weights(reference: torch.nn.Module, model: torch.nn.Module) -> str:
@@ -330,12 +330,13 @@ def _start_triton() -> None:
         pass
 
 
-def _failed(row: dict, err: BaseException, ev: Evaluation | None = None) -> None:
+def _failed(row: dict, err: BaseException, ev: Evaluation) -> None:
     """A variant whose model could not be made or whose first call raised. Out of memory
     asking no more than the problem's footprint is the sweep's doing (it holds the other
     combinations), not the combination's: an evaluator fault of that row."""
-    if ev is not None and _crowded(ev, err):
-        row["fault"] = f"out of memory beside the sweep's other combinations: {_tail(err)}"
+    fault = _beside_others(ev, err)
+    if fault:
+        row["fault"] = fault
         return
     compiled = not is_compile_error(err)
     row["built"] = compiled
@@ -389,8 +390,9 @@ def _check(ev: Evaluation, rt: TaskRuntime, models: dict, rows: list, inputs: li
         except ig.IntegrityViolation as v:
             ok, msg, stats = False, f"INTEGRITY VIOLATION [{v.check}]: {v}", {}
         except BaseException as err:
-            if _crowded(ev, err):
-                rows[i]["fault"] = f"out of memory beside the sweep's other combinations: {_tail(err)}"
+            fault = _beside_others(ev, err)
+            if fault:
+                rows[i]["fault"] = fault
                 models.pop(i)
                 continue
             ok, msg, stats = False, f"test failed:\n{_tail(err)}", {}
