@@ -5,6 +5,7 @@ answer made from other inputs is not used, and a candidate cannot write it."""
 from __future__ import annotations
 
 import hashlib
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,7 +17,6 @@ from openkernel.evaluation.host.executor import Evaluator
 from openkernel.evaluation.host.float64 import MAX_BYTES, answer_path, why_not
 from openkernel.evaluation.protocol import FLOAT64_FORMAT
 from openkernel.records import Footprint, MemoryPlan, TaskProbe
-from openkernel.schemas import Status
 from openkernel.task import load_task
 
 CANDIDATES = Path(__file__).parent / "candidates"
@@ -205,9 +205,10 @@ def test_a_check_waits_for_an_answer_being_made_and_stops_at_its_failure(tmp_pat
               "outputs": [model(inputs[0]).detach()]}
     path = tmp_path / "answer.pt"
 
-    def later():
-        time.sleep(0.4)
-        torch.save(answer, path)
+    def later():  # whole or absent, as the float64 worker writes it (a torch.save straight
+        time.sleep(0.4)  # to the path was read half-written once: EOFError)
+        torch.save(answer, tmp_path / "answer.part")
+        os.replace(tmp_path / "answer.part", path)
 
     writer = threading.Thread(target=later)
     writer.start()
