@@ -2,7 +2,7 @@
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
-#         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv.
+#         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv, conv-points.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -87,8 +87,14 @@ case "$1" in
     sort -n "$OUT/kb23_smi.csv" | tail -1 | sed 's/^/nvidia-smi peak MiB: /' ;;
   tconv)  # issue 23: direct vs gradient-form Triton transposed convolutions vs cuDNN on the problems
     # ${KB:-.kbtconv}/level1/${PAT}.py (PAT: a glob; 8 compiled points a problem, ~6 problems a call)
-    timeout "${T:-560}" python3 benchmarks/conv_transposed.py "${KB:-.kbtconv}"/level1/${PAT:-*conv_transposed*}.py \
-      --out "$OUT/tconv.json" ${COMPILE:+--compile} 2>&1 | tail -60 ;;
+    timeout "${T:-560}" python3 benchmarks/conv_points.py "${KB:-.kbtconv}"/level1/${PAT:-*conv_transposed*}.py \
+      --vary TCONV_DIRECT=1,0 --out "$OUT/tconv.json" ${COMPILE:+--compile} 2>&1 | tail -60 ;;
+  conv-points)  # issue 23: the compiled family's convolution forms and tiles vs cuDNN on ${KB:-.kbconv}'s
+    # ${PAT:-level*/*}.py: POINTS (a JSON list; default the start points) crossed with VARY
+    # ("NAME=v1,v2"), LIMIT seconds a problem
+    CUDA_VISIBLE_DEVICES=0 timeout "${T:-500}" python3 benchmarks/conv_points.py "${KB:-.kbconv}"/${PAT:-level*/*}.py \
+      ${POINTS:+--points "$POINTS"} ${VARY:+--vary "$VARY"} --limit "${LIMIT:-60}" \
+      --out "$OUT/conv_points.json" ${COMPILE:+--compile} 2>&1 | tail -80 ;;
   kb-bench)  # openkernel bench over ${KB:-.kbsel} (KB=benchmarks/llm_kernels: the LLM kernels), resumable: the database starts from .kbstate/
     # and lives under $OUT (what is there comes back even when the call is cut off; the bench
     # checkpoints it and rewrites its JSON after each problem). Keep T under the call's limit.

@@ -22,9 +22,10 @@ plans fall into, each with the tunables its kernels use:
   convolution is written in two forms, the tunable ``TCONV_DIRECT`` picking: the gradient form
   (every tap, those the stride skips masked) or directly, one dense GEMM per output phase over
   only that phase's taps (kernels/conv_transposed.py); any other Triton convolution (not
-  depthwise) in two layouts, the tunable ``CONV_NHWC`` picking: NCHW, each element of an A tile
-  gathered at its own computed index, or channels-last, taps outer and contiguous channel
-  blocks inner (kernels/conv_nhwc.py: torch.compile's). A float32 Triton GEMM whose flags keep
+  depthwise) in three forms, the tunable ``CONV_NHWC`` picking: NCHW, each element of an A tile
+  gathered at its own computed index, or taps outer and channel blocks inner
+  (kernels/conv_nhwc.py: torch.compile's) over a channels-last copy of the input (contiguous
+  channel blocks) or over the input as it is (no copy). A float32 Triton GEMM whose flags keep
   it in full precision multiplies its tiles in IEEE float32 FMAs or as three TF32 tensor-core
   products (``TF32X3``, float32's error at Hopper's TF32 rate): timing picks, the precision
   check holds either to the reference's own error, and the record says which ("3xtf32").
@@ -83,9 +84,10 @@ FUSE_ROWS = Tunable("FUSE_ROWS", (0, 1), None, "1: a GEMM whose rows fit one til
 TCONV_DIRECT = Tunable("TCONV_DIRECT", (0, 1), None, "1: a transposed convolution computes "
                        "directly, each output phase (o mod stride) a GEMM over only its own taps; "
                        "0: in the gradient form, every tap, those the stride skips masked")
-CONV_NHWC = Tunable("CONV_NHWC", (0, 1), None, "1: a convolution reads its input channels-"
-                    "last, taps outer and BLOCK_K contiguous input channels inner "
-                    "(kernels/conv_nhwc.py); 0: NCHW, each element of an A tile gathered")
+CONV_NHWC = Tunable("CONV_NHWC", (0, 1, 2), None, "1: a convolution runs taps outer and "
+                    "BLOCK_K input channels inner over a channels-last copy of its input "
+                    "(kernels/conv_nhwc.py); 2: the same over the input as it is (no copy; "
+                    "NCHW: channel blocks strided); 0: NCHW, each element of an A tile gathered")
 # (On the CPU the interpreter multiplies in float32 either way: pinned to 0 there.)
 TF32X3 = Tunable("TF32X3", (0, 1), (0,), "1: a float32 GEMM tile multiplies as three TF32 "
                  "tensor-core products (split precision: float32's error, at Hopper's TF32 "
@@ -123,17 +125,30 @@ _STARTS = {
                 "num_stages": 3, **_FAST_FP32},
                {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 4, "num_warps": 4,
                 "num_stages": 3, **_FAST_FP32}),
-    # (Start points take the plans in turn, the library-backed one first where there is one:
-    # two channels-last starts put it in the first all-Triton start either way.)
-    "conv": ({"CONV_NHWC": 1}, {"CONV_NHWC": 1}, {"CONV_NHWC": 0}, {"CONV_NHWC": 0}),
+    # Taps outer over the input as it is (2) won every lone convolution of 16+ input channels
+    # on the H200 (session 20, benchmarks/results/h200_conv_points_2026-12-03.json): 1.12x
+    # cuDNN on level1/67 and 1.52x on 76, where the channels-last copy (1) of a 1-8 GiB input
+    # cost as much as the convolution; 128x128 fp32 tiles want BLOCK_K 16 at 4 warps (32 at
+    # 8 warps, 3 stages), 1.5-2x faster than BLOCK_K 32 at 4 warps, 4 stages. (Start points
+    # take the plans in turn, the library-backed one first where there is one: the all-Triton
+    # starts are then the second and fourth, the best two.)
+    "conv": ({"CONV_NHWC": 2, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 8,
+              "num_stages": 3},
+             {"CONV_NHWC": 2, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 16, "num_warps": 4,
+              "num_stages": 4},
+             {"CONV_NHWC": 1, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 16, "num_warps": 4,
+              "num_stages": 4},
+             {"CONV_NHWC": 2, "BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4,
+              "num_stages": 4}),
     # Narrow convolutions start NCHW: over 3 input channels (level1/50's 11x11, level1/54's
     # 3-d) the channels-last form ran 10-17x slower than it on the H200 (session 19), each
     # tap's channel block mostly padding where NCHW flattens channels x taps into one K.
     "narrow": ({"CONV_NHWC": 0},),
 }
-# Input channels per group from which a convolution starts channels-last: the start points'
-# BLOCK_K, so that a tap's channel block is full.
-NHWC_MIN_CHANNELS = 32
+# Input channels per group from which a convolution starts taps outer too: level1/63's 16 ran
+# 0.92x torch.compile channels-last, 0.53x NCHW (H200, sessions 19-20), half of a 32-channel
+# block padding notwithstanding.
+NHWC_MIN_CHANNELS = 16
 _CPU_STARTS = {
     "pointwise": ({"BLOCK": 16384}, {"BLOCK": 4096}, {"BLOCK": 1024}),
     "reduction": ({"TILE": 65536, "MAX_FUSED": 16384, "LOOP_BLOCK": 4096, "BLOCK_B": 256,
@@ -185,9 +200,11 @@ def _tunables(plan: Plan) -> tuple[Tunable, ...]:
     out: list[Tunable] = []
     if "matmul" in kinds:
         # A GEMM that owns whole rows spans N in one tile, in row order (no BLOCK_N, GROUP_M).
-        whole = all(k.domain is not None for k in plan.kernels if k.kind == "matmul") and \
-            any(k.kind == "matmul" for k in plan.kernels)
-        out += [t for t in MATMUL if not whole or t.name not in ("BLOCK_N", "GROUP_M")]
+        gemms = any(k.kind == "matmul" for k in plan.kernels)
+        whole = gemms and all(k.domain is not None for k in plan.kernels if k.kind == "matmul")
+        # (GROUP_M orders a GEMM's tiles; a convolution's grid is its own: not theirs)
+        out += [t for t in MATMUL if not (whole and t.name in ("BLOCK_N", "GROUP_M"))
+                and (gemms or t.name != "GROUP_M")]
         if any(k.kind == "matmul" and k.anchor.outputs[0].dtype == "float32" for k in plan.kernels):
             out.append(TF32X3)
         if any(k.to_k_major for k in plan.kernels):
@@ -316,9 +333,10 @@ class CompiledFamily(Family):
             n = params.get("SPLIT", 0)
             label += f"; rows split over about {n} programs where the grid has fewer" if n \
                 else "; rows never split (SPLIT 0)"
-        if _channels_last(params, self.used.get(mode, ())):
+        form = _channels_last(params, self.used.get(mode, ()))
+        if form:
             plan = match.spec["plans"][mode]
-            label = label.replace(_label(plan), _label(_nhwc(plan)), 1)
+            label = label.replace(_label(plan), _label(_nhwc(plan, form)), 1)
         replayed = params.get(CUDA_GRAPH.name) and CUDA_GRAPH.name in self.used.get(mode, ())
         return label + ("; replayed as a CUDA graph" if replayed else "")
 
@@ -332,8 +350,9 @@ class CompiledFamily(Family):
         mode = _mode(params)
         used = self.used.get(mode, params)
         plan = match.spec["plans"][mode]
-        if _channels_last(params, used):
-            plan = _nhwc(plan)
+        form = _channels_last(params, used)
+        if form:
+            plan = _nhwc(plan, form)
         return render(plan, {k: v for k, v in params.items() if k in used and k not in MODES})
 
     # -- the space: a tunable its plan does not use is pinned ------------------------------
@@ -423,14 +442,18 @@ def _direct(plan: Plan) -> Plan | None:
     return out
 
 
-def _channels_last(params: dict, used) -> bool:
-    return bool(params.get(CONV_NHWC.name)) and CONV_NHWC.name in used
+def _channels_last(params: dict, used) -> int:
+    """CONV_NHWC's value where the plan uses it (0: NCHW gathers, 1: a channels-last copy,
+    2: taps outer over the input as it is)."""
+    return int(params.get(CONV_NHWC.name) or 0) if CONV_NHWC.name in used else 0
 
 
-def _nhwc(plan: Plan) -> Plan:
-    """The plan with its Triton convolutions (but transposed and depthwise ones) channels-last."""
+def _nhwc(plan: Plan, form: int = 1) -> Plan:
+    """The plan with its Triton convolutions (but transposed and depthwise ones) taps outer:
+    over a channels-last copy of the input (form 1) or the input as it is (2)."""
     out = copy.copy(plan)
-    out.kernels = [dataclasses.replace(k, conv=dataclasses.replace(k.conv, nhwc=True))
+    out.kernels = [dataclasses.replace(k, conv=dataclasses.replace(k.conv, nhwc=True,
+                                                                   in_place=form == 2))
                    if _layouts(k) else k for k in plan.kernels]
     return out
 

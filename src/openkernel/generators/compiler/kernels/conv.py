@@ -7,8 +7,9 @@ channels x kernel positions; the A tile is gathered from the input at computed i
 outside it, the padding), the B tile read from the weight. ``tl.dot`` accumulates in float32
 (float32 inputs in full precision, or TF32 where cuDNN's own convolution would use it: on a GPU
 with ``torch.backends.cudnn.allow_tf32``), the bias is added on the tile, one store. A
-convolution that is neither transposed nor depthwise may instead read its input channels-last
-(``ConvSpec.nhwc``: conv_nhwc.py).
+convolution that is neither transposed nor depthwise may instead run taps outer, channel
+blocks inner, over a channels-last copy of its input or the input as it is (``ConvSpec.nhwc``,
+``ConvSpec.in_place``: conv_nhwc.py).
 """
 
 from __future__ import annotations
@@ -54,9 +55,11 @@ class ConvSpec:
     # each output channel reads one input channel (weight (C_out, 1, *kernel)): computed tap by
     # tap (depthwise.py), not as a GEMM whose tiles would be nearly all padding
     depthwise: bool = False
-    # read channels-last, taps outer and channel blocks inner (conv_nhwc.py; the tunable
-    # CONV_NHWC), not NCHW with every A element gathered
+    # taps outer and channel blocks inner over a channels-last copy of the input
+    # (conv_nhwc.py; the tunable CONV_NHWC), not NCHW with every A element gathered
     nhwc: bool = False
+    # (with nhwc) the input read in its own layout, through its strides: no copy
+    in_place: bool = False
     channels: int = 0  # input channels per group
     # a transposed convolution of stride 1 computed as a plain one: its weight (C_in, C_out / g,
     # *kernel) read as (C_out, C_in / g, *kernel) with the kernel flipped, its padding
@@ -116,7 +119,7 @@ def source(name: str, spec: ConvSpec) -> str:
         f"def {name}(x_ptr, w_ptr, b_ptr, y_ptr, M, C_in, {sp_in}, C_out, {sp_out},",
         f"{' ' * (len(name) + 5)}IEEE: tl.constexpr, TF32X3: tl.constexpr, UPCAST: tl.constexpr,",
         f"{' ' * (len(name) + 5)}WIDE: tl.constexpr, BLOCK_M: tl.constexpr,",
-        f"{' ' * (len(name) + 5)}BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):",
+        f"{' ' * (len(name) + 5)}BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):",
         f'    """{"Transposed c" if spec.transposed else "C"}onvolution ({nd}-d, '
         f'kernel {"x".join(map(str, ks))}, groups {spec.groups}) as an implicit GEMM."""',
         "    pid_m = tl.program_id(0)",
@@ -247,7 +250,7 @@ def launch(name: str, spec: ConvSpec, x_expr: str, w_expr: str, b_expr: str | No
             f"IEEE={x}.dtype == torch.float32 and not ({x}.is_cuda and torch.backends.cudnn.allow_tf32)",
             f"TF32X3={x}.dtype == torch.float32" if spec.exact else "TF32X3=False",
             f"UPCAST=INTERPRETED and {x}.dtype == torch.bfloat16", "BLOCK_M=BLOCK_M",
-            "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", "GROUP_M=GROUP_M", "num_warps=NUM_WARPS",
+            "BLOCK_N=BLOCK_N", "BLOCK_K=BLOCK_K", "num_warps=NUM_WARPS",
             "num_stages=NUM_STAGES"]
     z = spec.groups * (conv_transposed.phases(spec) if spec.direct else 1)  # (x phases)
     lines.append(f"grid = (triton.cdiv(M, BLOCK_M), triton.cdiv({y}.shape[1] // {spec.groups}, "

@@ -51,7 +51,7 @@ def source(name: str, spec: ConvSpec) -> str:
         f"def {name}(x_ptr, w_ptr, b_ptr, y_ptr, M, C_in, {sp_in}, C_out, {sp_out},",
         f"{pad}IEEE: tl.constexpr, TF32X3: tl.constexpr, UPCAST: tl.constexpr,",
         f"{pad}BLOCK_M: tl.constexpr,",
-        f"{pad}BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):",
+        f"{pad}BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):",
         f'    """Transposed convolution ({nd}-d, kernel {"x".join(map(str, spec.kernel))}, '
         f'stride {stride}, groups {spec.groups}), direct: {phases(spec)} output phase'
         f'{"s" if phases(spec) > 1 else ""}, each an implicit GEMM over its own taps."""',
