@@ -239,13 +239,23 @@ class OfflineGenerator:
         parent_params = _params_of(request.parent, family)
         steps: list[str] = []
         if parent_params is None:
-            index = request.branch if request.iteration == 0 else len(family.starts) + 1
+            n = len(family.cpu_starts if interp and family.cpu_starts else family.starts)
+            index = request.branch if request.iteration == 0 else n + 1
             params = family.start(rng, interp, index, backend)
+            origin = "curated start point" if index < n else "random start"
+            if _key(params) in taken and index < n:
+                # Another branch's sweep judged this start already (a neighbour of its own):
+                # the next curated start nobody has, before a random one.
+                other = next((q for k in range(index + 1, index + n)
+                              if _key(q := family.start(rng, interp, k % n, backend)) not in taken),
+                             None)
+                if other is not None:
+                    params, origin = other, "curated start point (this branch's own was judged)"
             for _ in range(64):  # later start points are random: avoid repeats
                 if _key(params) not in taken:
                     break
                 params = family.start(rng, interp, 10**6, backend)
-            origin = "curated start point" if index < len(family.starts) else "random start"
+                origin = "random start"
             short = origin
         else:
             base = parent_params
