@@ -23,12 +23,19 @@ from openkernel.wording import speedup_text
 
 
 DROP_RULE = ("a combination is dropped once the 99.5% interval of the median of its per-round "
-             "time ratio to the best so far lies wholly above 1.10 (after at least 10 rounds); "
-             "the 3 fastest left are the finalists")
+             "time ratio to the best so far lies wholly above 1.10 (after at least 10 rounds), "
+             "or at once when every round so far took it at least 3x the best's time; the 3 "
+             "fastest left are the finalists")
 
 
 def _dropped(drop: dict, variants: list[Variant]) -> str:
     """Why screening dropped a combination, in words (``worker/screening.py``'s record)."""
+    if drop.get("why") == "far_slower":
+        best = label(variants[drop["vs"]].params) if drop["vs"] < len(variants) else "the best"
+        rounds = drop["rounds"]
+        return (f"dropped after {rounds} screening round{'s' if rounds > 1 else ''}: at least "
+                f"{drop['ratio_min']:.1f}x the time of {best} in every one (far past timing "
+                "noise)")
     if drop.get("why") == "slower":
         lo, hi = drop["ratio_ci"]
         best = label(variants[drop["vs"]].params) if drop["vs"] < len(variants) else "the best"

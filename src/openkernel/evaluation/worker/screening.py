@@ -8,7 +8,11 @@ combination is compared with the best so far (the lowest median) by the per-roun
 their times: the median ratio has a distribution-free interval from the order statistics
 (``stopping.median_interval``, at the strict level ``Z_EARLY`` because it is looked at again
 and again), and a combination whose whole interval lies above ``1 + DROP_MARGIN`` is dropped:
-it is at least 10% slower than the best, at 99.5% confidence, on this set. Screening ends when
+it is at least 10% slower than the best, at 99.5% confidence, on this set. Before that, from
+the first round on, a combination whose every round so far took at least ``FAR`` times the
+best's time in the same round is dropped at once: far slower than timing noise goes (on the
+H200 a sweep of level1/54 spent 6 s timing a 633 ms combination ten times beside a 16 ms
+one). Screening ends when
 ``keep`` combinations are left; when it is settled: every one left is within 10% of the best at
 that confidence (the rule can drop none of them however long it times, so more rounds would only
 rank near-equals); or at its budget (on a GPU never before ``MIN_PAIRS`` rounds, so the rule can
@@ -31,14 +35,17 @@ _perf_counter = time.perf_counter
 FINALISTS = 3  # combinations timed at full size (the winner is among them)
 DROP_MARGIN = 0.10  # "clearly slower": the whole 99.5% interval at least 10% above the best
 LOOK_EVERY = 5  # rounds between two looks once MIN_PAIRS rounds are in
+FAR = 3.0  # at least this many times the best's time in every round: dropped at once
 
 
 @dataclass
 class Screen:
     """What screening found: samples (ms) per key, why each dropped one was, the finalists.
 
-    A drop is ``{"why": "slower", "rounds", "vs": the best's key, "ratio_ci": [lo, hi]}`` or
-    ``{"why": "not_finalist", "rounds"}`` (the engine words it, with parameters for keys).
+    A drop is ``{"why": "slower", "rounds", "vs": the best's key, "ratio_ci": [lo, hi]}``,
+    ``{"why": "far_slower", "rounds", "vs", "ratio_min"}`` (every round at least ``FAR`` times
+    the best's) or ``{"why": "not_finalist", "rounds"}`` (the engine words it, with parameters
+    for keys).
     """
 
     samples: dict[Any, list[float]] = field(default_factory=dict)
@@ -82,6 +89,8 @@ def screen(timer, fns: dict[Any, Callable[[], Any]], budget_s: float, max_rounds
         looked = out.rounds >= MIN_PAIRS and (out.rounds - MIN_PAIRS) % LOOK_EVERY == 0
         if looked:
             alive = _drop(out, alive)
+        elif out.rounds < MIN_PAIRS:
+            alive = _drop_far(out, alive)
         if len(alive) <= keep:
             out.stop_reason = f"{len(alive)} left"
             break
@@ -97,6 +106,18 @@ def screen(timer, fns: dict[Any, Callable[[], Any]], budget_s: float, max_rounds
     for key in ranked[keep:]:
         out.dropped[key] = {"why": "not_finalist", "rounds": out.rounds, "keep": keep}
     return out
+
+
+def _drop_far(out: Screen, alive: list) -> list:
+    """Drop the combinations at least ``FAR`` times the best's time in every round so far
+    (below ``keep`` if need be: a finalist that far behind would only be timed for nothing)."""
+    best = min(alive, key=lambda k: statistics.median(out.samples[k]))
+    for key in alive:
+        ratios = [c / b for c, b in zip(out.samples[key], out.samples[best]) if b > 0]
+        if key != best and ratios and min(ratios) >= FAR:
+            out.dropped[key] = {"why": "far_slower", "rounds": out.rounds, "vs": best,
+                                "ratio_min": round(min(ratios), 2)}
+    return [k for k in alive if k not in out.dropped]
 
 
 def _drop(out: Screen, alive: list) -> list:
