@@ -128,6 +128,9 @@ def test_cuda_graph_is_offered_where_launches_matter_and_pinned_under_the_interp
     flipped = next(p for p in family.neighbours(graph, False, "triton") if p["CUDA_GRAPH"] == 0)
     code, plain = family.render(match, graph, "triton"), family.render(match, flipped, "triton")
     assert "_replayed(self, self._kernels, inputs)" in code and "torch.cuda.CUDAGraph()" in code
+    # its graphs share one pool, captured in turn after the warm-up's memory went back
+    assert "pool=_POOLS[device]" in code and "with _CAPTURING:" in code
+    assert code.index("torch.cuda.empty_cache()") < code.index("with torch.cuda.graph(")
     assert "_replayed" not in plain and "CUDA_GRAPH" not in plain and "CUDA_GRAPH" not in code
     assert replays_graph(code) and not replays_graph(plain)
     assert family.describe(match, graph).endswith("; replayed as a CUDA graph")
@@ -300,12 +303,47 @@ def test_a_replay_keeps_earlier_outputs_follows_weights_and_counts_its_launches(
                 y = torch.randn(batch, 64, device="cuda")
                 torch.testing.assert_close(candidate(y), model(y), atol=1e-4, rtol=1e-4)
             assert len(candidate._cuda_graphs) == 3
+            # the graphs share one pool: replays in any order leave each other nothing stale
+            for batch in (1, 32, 7, 7, 1, 32):
+                y = torch.randn(batch, 64, device="cuda")
+                torch.testing.assert_close(candidate(y), model(y), atol=1e-4, rtol=1e-4)
             model.fc.weight.mul_(-0.5)  # load_state_dict copies in place: the graph sees it
             candidate.load_state_dict(model.state_dict(), strict=False)
             torch.testing.assert_close(candidate(x), model(x), atol=1e-4, rtol=1e-4)
             model.fc.weight.mul_(-2.0)
             candidate.load_state_dict(model.state_dict(), strict=False)
         counter.streams.clear()
+
+
+@pytest.mark.gpu
+def test_first_calls_side_by_side_capture_in_turn(tmp_path):
+    """A sweep's first calls run in threads: graphed combinations (each its own module, stream
+    and pool) capture side by side, each correct, and later replays of any stay so."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    torch.manual_seed(0)
+    model = GeluSoftmax().eval()
+    trace = trace_forward(model, [torch.randn(32, 64)])
+    model = model.cuda()
+    plan = plan_for(None, trace)
+    candidates = []
+    for k, block in enumerate((32, 64, 32, 64)):
+        module = _load(render(plan, {**PARAMS, "BLOCK_M": block, "CUDA_GRAPH": 1}),
+                       tmp_path / f"side{k}.py")
+        candidate = module.ModelNew().cuda()
+        candidate.load_state_dict(model.state_dict(), strict=False)
+        candidates.append(candidate)
+    xs = [torch.randn(32 + k, 64, device="cuda") for k in range(4)]
+    with torch.no_grad():
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            outs = list(pool.map(lambda k: candidates[k](xs[k]), range(4)))
+        torch.cuda.synchronize()
+        for k in range(4):
+            torch.testing.assert_close(outs[k], model(xs[k]), atol=1e-4, rtol=1e-4)
+            assert len(candidates[k]._cuda_graphs) == 1
+        for k in (3, 0, 2, 1, 0):
+            x = torch.randn(32 + k, 64, device="cuda")
+            torch.testing.assert_close(candidates[k](x), model(x), atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.gpu

@@ -126,6 +126,10 @@ def test_when_the_answer_is_made_once():
     assert why_not(None, host, _probe(64 << 20, 1.4e11)) == ""  # a level-2 GEMM on the host
     assert why_not(None, main, _probe(64 << 20, 2e10)) == ""  # costly on the device too
     assert why_not(None, main, _probe(64 << 10, 1e6)) == "the float64 run is cheap here"
+    # on a GPU (a plan with a budget) made once however cheap: run in each check it would hold
+    # about twice the footprint beside the check's own data
+    gpu = MemoryPlan(precision_set="main", budget_bytes=1 << 30)
+    assert why_not(None, gpu, _probe(64 << 10, 1e6)) == ""
     assert why_not(True, main, _probe(64 << 10, 1e6)) == ""
     assert why_not(None, host, _probe(MAX_BYTES, 1e11)).startswith("the outputs in float64")
     assert why_not(None, MemoryPlan(precision_set="small"), _probe(1 << 20, 1e11)) \

@@ -21,7 +21,11 @@ from openkernel.evaluation.protocol import FLOAT64_FORMAT, float64_failed
 from openkernel.records import Hardware, MemoryPlan, TaskProbe
 
 MAX_BYTES = 256 << 20  # larger answers: reading them back costs about what the run does
-MIN_FLOPS = 1e10  # below this the float64 run costs a check less than a worker's start
+# Below this the float64 run costs a check less than a worker's start: on the CPU it runs in
+# each check. On a GPU it is made once all the same: run in a check it holds about twice the
+# problem's footprint beside the check's own data (level3/4 LeNet5 on the H200, session 20:
+# every candidate's worker at 3.1-4.3x its footprint, the precision step the highest).
+MIN_FLOPS = 1e10
 # A check that needs the answer while it is being made waits this long for it, then runs its
 # own: four checks running theirs at once on the host took ~10 s each (level-2 GEMMs, H200).
 WAIT_S = 30.0
@@ -39,7 +43,8 @@ def why_not(once: bool | None, plan: MemoryPlan, probe: TaskProbe) -> str:
         return "the probe measured no footprint"
     if 2 * fp.output_bytes > MAX_BYTES:
         return "the outputs in float64 take more than 256 MiB"
-    if once is None and not plan.precision_on_host and probe.flops < MIN_FLOPS:
+    if once is None and not plan.precision_on_host and probe.flops < MIN_FLOPS and \
+            not plan.budget_bytes:  # (a device's plan has a budget; the CPU's none)
         return "the float64 run is cheap here"
     return ""
 
