@@ -329,6 +329,60 @@ def test_probe_measures_the_footprint_and_finds_a_small_set(tmp_path):
     assert "footprint" in probe.log
 
 
+def test_a_small_input_with_large_data_gets_a_small_set_and_large_weights_do_not(tmp_path):
+    """Data besides the weights past SMALL_DATA_FROM (here a 4 MB input whose output is 320 MB)
+    gets a smaller set too, so a sweep's first calls fit side by side on it; weights that large
+    do not (a smaller batch would change the GEMM's rows)."""
+    from openkernel.evaluation.worker.probe import SMALL_DATA_FROM, SMALL_SET_FROM
+
+    task = _task(tmp_path, """
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def forward(self, x):
+                return x.repeat(1, 80)
+
+        batch_size = 1024
+        dim = 1024
+
+        def get_inputs():
+            return [torch.rand(batch_size, dim)]
+
+        def get_init_inputs():
+            return []
+    """)
+    probe, _ = _probe(tmp_path, task)
+    fp = probe.memory
+    assert fp.input_bytes < SMALL_SET_FROM and fp.output_bytes > SMALL_DATA_FROM
+    sizes = fp.small_set["sizes"]
+    shrunk = math.prod(sizes.get(n, v) for n, v in (("batch_size", 1024), ("dim", 1024)))
+    assert 4 * shrunk <= 1024 * 1024
+    (tmp_path / "w").mkdir()
+    weights = _task(tmp_path / "w", """
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8192, 9000)
+
+            def forward(self, x):
+                return self.fc(x)
+
+        batch_size = 16
+
+        def get_inputs():
+            return [torch.rand(batch_size, 8192)]
+
+        def get_init_inputs():
+            return []
+    """)
+    probe, _ = _probe(tmp_path / "w", weights)
+    assert probe.memory.param_bytes > SMALL_DATA_FROM and probe.memory.small_set == {}
+
+
 def test_probe_sees_a_reference_that_writes_its_inputs(tmp_path):
     task = _task(tmp_path, """
         import torch

@@ -137,15 +137,16 @@ def test_screening_is_settled_once_no_combination_can_be_dropped_or_overtake():
     assert not settled({"a": best[:5], "b": slow[:5]})  # too few rounds for an interval
 
 
-def test_screening_drops_a_far_slower_combination_after_its_first_round():
-    """A combination at least 3x the best's time in every round so far is dropped at once (on
-    the H200 a 633 ms combination was timed ten times beside a 16 ms one), even where fewer
-    than the finalists' count are left; one 1.6x slower waits for the interval rule. Real calls, timed by the
-    worker's own timer on the CPU (sleeps of known length)."""
+def test_screening_drops_a_far_slower_combination_after_two_rounds():
+    """On a GPU (``far``), a combination at least 3x the best's time in each of its first two
+    rounds is dropped then (on the H200 a 633 ms combination was timed ten times beside a 16 ms
+    one), even where fewer than the finalists' count are left; one 1.6x slower waits for the
+    interval rule, and without ``far`` (the CPU's rule) nothing is dropped early. Real calls,
+    timed by the worker's own timer on the CPU (sleeps of known length)."""
     import time
 
     from openkernel.evaluation.host.templates import _dropped
-    from openkernel.evaluation.worker.screening import FAR, screen
+    from openkernel.evaluation.worker.screening import FAR, FAR_ROUNDS, screen
     from openkernel.evaluation.worker.timing import Timer
     from openkernel.templating import Variant
 
@@ -153,19 +154,22 @@ def test_screening_drops_a_far_slower_combination_after_its_first_round():
         return lambda: time.sleep(ms / 1e3)
 
     timer = Timer("cpu")
-    found = screen(timer, {0: sleeper(4), 1: sleeper(4.4), 2: sleeper(120), 3: sleeper(4.2),
-                           4: sleeper(160)}, budget_s=30, max_rounds=20, keep=3)
-    assert found.rounds == 1 and found.stop_reason == "3 left", found
+    fns = {0: sleeper(4), 1: sleeper(4.4), 2: sleeper(120), 3: sleeper(4.2), 4: sleeper(160)}
+    found = screen(timer, fns, budget_s=30, max_rounds=20, keep=3, far=FAR)
+    assert found.rounds == FAR_ROUNDS == 2 and found.stop_reason == "3 left", found
     assert {k: d["why"] for k, d in found.dropped.items()} == {2: "far_slower", 4: "far_slower"}
     assert found.dropped[4]["vs"] == 0 and found.dropped[4]["ratio_min"] >= FAR
     assert sorted(found.finalists) == [0, 1, 3]
     words = _dropped(found.dropped[2], [Variant({"BLOCK": b}, "") for b in (1, 2, 3, 4, 5)])
-    assert words.startswith("dropped after 1 screening round: at least") and "BLOCK=1" in words
+    assert words.startswith("dropped after 2 screening rounds: at least") and "BLOCK=1" in words
+    # without far: screened to the round cap, nothing dropped early
+    found = screen(timer, fns, budget_s=30, max_rounds=3, keep=3)
+    assert found.rounds == 3 and not any(d["why"] == "far_slower" for d in found.dropped.values())
     # below the finalists' count if need be: a finalist that far behind is timed for nothing
     found = screen(timer, {0: sleeper(5), 1: sleeper(60), 2: sleeper(80), 3: sleeper(120)},
-                   budget_s=30, max_rounds=20, keep=3)
-    assert sorted(found.dropped) == [1, 2, 3] and found.finalists == [0] and found.rounds == 1
+                   budget_s=30, max_rounds=20, keep=3, far=FAR)
+    assert sorted(found.dropped) == [1, 2, 3] and found.finalists == [0] and found.rounds == 2
     # 1.6x slower is within what the drop at once allows: screened on (here to the round cap)
     found = screen(timer, {0: sleeper(10), 1: sleeper(16), 2: sleeper(10.5), 3: sleeper(11)},
-                   budget_s=30, max_rounds=4, keep=3)
+                   budget_s=30, max_rounds=4, keep=3, far=FAR)
     assert found.rounds == 4 and not any(d["why"] == "far_slower" for d in found.dropped.values())

@@ -169,30 +169,26 @@ def _work_template(work: list[int]) -> str:
 
 @pytest.mark.slow
 def test_screening_drops_a_genuinely_slower_combination(evaluator, monkeypatch):
-    """WORK=2 (twice the work): screening drops both such combinations by the statistical rule
-    after its 10 rounds, and neither is timed at full size or wins; WORK=8 (eight times) is
-    dropped after its first round, far past timing noise. No timing is asserted: only which
-    combinations were dropped and why. (The budget leaves room for the rule's 10 rounds,
-    ~0.5 s each under the interpreter even at a load of 15 on 2 cores.)"""
+    """WORK=8 runs the same kernel eight times (the answer unchanged, eight times the work):
+    screening drops both such combinations by the statistical rule after its 10 rounds (on the
+    CPU, where a loaded machine's rounds vary too much for the GPU's drop at once), and neither
+    is timed at full size or wins. No timing is asserted: only which combinations were dropped
+    and why. (The budget leaves room for the rule's 10 rounds, ~0.5 s each under the
+    interpreter even at a load of 15 on 2 cores.)"""
     monkeypatch.setattr(evaluator, "bench_budget_s", 5.0)
-    for work, rounds in ((2, 10), (8, 1)):
-        result, winner = evaluator.evaluate_template(_work_template([1, work]), "triton",
-                                                     f"t-slow-{work}")
-        rows = {(r["params"]["NUM_WARPS"], r["params"]["WORK"]): r
-                for r in result.template_results["combinations"]}
-        for warps in (2, 4):
-            slow, fast = rows[(warps, work)], rows[(warps, 1)]
-            assert slow["dropped"].startswith(
-                f"dropped after {rounds} screening round{'s' if rounds > 1 else ''}:"), \
-                result.eval_log
-            assert "x the time of BLOCK=" in slow["dropped"] and "WORK=1" in slow["dropped"]
-            assert ("at least" in slow["dropped"]) == (work == 8)
-            assert not slow["runtime_stats"] and slow["speedup"] == -1.0
-            assert fast["runtime_stats"]["n_trials"] >= 3 and "dropped" not in fast
-        assert result.template_results["winner"]["WORK"] == 1 and "WORK = 1" in winner
-        screen = result.template_results["screen"]
-        assert screen["rounds"] == rounds and screen["stop_reason"] == "2 left"
-        assert "1.10" in screen["drop_rule"] and "3x" in screen["drop_rule"]
+    result, winner = evaluator.evaluate_template(_work_template([1, 8]), "triton", "t-slow")
+    rows = {(r["params"]["NUM_WARPS"], r["params"]["WORK"]): r
+            for r in result.template_results["combinations"]}
+    for warps in (2, 4):
+        slow, fast = rows[(warps, 8)], rows[(warps, 1)]
+        assert slow["dropped"].startswith("dropped after 10 screening rounds:"), result.eval_log
+        assert "x the time of BLOCK=" in slow["dropped"] and "WORK=1" in slow["dropped"]
+        assert not slow["runtime_stats"] and slow["speedup"] == -1.0
+        assert fast["runtime_stats"]["n_trials"] >= 3 and "dropped" not in fast
+    assert result.template_results["winner"]["WORK"] == 1 and "WORK = 1" in winner
+    screen = result.template_results["screen"]
+    assert screen["rounds"] == 10 and screen["stop_reason"] == "2 left"
+    assert "1.10" in screen["drop_rule"] and "dropped after 10 screening rounds" in result.eval_log
 
 
 def test_the_screening_set_is_the_plans_smaller_set(tmp_path):

@@ -24,8 +24,8 @@ from openkernel.wording import speedup_text
 
 DROP_RULE = ("a combination is dropped once the 99.5% interval of the median of its per-round "
              "time ratio to the best so far lies wholly above 1.10 (after at least 10 rounds), "
-             "or at once when every round so far took it at least 3x the best's time; the 3 "
-             "fastest left are the finalists")
+             "or, on a GPU, at once when each of its first rounds (2 or more) took it at least "
+             "3x the best's time; the 3 fastest left are the finalists")
 
 
 def _dropped(drop: dict, variants: list[Variant]) -> str:

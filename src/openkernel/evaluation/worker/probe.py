@@ -125,6 +125,12 @@ def _peak_forward(model, inputs, gpu: bool) -> tuple[int, list]:
 
 
 SMALL_SET_FROM = 64 << 20  # inputs above this get a smaller set for the float64 check
+# So does a problem whose data besides its weights (outputs, intermediates) passes this: a
+# sweep screens on the smaller set, so its combinations' first calls (each compiling its
+# kernels) fit side by side (level1/54, a 3-d convolution of 50 MB in and 1 GB out, compiled
+# its six one after another on the H200: 10-25 s a candidate). Not for weights: a GEMM's
+# tiles are chosen for its rows, which a smaller batch would change.
+SMALL_DATA_FROM = 256 << 20
 
 
 def _footprint(rt: TaskRuntime, model, inputs, extra: list, gpu: bool) -> Footprint:
@@ -138,7 +144,7 @@ def _footprint(rt: TaskRuntime, model, inputs, extra: list, gpu: bool) -> Footpr
     fp.mutates_inputs = before.of_all(tensors_in(inputs)) != marks
     fp.peak_bytes = peak or (params + fp.input_bytes + fp.output_bytes)
     del outs
-    if fp.input_bytes > SMALL_SET_FROM:
+    if fp.input_bytes > SMALL_SET_FROM or fp.peak_bytes - params > SMALL_DATA_FROM:
         target = fp.input_bytes // 4
         sizes = extra_index = None
         if rt.hook("get_extra_inputs"):

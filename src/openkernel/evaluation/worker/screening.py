@@ -8,11 +8,13 @@ combination is compared with the best so far (the lowest median) by the per-roun
 their times: the median ratio has a distribution-free interval from the order statistics
 (``stopping.median_interval``, at the strict level ``Z_EARLY`` because it is looked at again
 and again), and a combination whose whole interval lies above ``1 + DROP_MARGIN`` is dropped:
-it is at least 10% slower than the best, at 99.5% confidence, on this set. Before that, from
-the first round on, a combination whose every round so far took at least ``FAR`` times the
-best's time in the same round is dropped at once: far slower than timing noise goes (on the
-H200 a sweep of level1/54 spent 6 s timing a 633 ms combination ten times beside a 16 ms
-one). Screening ends when
+it is at least 10% slower than the best, at 99.5% confidence, on this set. Before that, on a
+GPU, from the ``FAR_ROUNDS``-th round on, a combination whose every round so far took at least
+``FAR`` times the best's time in the same round is dropped at once: far slower than a GPU's
+timing noise goes (on the H200 a sweep of level1/54 spent 6 s timing a 633 ms combination ten
+times beside a 16 ms one). Not on the CPU, whose rounds a loaded machine can stretch that
+much (a 2x slower combination measured 5.5x in a round under the test suite's load).
+Screening ends when
 ``keep`` combinations are left; when it is settled: every one left is within 10% of the best at
 that confidence (the rule can drop none of them however long it times, so more rounds would only
 rank near-equals); or at its budget (on a GPU never before ``MIN_PAIRS`` rounds, so the rule can
@@ -36,6 +38,7 @@ FINALISTS = 3  # combinations timed at full size (the winner is among them)
 DROP_MARGIN = 0.10  # "clearly slower": the whole 99.5% interval at least 10% above the best
 LOOK_EVERY = 5  # rounds between two looks once MIN_PAIRS rounds are in
 FAR = 3.0  # at least this many times the best's time in every round: dropped at once
+FAR_ROUNDS = 2  # ... once this many rounds are in
 
 
 @dataclass
@@ -56,7 +59,8 @@ class Screen:
 
 
 def screen(timer, fns: dict[Any, Callable[[], Any]], budget_s: float, max_rounds: int,
-           keep: int = FINALISTS, min_rounds: int = MIN_PAIRS, warmup: int = 0) -> Screen:
+           keep: int = FINALISTS, min_rounds: int = MIN_PAIRS, warmup: int = 0,
+           far: float | None = None) -> Screen:
     """Time ``fns`` round by round, dropping the clearly slower ones (module docstring).
 
     Args:
@@ -69,6 +73,8 @@ def screen(timer, fns: dict[Any, Callable[[], Any]], budget_s: float, max_rounds
             rule can act; 1 under the interpreter, where every call is slow and means little).
         warmup: Untimed calls of each before the first round (0: the caller's first calls and
             checks warmed them).
+        far: Drop at once what is this many times the best's time in each of the rounds so far
+            (from ``FAR_ROUNDS`` on; None: never, the CPU's rule).
     """
     out = Screen(samples={k: [] for k in fns})
     alive = list(fns)
@@ -89,8 +95,8 @@ def screen(timer, fns: dict[Any, Callable[[], Any]], budget_s: float, max_rounds
         looked = out.rounds >= MIN_PAIRS and (out.rounds - MIN_PAIRS) % LOOK_EVERY == 0
         if looked:
             alive = _drop(out, alive)
-        elif out.rounds < MIN_PAIRS:
-            alive = _drop_far(out, alive)
+        elif far and FAR_ROUNDS <= out.rounds < MIN_PAIRS:
+            alive = _drop_far(out, alive, far)
         if len(alive) <= keep:
             out.stop_reason = f"{len(alive)} left"
             break
@@ -108,13 +114,13 @@ def screen(timer, fns: dict[Any, Callable[[], Any]], budget_s: float, max_rounds
     return out
 
 
-def _drop_far(out: Screen, alive: list) -> list:
-    """Drop the combinations at least ``FAR`` times the best's time in every round so far
+def _drop_far(out: Screen, alive: list, far: float) -> list:
+    """Drop the combinations at least ``far`` times the best's time in every round so far
     (below ``keep`` if need be: a finalist that far behind would only be timed for nothing)."""
     best = min(alive, key=lambda k: statistics.median(out.samples[k]))
     for key in alive:
         ratios = [c / b for c, b in zip(out.samples[key], out.samples[best]) if b > 0]
-        if key != best and ratios and min(ratios) >= FAR:
+        if key != best and ratios and min(ratios) >= far:
             out.dropped[key] = {"why": "far_slower", "rounds": out.rounds, "vs": best,
                                 "ratio_min": round(min(ratios), 2)}
     return [k for k in alive if k not in out.dropped]

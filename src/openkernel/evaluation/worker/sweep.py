@@ -357,7 +357,8 @@ def screen(fns: dict, timer, job: Job):
     """The screening rounds (``screening.py``) under the sweep's budget and trial cap."""
     return screening.screen(timer, fns, budget_s=job.bench_budget_s * max(1.0, len(fns) / 2),
                             max_rounds=job.max_trials,
-                            min_rounds=screening.MIN_PAIRS if timer.gpu else 1)
+                            min_rounds=screening.MIN_PAIRS if timer.gpu else 1,
+                            far=screening.FAR if timer.gpu else None)
 
 
 def _check(ev: Evaluation, rt: TaskRuntime, models: dict, rows: list, inputs: list,
