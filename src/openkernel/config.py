@@ -117,10 +117,10 @@ class EvalConfig(_Strict):
                                       "of the main input set (what the precision check "
                                       "compares with) once per task, in a worker of its own, "
                                       "and keep it beside the build cache for every "
-                                      "candidate's check and later runs; default: where it "
-                                      "is costly (the float64 run goes to the host CPU, or "
-                                      "the reference does 1e10 FLOPs or more) and the answer "
-                                      "takes at most 256 MiB.")
+                                      "candidate's check and later runs; default: on a GPU "
+                                      "(in each check it would hold about twice the "
+                                      "footprint), and on the CPU where it is costly (1e10 "
+                                      "FLOPs or more), where the answer takes at most 256 MiB.")
     max_autotune_baseline: bool = Field(False, description="On a GPU, also time the reference "
                                         "under torch.compile(mode='max-autotune-no-cudagraphs'), "
                                         "the strongest compiler baseline, beside eager and the "

@@ -33,7 +33,7 @@ WAIT_S = 30.0
 
 def why_not(once: bool | None, plan: MemoryPlan, probe: TaskProbe) -> str:
     """Why the answer is not made once for this task ("" when it is); ``once``:
-    ``eval_config.float64_once`` (None: where it is costly)."""
+    ``eval_config.float64_once`` (None: on a GPU, and where it is costly)."""
     if once is False:
         return "eval_config.float64_once is off"
     if plan.precision_set != "main":
