@@ -146,6 +146,7 @@ def run_job(task: Path, backend: str, iters: int, branches: int, extra: list[str
         "stored_rows": sum(n for _, n in stored), "stored_labels_distinct": len(per_label),
         "judged_once_stored_once": len(stored) == len(rows) and all(n == 1 for _, n in stored),
         "nvml": "sampled" if sampler.handles else getattr(sampler, "error", "off"),
+        "profiled": sum(bool(r["profile_s"]) for r in rows),  # (eval_config.profile_scope)
         "rows": rows,
     }
 

@@ -413,7 +413,8 @@ def test_gpu_pipeline_turns_spares_and_build_cache(tmp_path):
 
     from openkernel.evaluation.host.ncu import find_ncu
 
-    ev = _evaluator(tmp_path, build_timeout_s=300)
+    # (profile_scope "every": the CUDA candidate below is profiled however it compares)
+    ev = _evaluator(tmp_path, build_timeout_s=300, profile_scope="every")
     assert ev.probe().ok
     good = (CANDIDATES / "good_gelu.py").read_text()
     codes = [good + f"\n# variant {i}\n" for i in range(4)]

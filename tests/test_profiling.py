@@ -210,3 +210,65 @@ def test_memory_tables_of_a_real_kernel(tmp_path, examples_dir):
     cells = {(c["unit"], c["kind"]): c for c in tables.get("cells", [])}
     assert cells, tables
     assert cells[("DRAM", "read")]["bytes"] > 0 and cells[("L1/TEX", "global load")]["sectors"] > 0
+
+
+def test_leaders_are_the_first_the_fastest_and_those_near_it():
+    """eval_config.profile_scope "leaders": a kernel is profiled when it is the first judged,
+    the fastest so far, or within 5% of it; one further behind is not, and says how far."""
+    from openkernel.evaluation.host.profiling import LEAD_MARGIN, Leaders
+
+    leaders = Leaders()
+    assert leaders.behind(2.0) is None  # the first
+    assert leaders.behind(2.0 * (1 + LEAD_MARGIN)) is None  # near the fastest
+    assert leaders.behind(3.0) == pytest.approx(1.5)  # far behind: not profiled
+    assert leaders.behind(1.0) is None  # a new fastest
+    assert leaders.behind(2.0) == pytest.approx(2.0)  # measured against the new one
+    assert leaders.behind(-1.0) is None  # untimed: profiled, nothing to compare
+
+
+def test_profile_scope_is_checked():
+    from openkernel.config import build_config
+    from openkernel.errors import ConfigError
+
+    assert build_config({}).eval_config.profile_scope == "leaders"
+    assert build_config({"eval_config": {"profile_scope": "every"}}).eval_config.profile_scope \
+        == "every"
+    with pytest.raises(ConfigError, match="profile_scope"):
+        build_config({"eval_config": {"profile_scope": "some"}})
+
+
+@pytest.mark.gpu
+def test_a_kernel_far_behind_the_leader_is_not_profiled(tmp_path, examples_dir):
+    """On the H200 (profile_scope "leaders", the default): the GELU is profiled; the same
+    kernel launched eight times a call, correct and far slower, gets the roofline estimate and
+    a log line saying why; with "every" it is profiled too."""
+    from openkernel.config import build_config
+    from openkernel.evaluation.host.executor import Evaluator
+    from openkernel.evaluation.host.ncu import find_ncu
+    from openkernel.task import load_task
+
+    if find_ncu() is None:
+        pytest.skip("Nsight Compute (ncu) is not installed")
+    code = (examples_dir.parent / "tests" / "candidates" / "good_gelu.py").read_text()
+    slow = code.replace("    gelu_kernel[(triton.cdiv(n, 4096),)](x, out, n, BLOCK=4096)",
+                        "    for _ in range(8):\n"
+                        "        gelu_kernel[(triton.cdiv(n, 4096),)](x, out, n, BLOCK=4096)")
+    assert slow != code
+    for scope in ("leaders", "every"):
+        cfg = build_config({"eval_config": {"profile_scope": scope},
+                            "paths": {"scratch_dir": str(tmp_path / scope)}})
+        ev = Evaluator(load_task(examples_dir / "gelu"), cfg)
+        try:
+            assert ev.probe().ok
+            fast = ev.evaluate(code, "triton", label="fast")
+            behind = ev.evaluate(slow, "triton", label="slow")
+        finally:
+            ev.close()
+        assert fast.correctness and behind.correctness, behind.eval_log
+        assert fast.profiler_data.get("source") == "ncu", fast.profiler_data
+        if scope == "leaders":
+            assert behind.profiler_data.get("estimate") is True, behind.profiler_data
+            assert "Not profiled:" in behind.eval_log and "profile_scope: leaders" in \
+                behind.eval_log
+        else:
+            assert behind.profiler_data.get("source") == "ncu", behind.profiler_data

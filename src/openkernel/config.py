@@ -157,6 +157,11 @@ class EvalConfig(_Strict):
                                    "waiting for the GPU's turn not counted).")
     profile: bool = Field(True, description="On a GPU with Nsight Compute (ncu) installed, profile "
                           "each correct candidate; its summary reaches later prompts.")
+    profile_scope: Literal["leaders", "every"] = Field(
+        "leaders", description="Which correct candidates ncu profiles: 'leaders', those within "
+        "5% of the fastest kernel judged so far in the run (the first, a new fastest, or near "
+        "it: the kernels worth reading); the others get the roofline estimate, labelled one, "
+        "and their log says why; 'every': each one (a profile holds the GPU alone ~1 s).")
     profile_original_model: bool = Field(False, description="Profile the reference too (once per "
                                          "task), as a baseline shown next to each profile.")
     profile_memory: bool = Field(False, description="On a GPU with ncu, profile each correct "

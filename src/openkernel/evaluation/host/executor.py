@@ -63,7 +63,7 @@ from openkernel.evaluation.host.process import (
     drive,
     read_full_log,
 )
-from openkernel.evaluation.host.profiling import profile_candidate
+from openkernel.evaluation.host.profiling import Leaders, profile_candidate
 from openkernel.roofline import roofline_estimate
 from openkernel.evaluation.host.results import from_worker
 from openkernel.evaluation.host.spares import SPARES
@@ -127,6 +127,7 @@ class Evaluator:
         self.plan = MemoryPlan()  # made from the probe (memplan.py)
         self._reference = ReferenceBaselines(self)
         self.float64 = Float64Answer(self)  # the precision check's answer, made once (float64.py)
+        self.leaders = Leaders()  # the fastest kernel judged: who is profiled (profiling.py)
         self.probe_s: float | None = None  # seconds the probe took (hardware detection included)
         self.notes: list[str] = []  # what the evaluator changed on its own during the run
         # Workers running a job now, so that abort() can end them; why it was called
@@ -301,12 +302,17 @@ class Evaluator:
         if hw.device == "cuda" and len(self.config.gpu_archs) > 1:
             self._judge_other_archs(job, code, label, cache, result)
         if hw.device == "cuda" and result.correctness and self.ec.profile:
-            if on_phase is not None:
-                on_phase("profile")
-            try:
-                profile_candidate(self, code, result)
-            except Aborted:  # the verdict stands; only its profile was cut short
-                result.eval_log += "\nNot profiled: the evaluation was stopped."
+            behind = self.leaders.behind(result.runtime)
+            if behind is not None and self.ec.profile_scope == "leaders":
+                result.eval_log += (f"\nNot profiled: {behind:.2f}x the time of the fastest "
+                                    "kernel judged so far (eval_config.profile_scope: leaders).")
+            else:
+                if on_phase is not None:
+                    on_phase("profile")
+                try:
+                    profile_candidate(self, code, result)
+                except Aborted:  # the verdict stands; only its profile was cut short
+                    result.eval_log += "\nNot profiled: the evaluation was stopped."
         if result.correctness and not result.profiler_data and self._probe is not None:
             # No profiler ran: the analytic estimate, labelled one, on every path (a search,
             # `openkernel eval`, bench) alike.

@@ -2,7 +2,10 @@
 
 A profile is evidence for the next generation, never part of the verdict: any failure here
 (no ncu, a crash under the profiler, an empty report) leaves the result as judged and says why
-in ``profiler_data["error"]``.
+in ``profiler_data["error"]``. By default only the candidates that lead are profiled
+(``eval_config.profile_scope``, :class:`Leaders`): a profile holds the GPU alone for about a
+second (the longest of a GELU candidate's turns on the H200, session 20: 41 s of a 56 s job),
+and a kernel far behind the fastest is not the one a reader or the next prompt studies.
 """
 
 from __future__ import annotations
@@ -15,6 +18,26 @@ from openkernel.roofline import peak_tflops_for
 from openkernel.schemas import EvalResult
 
 _lock = threading.Lock()
+LEAD_MARGIN = 0.05  # within this of the fastest correct kernel judged so far: it leads
+
+
+class Leaders:
+    """The fastest correct runtime one evaluator (a task's run) has judged so far."""
+
+    def __init__(self) -> None:
+        self._fastest: float | None = None
+        self._lock = threading.Lock()
+
+    def behind(self, runtime_ms: float) -> float | None:
+        """None when a kernel of ``runtime_ms`` leads (the first, the fastest so far, or within
+        ``LEAD_MARGIN`` of it; an untimed one too), else its ratio to the fastest. Recorded."""
+        with self._lock:
+            fastest = self._fastest
+            if runtime_ms > 0 and (fastest is None or runtime_ms < fastest):
+                self._fastest = runtime_ms
+            if fastest is None or runtime_ms <= 0 or runtime_ms <= fastest * (1 + LEAD_MARGIN):
+                return None
+            return runtime_ms / fastest
 
 
 def _peak_tflops(evaluator) -> float | None:
