@@ -142,7 +142,8 @@ def test_screening_drops_a_far_slower_combination_after_two_rounds():
     rounds is dropped then (on the H200 a 633 ms combination was timed ten times beside a 16 ms
     one), even where fewer than the finalists' count are left; one 1.6x slower waits for the
     interval rule, and without ``far`` (the CPU's rule) nothing is dropped early. Real calls,
-    timed by the worker's own timer on the CPU (sleeps of known length)."""
+    timed by the worker's own timer on the CPU (sleeps of known length, far apart: a loaded
+    machine stretches a few-ms sleep by tens of ms)."""
     import time
 
     from openkernel.evaluation.host.templates import _dropped
@@ -154,19 +155,21 @@ def test_screening_drops_a_far_slower_combination_after_two_rounds():
         return lambda: time.sleep(ms / 1e3)
 
     timer = Timer("cpu")
-    fns = {0: sleeper(4), 1: sleeper(4.4), 2: sleeper(120), 3: sleeper(4.2), 4: sleeper(160)}
+    fns = {0: sleeper(4), 1: sleeper(4.4), 2: sleeper(300), 3: sleeper(4.2), 4: sleeper(400)}
     found = screen(timer, fns, budget_s=30, max_rounds=20, keep=3, far=FAR)
     assert found.rounds == FAR_ROUNDS == 2 and found.stop_reason == "3 left", found
     assert {k: d["why"] for k, d in found.dropped.items()} == {2: "far_slower", 4: "far_slower"}
-    assert found.dropped[4]["vs"] == 0 and found.dropped[4]["ratio_min"] >= FAR
+    # (against the fastest of the three near-equal ones, whichever a loaded machine made it)
+    assert found.dropped[4]["vs"] in (0, 1, 3) and found.dropped[4]["ratio_min"] >= FAR
     assert sorted(found.finalists) == [0, 1, 3]
     words = _dropped(found.dropped[2], [Variant({"BLOCK": b}, "") for b in (1, 2, 3, 4, 5)])
-    assert words.startswith("dropped after 2 screening rounds: at least") and "BLOCK=1" in words
+    assert words.startswith("dropped after 2 screening rounds: at least"), words
+    assert f"BLOCK={found.dropped[2]['vs'] + 1} in every one" in words, words
     # without far: screened to the round cap, nothing dropped early
     found = screen(timer, fns, budget_s=30, max_rounds=3, keep=3)
     assert found.rounds == 3 and not any(d["why"] == "far_slower" for d in found.dropped.values())
     # below the finalists' count if need be: a finalist that far behind is timed for nothing
-    found = screen(timer, {0: sleeper(5), 1: sleeper(60), 2: sleeper(80), 3: sleeper(120)},
+    found = screen(timer, {0: sleeper(5), 1: sleeper(150), 2: sleeper(200), 3: sleeper(300)},
                    budget_s=30, max_rounds=20, keep=3, far=FAR)
     assert sorted(found.dropped) == [1, 2, 3] and found.finalists == [0] and found.rounds == 2
     # 1.6x slower is within what the drop at once allows: screened on (here to the round cap)
