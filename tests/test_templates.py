@@ -180,14 +180,19 @@ def test_screening_drops_a_genuinely_slower_combination(evaluator, monkeypatch):
     rows = {(r["params"]["NUM_WARPS"], r["params"]["WORK"]): r
             for r in result.template_results["combinations"]}
     for warps in (2, 4):
-        slow, fast = rows[(warps, 8)], rows[(warps, 1)]
+        slow = rows[(warps, 8)]
         assert slow["dropped"].startswith("dropped after 10 screening rounds:"), result.eval_log
         assert "x the time of BLOCK=" in slow["dropped"] and "WORK=1" in slow["dropped"]
         assert not slow["runtime_stats"] and slow["speedup"] == -1.0
-        assert fast["runtime_stats"]["n_trials"] >= 3 and "dropped" not in fast
+    # The two WORK=1 rows (the same work) are timed at full size, unless the rule found one of
+    # them clearly slower than the other on a loaded machine.
+    fast = [rows[(warps, 1)] for warps in (2, 4)]
+    timed = [r for r in fast if r["runtime_stats"]]
+    assert timed and all(r["runtime_stats"]["n_trials"] >= 3 and "dropped" not in r for r in timed)
+    assert all("x the time of BLOCK=" in r["dropped"] for r in fast if not r["runtime_stats"])
     assert result.template_results["winner"]["WORK"] == 1 and "WORK = 1" in winner
     screen = result.template_results["screen"]
-    assert screen["rounds"] == 10 and screen["stop_reason"] == "2 left"
+    assert screen["rounds"] == 10 and screen["stop_reason"] == f"{len(timed)} left"
     assert "1.10" in screen["drop_rule"] and "dropped after 10 screening rounds" in result.eval_log
 
 
