@@ -129,21 +129,23 @@ def test_in_place_form_reads_a_strided_view(interpreter, tmp_path):
     torch.testing.assert_close(got, module(view), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("nhwc", [0, 2])
 @pytest.mark.parametrize("name", ["1d_strided_dilated", "2d_stride2_pad1_dil2_groups2",
                                   "3d_padded_no_bias"])
-def test_nchw_offsets_are_32_bit_unless_wide(name, interpreter, tmp_path):
-    """The NCHW kernel computes every A element's index: in int32 below 2^30 elements (64-bit
+def test_offsets_are_32_bit_unless_wide(name, nhwc, interpreter, tmp_path):
+    """The NCHW kernel computes every A element's index, the taps-outer one each row's per tap:
+    in int32 below 2^30 elements (the taps-outer one: its rows and input below 2^31; 64-bit
     division is emulated on the GPU), in int64 past it (WIDE), the same outputs either way."""
     torch.manual_seed(0)
     make, shape = CASES[name]
     module = make().eval()
     x = torch.randn(*shape)
-    _, code, _, _ = _candidate(module, x, 0, tmp_path)
+    _, code, _, _ = _candidate(module, x, nhwc, tmp_path)
     assert "WIDE=max(" in code and "    if WIDE:" in code and ".to(tl.int64)" in code
     for forced in ("True", "False"):
-        wide = re.sub(r"WIDE=max\(.*?\) >= 2\*\*30", f"WIDE={forced}", code)
+        wide = re.sub(r"WIDE=max\(.*?\) >= 2\*\*3[01]", f"WIDE={forced}", code)
         assert wide != code
-        loaded = rendered.load(wide, tmp_path, f"conv_wide_{forced}_{name}")
+        loaded = rendered.load(wide, tmp_path, f"conv_wide_{forced}_{name}_{nhwc}")
         candidate = loaded.ModelNew()
         candidate.load_state_dict(module.state_dict(), strict=False)
         torch.testing.assert_close(candidate(x), module(x), atol=1e-4, rtol=1e-4)

@@ -30,15 +30,15 @@ DROP_RULE = ("a combination is dropped once the 99.5% interval of the median of 
 
 def _dropped(drop: dict, variants: list[Variant]) -> str:
     """Why screening dropped a combination, in words (``worker/screening.py``'s record)."""
+    vs = drop.get("vs", len(variants))
+    best = label(variants[vs].params) if vs < len(variants) else "the best"
     if drop.get("why") == "far_slower":
-        best = label(variants[drop["vs"]].params) if drop["vs"] < len(variants) else "the best"
         rounds = drop["rounds"]
         return (f"dropped after {rounds} screening round{'s' if rounds > 1 else ''}: at least "
                 f"{drop['ratio_min']:.1f}x the time of {best} in every one (far past timing "
                 "noise)")
     if drop.get("why") == "slower":
         lo, hi = drop["ratio_ci"]
-        best = label(variants[drop["vs"]].params) if drop["vs"] < len(variants) else "the best"
         return (f"dropped after {drop['rounds']} screening rounds: {lo:.2f}-{hi:.2f}x the time of "
                 f"{best} (99.5% interval of the per-round ratio, over the 1.10x bar)")
     return (f"not among the {drop.get('keep', 3)} fastest after {drop['rounds']} screening "

@@ -54,11 +54,11 @@ def source(name: str, spec) -> str:
         "    pid_n = tl.program_id(1)",
         "    g = tl.program_id(2)",
         "    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # output positions: batch x spatial",
-        "    if WIDE:  # rows past int32",
+        "    if WIDE:  # rows or the input's offsets past int32",
         "        rm = rm.to(tl.int64)",
         "    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # output channels of group g",
         "    rc = tl.arange(0, BLOCK_K)",
-        "    if WIDE:  # input offsets past int32",
+        "    if WIDE:",
         "        rc = rc.to(tl.int64)",
     ]
     coordinates, rest = output_coordinates("rm", dims)
@@ -129,7 +129,10 @@ def operands(name: str, spec, x_expr: str, w_expr: str) -> tuple[list[str], list
 
 def launch_args(spec, x: str, y: str, sizes_in: list[str], sizes_out: list[str]) -> list[str]:
     """The kernel's size arguments after its pointers and M: channels per group, spatial sizes,
-    the input's strides; the last is the WIDE flag (the rows or the input past int32)."""
+    the input's strides; the last is the WIDE flag. Not conv.wide's rule: here the output's
+    and the weight's offsets are int64 from the batch index or the column on, so only the rows
+    and the input's offsets can pass int32 (level1/63's 2.1G-element output would have made
+    every row's arithmetic 64-bit for nothing)."""
     g = spec.groups
     return ["M", f"{x}.shape[1] // {g}", *sizes_in, f"*{x}.stride()", f"{y}.shape[1] // {g}",
             *sizes_out, f"WIDE=max(M + BLOCK_M, {x}.numel()) >= 2**31"]
