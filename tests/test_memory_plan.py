@@ -132,7 +132,12 @@ def test_plan_for_a_level2_gemm_runs_the_float64_check_on_the_host():
     assert 2.5 * fp.peak_bytes < device_run < 3 * fp.peak_bytes
     assert plan.precision_set == "main" and plan.precision_on_host
     assert "it runs on the host (1.4e+11 FLOPs)" in plan.precision_why
-    assert "float64 check on the main set (run on the host)" in describe(plan)
+    # The task's float64 answer, made once without a candidate: ~2x the footprint and the
+    # float32 inputs fit the device, and every worker may be at its checks at once.
+    assert 2 * fp.peak_bytes + x <= 2.5 * fp.peak_bytes
+    assert plan.checks_per_gpu >= plan.workers_per_gpu and plan.answer_on_device
+    assert "float64 check on the main set (run on the host; the task's answer, made once, on " \
+        "the device)" in describe(plan)
     # The seeds' checks: both models' weights, the inputs, two outputs and the poisoned block.
     seeds = 2 * weights + x + 3 * y
     assert seeds <= plan.budget_bytes
@@ -145,6 +150,15 @@ def test_plan_for_a_level2_gemm_runs_the_float64_check_on_the_host():
     small = plan_memory(Footprint(param_bytes=mib, input_bytes=x, output_bytes=y,
                                   peak_bytes=mib + x + 2 * y), H200, flops=flops)
     assert small.precision_set == "main" and not small.precision_on_host
+    assert not small.answer_on_device  # (each check's own run is on the device already)
+    # Inputs over half the footprint: the answer's float32 inputs beside its float64 run pass
+    # 2.5x, so it is made on the host as the checks' runs are.
+    heavy = Footprint(param_bytes=200 * mib, input_bytes=300 * mib, output_bytes=10 * mib,
+                      peak_bytes=510 * mib)
+    plan = plan_memory(heavy, H200, flops=flops)
+    assert plan.precision_on_host and not plan.answer_on_device
+    # On the CPU there is no device to make it on.
+    assert not plan_memory(fp, CPU, flops=flops).answer_on_device
 
 
 def test_float64_reference_swaps_the_weights_and_restores_them_bit_for_bit():
@@ -444,7 +458,8 @@ def test_gpu_a_large_problem_stays_within_three_footprints(tmp_path):
 @pytest.mark.gpu
 def test_gpu_a_level2_gemm_stays_within_three_footprints(tmp_path):
     """A level-2 GEMM (8192 x 8192 weights, 1024 rows): the worker's peak is at most 3x the
-    reference's footprint, with the float64 check run (on the host, by the plan)."""
+    reference's footprint, with the float64 check run (on the host, by the plan: the check's
+    own run, not the task's answer made once, which would be on the GPU)."""
     from openkernel.generators.base import ProposalRequest
     from openkernel.generators.offline import OfflineGenerator
 
@@ -471,7 +486,7 @@ def test_gpu_a_level2_gemm_stays_within_three_footprints(tmp_path):
             return [in_features, out_features]
     """)
     config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")},
-                           "eval_config": {"profile": False}})
+                           "eval_config": {"profile": False, "float64_once": False}})
     ev = Evaluator(task, config, bench_budget_s=0.2)
     try:
         probe = ev.probe()

@@ -262,6 +262,9 @@ class MemoryPlan:
     precision_set: str = "main"  # "main", "small" or "skip"
     precision_why: str = ""  # why not the main set, or not on the device (for the log)
     precision_on_host: bool = False  # the float64 run on the host CPU (memplan.HOST_FLOPS)
+    # the task's float64 answer (made once, by a worker without a candidate) on the device
+    # all the same: there it needs ~2x the footprint, not a check's ~2.8x
+    answer_on_device: bool = False
     small_set: dict = field(default_factory=dict)  # Footprint.small_set
     keep_pristine: bool = False  # the reference mutates its inputs: keep a pristine copy
     poison_bytes: int = 0  # free memory filled with NaN before each candidate call

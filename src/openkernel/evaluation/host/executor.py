@@ -214,6 +214,8 @@ class Evaluator:
                 pool = self._acquire_pool()
                 pool.per_device = min(pool.per_device, self.plan.workers_per_gpu)
                 pool.check_slots = self.plan.checks_per_gpu if self.ec.overlap_checks else 1
+                # checks one at a time: one waiting for the answer would hold its making's turn
+                self.plan.answer_on_device &= self.ec.overlap_checks
             self.float64.start(probe)
         if probe.ok and wanted(self.ec, hw):
             # Every candidate's improve_over_compile needs them: from the store, or timed now,

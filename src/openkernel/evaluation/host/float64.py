@@ -2,7 +2,8 @@
 
 The precision check of every candidate compares with the reference run in float64 on the main
 input set. Where that run is costly (on the host CPU: a level-2 GEMM's 1.4e11 FLOPs, ~10 s a
-winner on the H200 with four at once), a worker that runs no candidate makes it once, beside
+winner on the H200 with four at once), a worker that runs no candidate makes it once (on the
+device where it fits there without a candidate: ``MemoryPlan.answer_on_device``), beside
 the first candidates' builds, and writes it under ``<build cache>/../float64/``: a folder a
 candidate's worker may read (``Job.read_only``) but not write. Its name digests what decides
 the answer (the task's code, the hardware, the workers' software), so later jobs and runs
@@ -67,9 +68,11 @@ class Float64Answer:
 
     @property
     def wait_s(self) -> float:
-        """How long a check may wait for the answer: ``WAIT_S`` while it is being made on the
-        host. (Made on the device it needs a check's share of the GPU, which waiting checks
-        would hold: they run their own there, as cheaply.)"""
+        """How long a check may wait for the answer: ``WAIT_S`` while it is being made and the
+        check's own run would be on the host (the answer itself made there, or on the device
+        where the plan lets every worker be at its checks at once: ``answer_on_device``).
+        Otherwise the answer's making needs a check's share of the GPU, which waiting checks
+        would hold: they run their own there, as cheaply."""
         making = self.path is not None and not self.done.is_set()
         return WAIT_S if making and self.ev.plan.precision_on_host else 0.0
 

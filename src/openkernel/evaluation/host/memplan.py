@@ -16,7 +16,12 @@ memory of one forward, ``records.Footprint``). A worker's own checks are planned
   level-2 GEMM with 8192 x 8192 weights is 1.4e11), on the main set with the float64 run on
   the host CPU, so the device holds only the float32 data of the seeds' checks; else on the
   probe's smaller set (KernelBench size globals shrunk, or a task's smaller held-out set); else
-  skipped. The log says which.
+  skipped. The log says which. The task's float64 answer, made once by a worker that holds no
+  candidate (``host/float64.py``), needs about 2 F and the float32 inputs: where a check's run
+  goes to the host for want of room, that one may still fit the device (``answer_on_device``:
+  the level-2 GEMMs' took 3.7-7.1 s on the H200's host cores, and checks waited for it), when
+  every worker may be at its checks at once: checks waiting for the answer never hold the turn
+  its making needs.
 
 A sweep's first calls (each combination's, compiling its kernels) run side by side on a GPU, as
 many as add at most (``BUDGET_FACTOR`` - 1) x F together beyond what the worker holds
@@ -115,6 +120,8 @@ def plan_memory(fp: Footprint | None, hw: Hardware, *, memory_fraction: float = 
     room = usable - plan.workers_per_gpu * per_worker
     plan.checks_per_gpu = plan.workers_per_gpu if extra <= 0 else max(
         1, min(plan.workers_per_gpu, room // extra))
+    plan.answer_on_device = plan.precision_on_host and plan.checks_per_gpu >= \
+        plan.workers_per_gpu and 2 * footprint + fp.input_bytes <= int(BUDGET_FACTOR * footprint)
     if plan.workers_per_gpu > 1:
         # A worker may not take what the plan gave the others (its own failure if it tries).
         cap = max(budget + (4 << 30), int(1.5 * budget))
@@ -153,7 +160,9 @@ def describe(plan: MemoryPlan) -> str:
     text = (f"memory plan (level {plan.level}): footprint {_gib(plan.footprint_bytes)}, {where}, "
             f"float64 check on "
             f"{ {'main': 'the main set', 'small': 'a smaller set', 'skip': 'no set'}[plan.precision_set] }"
-            + (" (run on the host)" if plan.precision_on_host else ""))
+            + (" (run on the host" + ("; the task's answer, made once, on the device)"
+                                     if plan.answer_on_device else ")")
+               if plan.precision_on_host else ""))
     if plan.precision_why:
         text += f" ({plan.precision_why})"
     if plan.keep_pristine:

@@ -94,7 +94,8 @@ def run_float64(job: Job, ch) -> dict:
     model = rt.reference_model()
     inputs = rt.inputs(1)
     sig = signature(inputs, model, plan.chunk_elements)
-    host = plan.precision_on_host and job.device.startswith("cuda")
+    # (a check's float64 run may go to the host where this one, holding no candidate, fits)
+    host = plan.precision_on_host and not plan.answer_on_device and job.device.startswith("cuda")
     if job.device.startswith("cuda") and not host:
         ch.wait_turn("check")  # the run's memory is a check's: it shares the GPU as checks do
     exact = ig.float64_reference(model, inputs, host=host)
