@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import sys
+from collections import Counter
 from pathlib import Path
 
 
@@ -61,6 +62,12 @@ def table(latest: dict[str, dict]) -> dict:
                            "library_bound": p.get("library_bound") or "", "file": p["file"]}
                           for p in rows if p["name"] not in at_least),
                          key=lambda s: s["over_compile"] or 0),
+        # every problem's line and the run it came from (which commit judged it)
+        "rows": [{"name": p["name"], "group": group(p["name"]), "correct": bool(p.get("correct")),
+                  "over_compile": p.get("over_compile"), "verdict": verdict(p),
+                  "library_bound": p.get("library_bound") or "", "file": p["file"]}
+                 for p in sorted(rows, key=lambda p: p["name"])],
+        "from_files": dict(Counter(p["file"] for p in rows)),
     }
 
 
@@ -77,6 +84,7 @@ def main() -> int:
     print(f"at least torch.compile's speed: {t['at_least_compile']} of {n} "
           f"({100 * t['at_least_compile'] / n:.0f}%); faster: {t['faster']} "
           f"({100 * t['faster'] / n:.0f}%)")
+    print("lines from: " + ", ".join(f"{f} {n}" for f, n in t["from_files"].items()))
     for s in t["slower"]:
         bound = f" (library-bound: {s['library_bound']})" if s["library_bound"] else ""
         print(f"  slower: {s['name']} {s['over_compile'] or 0:.3f}x{bound}  [{s['file']}]")
