@@ -133,7 +133,9 @@ def test_in_place_form_reads_a_strided_view(interpreter, tmp_path):
 @pytest.mark.parametrize("name", ["1d_strided_dilated", "2d_stride2_pad1_dil2_groups2",
                                   "3d_padded_no_bias"])
 def test_offsets_are_32_bit_unless_wide(name, nhwc, interpreter, tmp_path):
-    """The NCHW kernel computes every A element's index, the taps-outer one each row's per tap:
+    """The NCHW kernel adds each row's window start to each column's channel and tap (the
+    gradient form of a transposed one computes every A element's index), the taps-outer one
+    each row's per tap:
     in int32 below 2^30 elements (the taps-outer one: its rows and input below 2^31; 64-bit
     division is emulated on the GPU), in int64 past it (WIDE), the same outputs either way."""
     torch.manual_seed(0)

@@ -125,7 +125,7 @@ def source(name: str, spec: ConvSpec) -> str:
         "    pid_m = tl.program_id(0)",
         "    pid_n = tl.program_id(1)",
         "    g = tl.program_id(2)",
-        "    if WIDE:  # offsets past int32 (else 32-bit: every A element's index is computed)",
+        "    if WIDE:  # offsets past int32 (else 32-bit: an add or an index an A element)",
         "        pid_m = pid_m.to(tl.int64)",
         "        pid_n = pid_n.to(tl.int64)",
         "        g = g.to(tl.int64)",
@@ -137,38 +137,44 @@ def source(name: str, spec: ConvSpec) -> str:
     ]
     coordinates, rest = output_coordinates("rm", dims)
     lines += coordinates + [f"    n = {rest}"]
+    if not spec.transposed:
+        lines += _window_starts(spec)
     lines += [
         "    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
         "    for k0 in range(0, K, BLOCK_K):",
         "        rk = k0 + tl.arange(0, BLOCK_K)",
     ]
+    if not spec.transposed:
+        lines += ["        if WIDE:  # (its column part reaches the input's size too)",
+                  "            rk = rk.to(tl.int64)"]
     rest = "rk"
     for d, k in zip(reversed(dims), reversed(ks)):
         lines.append(f"        k_{d} = {rest} % {k}")
         rest = f"({rest} // {k})"
     lines.append(f"        ci = {rest}")
     ok = ["(rm[:, None] < M)", "(rk[None, :] < K)"]
-    for j, d in enumerate(dims):
-        s, p, dil = spec.stride[j], spec.padding[j], spec.dilation[j]
-        if not spec.transposed:
-            lines.append(f"        i_{d} = o_{d}[:, None] * {s} - {p} + k_{d}[None, :] * {dil}")
-        else:  # the input whose window covers this output: (o + p - k * dil) / s, if whole
+    if not spec.transposed:
+        lines += _window_columns(spec, ok)
+    else:
+        for j, d in enumerate(dims):
+            s, p, dil = spec.stride[j], spec.padding[j], spec.dilation[j]
+            # the input whose window covers this output: (o + p - k * dil) / s, if whole
             lines.append(f"        t_{d} = o_{d}[:, None] + {p} - k_{d}[None, :] * {dil}")
             lines.append(f"        i_{d} = t_{d} // {s}")
             if s != 1:
                 ok.append(f"(t_{d} >= 0) & (t_{d} % {s} == 0)")
-        ok.append(f"(i_{d} >= 0) & (i_{d} < {d.upper()}_in)")
-    lines.append(f"        a_mask = {' & '.join(ok)}")
-    offset = "n[:, None] * C_in + g * cig + ci[None, :]"
-    for d in dims:
-        offset = f"({offset}) * {d.upper()}_in + i_{d}"
-    lines.append(f"        a = tl.load(x_ptr + {offset}, mask=a_mask, other=0.0)")
-    kpos = "k_" + dims[0] + "[:, None]"
-    for d, k in zip(dims[1:], ks[1:]):
-        kpos = f"({kpos}) * {k} + k_{d}[:, None]"
-    if not spec.transposed:  # weight (C_out, C_in / groups, *kernel)
-        w_off = f"((g * cog + rn[None, :]) * cig + ci[:, None]) * {k_pos} + {kpos}"
+            ok.append(f"(i_{d} >= 0) & (i_{d} < {d.upper()}_in)")
+        offset = "n[:, None] * C_in + g * cig + ci[None, :]"
+        for d in dims:
+            offset = f"({offset}) * {d.upper()}_in + i_{d}"
+        lines.append(f"        a_mask = {' & '.join(ok)}")
+        lines.append(f"        a = tl.load(x_ptr + {offset}, mask=a_mask, other=0.0)")
+    if not spec.transposed:  # weight (C_out, C_in / groups, *kernel): rk is its inner index
+        w_off = "(g * cog + rn[None, :]) * K + rk[:, None]"
     else:  # weight (C_in, C_out / groups, *kernel)
+        kpos = "k_" + dims[0] + "[:, None]"
+        for d, k in zip(dims[1:], ks[1:]):
+            kpos = f"({kpos}) * {k} + k_{d}[:, None]"
         w_off = f"((g * cig + ci[:, None]) * cog + rn[None, :]) * {k_pos} + {kpos}"
     lines += [
         "        b_mask = (rk[:, None] < K) & (rn[None, :] < cog)",
@@ -178,14 +184,65 @@ def source(name: str, spec: ConvSpec) -> str:
     if spec.bias:
         lines.append(f"    acc += tl.load(b_ptr + {co}, mask=rn[None, :] < cog, other=0.0)"
                      ".to(tl.float32)")
-    y_off = f"n[:, None] * C_out + {co}"
-    for d in dims:
-        y_off = f"({y_off}) * {d.upper()}_out + o_{d}[:, None]"
+    # (n * C_out + co) * S + o, S the output plane: a row part and a column part
+    plane = " * ".join(f"{d.upper()}_out" for d in dims)
+    spatial = f"o_{dims[0]}"
+    for d in dims[1:]:
+        spatial = f"({spatial}) * {d.upper()}_out + o_{d}"
     lines += [
+        f"    y_row = n * C_out * ({plane}) + {spatial}",
         "    y_mask = (rm[:, None] < M) & (rn[None, :] < cog)",
-        f"    tl.store(y_ptr + {y_off}, acc.to(y_ptr.dtype.element_ty), mask=y_mask)",
+        f"    tl.store(y_ptr + (y_row[:, None] + ({co}) * ({plane})), "
+        "acc.to(y_ptr.dtype.element_ty), mask=y_mask)",
     ]
     return "\n".join(lines)
+
+
+# A plain convolution's A offset, ((n * C_in + c) * D_in + o_d * s - p + k_d * dil) * ..., is
+# linear in the output position and the (channel, tap) column apart: a row part, where each
+# output position's window starts (once a program), plus a column part (once a K step), one
+# add an element instead of the whole index. Only padded dims check their bounds: without
+# padding every tap of a valid output position is inside the input (torch's output size).
+# (level1/54, 3 input channels of a 3-d input: the per-element index was most of the work.)
+def _window_starts(spec: ConvSpec) -> list[str]:
+    """Kernel lines (before the K loop): ``x_row``, the input offset of each output position's
+    window start, and ``s_<dim>``, its first input coordinate where that dim is padded."""
+    dims, sizes = spec.names, [f"{d.upper()}_in" for d in spec.names]
+    parts = [f"(n * C_in + g * cig) * ({' * '.join(sizes)})"]
+    lines = []
+    for j, d in enumerate(dims):
+        s, p = spec.stride[j], spec.padding[j]
+        start = f"o_{d} * {s}" if s != 1 else f"o_{d}"
+        if p:
+            lines.append(f"    s_{d} = {start} - {p}")
+            start = f"s_{d}"
+        elif s != 1:
+            start = f"({start})"
+        after = " * ".join(sizes[j + 1:])
+        parts.append(f"{start} * ({after})" if after else start)
+    return lines + [f"    x_row = {' + '.join(parts)}"]
+
+
+def _window_columns(spec: ConvSpec, ok: list[str]) -> list[str]:
+    """Kernel lines (in the K loop): ``x_col``, the input offset of each column's channel and
+    tap, the padded dims' bounds added to ``ok``, and the A tile's load."""
+    dims, sizes = spec.names, [f"{d.upper()}_in" for d in spec.names]
+    parts, lines = [f"ci * ({' * '.join(sizes)})"], []
+    for j, d in enumerate(dims):
+        dil = spec.dilation[j]
+        tap = f"k_{d}"
+        if dil != 1:
+            lines.append(f"        t_{d} = k_{d} * {dil}")
+            tap = f"t_{d}"
+        after = " * ".join(sizes[j + 1:])
+        parts.append(f"{tap} * ({after})" if after else tap)
+        if spec.padding[j]:
+            ok.append(f"(s_{d}[:, None] + {tap}[None, :] >= 0) & "
+                      f"(s_{d}[:, None] + {tap}[None, :] < {sizes[j]})")
+    return lines + [f"        x_col = {' + '.join(parts)}",
+            f"        a_mask = {' & '.join(ok)}",
+            "        a = tl.load(x_ptr + (x_row[:, None] + x_col[None, :]), mask=a_mask, "
+            "other=0.0)"]
 
 
 def wide(x: str, w: str, y: str) -> str:
