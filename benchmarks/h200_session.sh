@@ -27,12 +27,12 @@ kb_bench() {  # openkernel bench over ${KB:-.kbsel}, the database from .kbstate/
 }
 echo "stage $1 on $(nproc) cores, $gpus GPU(s): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 case "$1" in
-  gputests)  # FILES: the test files (default: every file with GPU tests)
+  gputests)  # FILES: the test files (default: every file with GPU tests); K: a -k expression
     # One at a time by default: two engines profiling on one GPU collide (ncu's state is per worker)
     # TT: each test's limit; keep it under T so that pytest prints its summary before the stage's end.
     # At T pytest gets SIGINT (it then prints the failures so far and its summary: a plain kill
     # left four dots and an F, session 21); -v names each test as it ends.
-    timeout -s INT -k 20 "${T:-330}" python3 -m pytest -v -m gpu -p no:cacheprovider -n "${N:-1}" --timeout "${TT:-320}" -rs --tb=short \
+    timeout -s INT -k 20 "${T:-330}" python3 -m pytest -v -m gpu -p no:cacheprovider -n "${N:-1}" --timeout "${TT:-320}" -rs --tb=short ${K:+-k "$K"} \
       ${FILES:-tests/test_pipeline.py tests/test_evaluation_integrity.py tests/test_sandbox.py \
       tests/test_profiling.py tests/test_generators_offline.py tests/test_pch.py tests/test_templates.py \
       tests/test_generators_traced.py tests/test_memory_plan.py tests/test_blame.py \

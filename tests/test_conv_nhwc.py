@@ -254,3 +254,39 @@ def test_channels_last_on_the_gpu(tmp_path):
             assert max(errors[1], errors[2]) <= 2 * errors[0] + 1e-6, (k, errors)
     finally:
         torch.backends.cudnn.allow_tf32 = allow
+
+
+def test_no_tile_is_wider_than_what_it_covers():
+    """A tile wider than the GEMM's output columns (a convolution's output channels per
+    group) or the convolution's K (input channels x taps; taps outer, a channel block) only
+    adds masked work: starts, neighbours and moves stop at the smallest tile that covers it.
+    (On the H200 level1/57's 64 output channels won at BLOCK_N 64 in every branch, each having
+    started at 128.)"""
+    import random
+
+    def points(module, shape):
+        family = _match(module.eval(), torch.randn(*shape)).family
+        starts = [family.start(random.Random(0), False, i, "triton") for i in range(6)]
+        near = [p for s in starts for p in family.neighbours(s, False, "triton")]
+        moved = [family.mutate(s, random.Random(k), False, "triton")[0]
+                 for k, s in enumerate(starts * 8)]
+        # (a library-backed plan's points pin the tiles it has no use for)
+        return family, [p for p in starts + near + moved if not p.get("LIBRARY")]
+
+    family, seen = points(nn.Conv2d(16, 64, 3), (2, 16, 9, 9))
+    assert max(p["BLOCK_N"] for p in seen) == 64
+    assert {p["BLOCK_K"] for p in seen if p["CONV_NHWC"]} == {16}  # one 16-channel block a tap
+    wide = {**seen[0], "BLOCK_N": 256, "BLOCK_K": 64}
+    assert family.clean({**wide, "CONV_NHWC": 0}, False, "triton")["BLOCK_K"] == 64  # K = 144
+    assert family.clean({**wide, "CONV_NHWC": 2}, False, "triton")["BLOCK_K"] == 16
+    assert family.clean(wide, False, "triton")["BLOCK_N"] == 64
+    # the space itself keeps every value (a stored point outside the bounds still renders)
+    assert {p["BLOCK_N"] for p in family.points(False, "triton")} >= {128, 256}
+    # 6 output channels: the narrowest tile there is; a GEMM's 48 columns: 64
+    _, seen = points(nn.Conv2d(3, 6, 3), (2, 3, 9, 9))
+    assert {p["BLOCK_N"] for p in seen} == {16}
+    _, seen = points(nn.Sequential(nn.Linear(32, 48), nn.ReLU()), (64, 32))
+    assert max(p["BLOCK_N"] for p in seen) == 64 and max(p["BLOCK_K"] for p in seen) == 64
+    # wide enough: nothing changes (level2's 8192 output features)
+    _, seen = points(nn.Sequential(nn.Linear(64, 512), nn.ReLU()), (8, 64))
+    assert max(p["BLOCK_N"] for p in seen) == 256

@@ -267,6 +267,7 @@ class CompiledFamily(Family):
     # plan uses.
     plans: dict = {}
     used: dict = {}
+    bounds: dict = {}  # mode -> what its GEMM tiles may span (_bounds)
 
     def match(self, task: Task, probe: TaskProbe, backend: str) -> Match | str | None:
         trace = probe.trace
@@ -301,6 +302,7 @@ class CompiledFamily(Family):
         # CUDA_GRAPH where a plan's launches can cost as much as its work (replay.py).
         graphs = {mode: offered(probe, len(plan.kernels)) for mode, plan in plans.items()}
         fitted.tunables = tuple(picks + union + ([CUDA_GRAPH] if any(graphs.values()) else []))
+        fitted.bounds = {mode: _bounds(plan) for mode, plan in plans.items()}
         fitted.used = {mode: {t.name for t in ts} | set(MODES)
                        | ({CUDA_GRAPH.name} if graphs[mode] else set())
                        for mode, ts in per_plan.items()}
@@ -381,6 +383,15 @@ class CompiledFamily(Family):
             for t in self.tunables_for(backend):
                 if t.name not in used:
                     out[t.name] = self._pin(t, interpreter)
+        bounds = self.bounds.get(_mode(out))
+        if bounds:  # no tile wider than what it covers: the rest of it would be masked work
+            nhwc = bool(_channels_last(out, used if used is not None else out))
+            for t in self.tunables_for(backend):
+                bound = bounds.get(f"{t.name}/nhwc" if nhwc else t.name) or bounds.get(t.name)
+                if bound and t.name in out:
+                    values = t.values(interpreter)
+                    cap = min((v for v in values if v >= bound), default=max(values))
+                    out[t.name] = min(out[t.name], cap)
         return out
 
     def start(self, rng, interpreter: bool, index: int, backend: str) -> dict:
@@ -444,6 +455,37 @@ def _direct(plan: Plan) -> Plan | None:
     out = copy.copy(plan)
     out.kernels = [dataclasses.replace(k, conv=dataclasses.replace(k.conv, direct=True))
                    if direct(k) else k for k in plan.kernels]
+    return out
+
+
+def _bounds(plan: Plan) -> dict:
+    """What a plan's GEMM-like tiles may span: ``BLOCK_N``, the widest GEMM's or
+    convolution's output columns (a convolution's output channels per group), and ``BLOCK_K``,
+    a convolution's K (input channels per group x taps; ``BLOCK_K/nhwc``: taps outer, a
+    channel block), each only where every such kernel's is known (a GEMM's K is not taken).
+    On the H200 level1/57's 64 output channels won at BLOCK_N 64 in all four branches, which
+    had started at 128 (half of every tile masked) and reached 64 only as one neighbour."""
+    n, k, k_nhwc = [], [], []
+    for kernel in plan.kernels:
+        if kernel.kind == "conv" and not kernel.conv.depthwise:
+            spec, out = kernel.conv, kernel.anchor.outputs[0]
+            channels = out.shape[1] if len(out.shape) > 1 else None
+            n.append(channels.coeff // spec.groups if channels is not None and channels.static
+                     else None)
+            taps = 1
+            for size in spec.kernel:
+                taps *= size
+            k.append(spec.channels * taps)
+            k_nhwc.append(spec.channels if _layouts(kernel) else spec.channels * taps)
+        elif kernel.kind == "matmul" and kernel.domain is None:  # (whole rows: no BLOCK_N)
+            cols = kernel.anchor.outputs[0].shape[-1] if kernel.anchor is not None else None
+            n.append(cols.coeff if cols is not None and cols.static else None)
+            k.append(None)
+            k_nhwc.append(None)
+    out = {}
+    for name, sizes in (("BLOCK_N", n), ("BLOCK_K", k), ("BLOCK_K/nhwc", k_nhwc)):
+        if sizes and all(s for s in sizes):
+            out[name] = max(sizes)
     return out
 
 
