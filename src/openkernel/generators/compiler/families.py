@@ -143,12 +143,17 @@ _STARTS = {
     # Narrow convolutions start NCHW: over 3 input channels (level1/50's 11x11, level1/54's
     # 3-d) the channels-last form ran 10-17x slower than it on the H200 (session 19), each
     # tap's channel block mostly padding where NCHW flattens channels x taps into one K.
-    # Their best tiles there: 128x128x32 at 4 warps on level1/50 (1.31x torch.compile),
-    # 64x64x64 at 4 warps, 1 stage on level1/54 (2.8 ms; the other starts 4.3-9 ms).
+    # Their best tiles there: 128x128x32 at 4 warps on level1/50 (1.31x torch.compile,
+    # 12 K steps); on level1/54 (K = 81: two steps of 64) one stage, 2.5-2.8 ms at 128x64x64
+    # and 64x64x64, where every branch that started at 3-4 stages ended at 5.7-7.8 ms
+    # (session 21): a short K loop gains nothing from pipelining its gathers.
     "narrow": ({"CONV_NHWC": 0},
+               {"CONV_NHWC": 0, "BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4,
+                "num_stages": 1},
                {"CONV_NHWC": 0, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4,
                 "num_stages": 1},
-               {"CONV_NHWC": 0}, {"CONV_NHWC": 0}),
+               {"CONV_NHWC": 0, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4,
+                "num_stages": 1}),
 }
 # Input channels per group from which a convolution starts taps outer too: level1/63's 16 ran
 # 0.92x torch.compile channels-last, 0.53x NCHW (H200, sessions 19-20), half of a 32-channel
