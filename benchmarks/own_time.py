@@ -6,7 +6,9 @@ For every candidate of the suite's problems: its own seconds (as the bench table
 its sweep and its evaluation, waits for another's GPU turn not counted), the worker's phases
 (setup, build, warmup: the first calls where Triton compiles, queued, test, benchmark), its
 compilations, the steps of its checks (``metadata.memory.steps_s``) and what the evaluator
-spent them on (``spent_s``), and where its winner was judged. Then the medians of each over the
+spent them on (``spent_s``: a sweep's own work, its set-up, confinement, the combinations'
+models and first calls among it, plus its winner's checks), the worker's start of the job
+(``job_start_s``: reading it, pointing the caches), and where its winner was judged. Then the medians of each over the
 suite, and each problem's float64 answer note (``costs.float64_answer``).
 """
 
@@ -48,6 +50,11 @@ def rows(db: str, suite: str) -> tuple[list[dict], dict[str, str]]:
                 template = k.template_results if isinstance(k.template_results, dict) else {}
                 phases = dict(template.get("phase_s") or meta.get("phase_s") or {})
                 memory = meta.get("memory") or {}
+                # a sweep's own work (screening its combinations), then its winner's checks
+                spent = dict(template.get("spent_s") or {})
+                for name, value in (memory.get("spent_s") or {}).items():
+                    spent[name] = round(spent.get(name, 0.0) + value, 3)
+                worker = template.get("worker") or meta.get("worker") or {}
                 out.append({"problem": p.task_name, "label": k.label,
                             "own_s": round(_own_seconds(meta, template), 3),
                             "judged_in": meta.get("judged_in") or "its own worker",
@@ -55,7 +62,7 @@ def rows(db: str, suite: str) -> tuple[list[dict], dict[str, str]]:
                             "compilations": (meta.get("compile") or {}).get("compilations"),
                             "compiling_s": (meta.get("compile") or {}).get("compiling_s"),
                             "steps_s": memory.get("steps_s") or {},
-                            "spent_s": memory.get("spent_s") or {}})
+                            "spent_s": spent, "job_start_s": worker.get("job_start_s")})
     return out, notes
 
 
@@ -83,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
         medians[key] = {name: _median(v) for name, v in values.items()}
     medians["own_s"] = _median([r["own_s"] for r in found])
     medians["compiling_s"] = _median([r["compiling_s"] or 0.0 for r in found])
+    medians["job_start_s"] = _median([r["job_start_s"] for r in found
+                                      if r.get("job_start_s") is not None])
     print(f"\n{len(found)} candidates; own time median {medians['own_s']} s, compiling "
-          f"{medians['compiling_s']} s")
+          f"{medians['compiling_s']} s, the worker's start of the job {medians['job_start_s']} s")
     for key in ("phases_s", "steps_s", "spent_s"):
         if medians[key]:
             top = sorted(medians[key].items(), key=lambda kv: -kv[1])

@@ -155,6 +155,8 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
                "sweep_queued_s": run.phase_seconds().get("queued", 0.0),
                "first_calls_s": payload.get("first_calls_s"),  # the variants' compiles, mostly
                "steps_s": (payload.get("memory") or {}).get("steps_s"),
+               # the sweep's own work by what it was doing (the winner's checks: its metadata)
+               "spent_s": (payload.get("memory") or {}).get("spent_s"),
                "compile": payload.get("compile"),
                "phase_s": run.phase_seconds(), "worker": payload.get("worker_timing"),
                "timing_stop": payload.get("timing_stop"),

@@ -126,6 +126,7 @@ class Evaluation:
     def __init__(self, job: Job, ch):
         import torch._dynamo  # noqa: F401 - dispatch modes import it lazily; it rewraps manual_seed
 
+        t0 = time.perf_counter()
         self.job, self.ch = job, ch
         self.device = job.device
         self.gpu = self.device.startswith("cuda")
@@ -141,6 +142,10 @@ class Evaluation:
         self.flags = precision.current()  # the run's TF32 flags (worker/main.py set them)
         self.compiles: CompileNotifier | None = None
         self.fresh()
+        if self.gpu:
+            torch.cuda.synchronize()
+        # (on the H200 a prestarted worker's set-up phase took 0.5-1 s a candidate: where?)
+        self._spent("setting up the evaluation", t0)
 
     def fresh(self) -> None:
         """A new verdict's state (a sweep's winner is judged after its screen, in the same
@@ -637,9 +642,11 @@ def _evaluate(ev: Evaluation) -> dict:
             ev.ref_model = ev.rt.reference_model()
     except EvaluatorFault as fault:
         return _fault(ev, fault)
+    t0 = time.perf_counter()
     ev.payload["confinement"] = sandbox.confine(
         Path(job.scratch), [Path(p) for p in job.read_only], gpu=ev.gpu,
         writable=[job.build_cache] if job.build_cache else [])
+    ev._spent("confining the worker", t0)
     ev.compiles = CompileNotifier(ch).install()  # compiling after the build phase counts as build time
     if not ev.build():
         return ev.payload

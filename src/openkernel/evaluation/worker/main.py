@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     _preload()
     t1 = time.monotonic()
     line = _read_line(0)
+    t2 = time.monotonic()
     if not line.strip():
         os._exit(0)  # a spare the executor no longer needs
     # idle_s > 0: the job found the worker ready (a warm spare); preload_s: its imports.
@@ -172,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         from openkernel.evaluation.worker import precision
 
         precision.apply(job.allow_tf32)  # before any torch work: every mode runs under them
+        timing["job_start_s"] = round(time.monotonic() - t2, 3)  # the job read, caches set
         payload = _dispatch(job, ch)
     except BaseException as err:  # report, then exit non-zero: the executor turns it into a result
         tb = traceback.format_exc(limit=8)

@@ -64,9 +64,11 @@ def run_sweep(job: Job, ch) -> dict:
             ev.rt, ev.ref_model = rt, rt.reference_model()
     except EvaluatorFault as fault:
         return {**out, "fault": {"where": fault.where, "kind": fault.kind, "error": fault.error}}
+    t0 = time.perf_counter()
     out["confinement"] = sandbox.confine(
         Path(job.scratch), [Path(p) for p in job.read_only], gpu=ev.gpu,
         writable=[job.build_cache] if job.build_cache else [])
+    ev._spent("confining the worker", t0)
     compiles = CompileNotifier(ch).install()
     ch.phase("build")
     set_cuda_targets(job)
@@ -86,6 +88,7 @@ def run_sweep(job: Job, ch) -> dict:
     share = shares_weights(sum(b.compile_success for b in imported), state_bytes(ev.ref_model),
                            ev.plan.first_calls_bytes)
     shared = None  # the combination whose weights the others share
+    t0 = time.perf_counter()
     for built in imported:  # made one at a time: a constructor may draw from the global RNG
         i = built.idx
         if not built.compile_success:
@@ -99,6 +102,9 @@ def run_sweep(job: Job, ch) -> dict:
         except BaseException as err:
             _failed(rows[i], err, ev)
     out["shared_weights"] = shared is not None
+    if ev.gpu:
+        torch.cuda.synchronize()
+    ev._spent("making the combinations' models", t0)
 
     def first_call(i: int) -> None:
         with torch.no_grad():
@@ -149,6 +155,7 @@ def run_sweep(job: Job, ch) -> dict:
         rows[i]["built"] = True
         models[i] = made[i]
     out["first_calls_s"] = round(time.perf_counter() - t0, 3)
+    ev._spent("the combinations' first calls (compiling)", t0)
     made_shared = made.get(shared) if shared is not None else None
     del made
     del warm
