@@ -176,3 +176,23 @@ def test_screening_drops_a_far_slower_combination_after_two_rounds():
     found = screen(timer, {0: sleeper(10), 1: sleeper(16), 2: sleeper(10.5), 3: sleeper(11)},
                    budget_s=30, max_rounds=4, keep=3, far=FAR)
     assert found.rounds == 4 and not any(d["why"] == "far_slower" for d in found.dropped.values())
+
+
+def test_baselines_stop_once_every_ratio_to_eager_is_known_closely():
+    """The reference's baselines are timed until each compiled one's per-round ratio to eager
+    is known within BASELINE_BAND (the tie rule scales by it), not for the whole budget."""
+    rng = random.Random(1)
+
+    def noisy(ms, cv, n):
+        return [ms * (1 + rng.gauss(0, cv)) for _ in range(n)]
+
+    steady = {"eager": noisy(3.0, 0.002, 60), "compile": noisy(2.0, 0.002, 60)}
+    assert "ratio to eager known within" in stopping.baselines_settled(steady)
+    # 5% noise: the interval is far wider than the band after as many rounds
+    assert stopping.baselines_settled({"eager": noisy(3.0, 0.05, 60),
+                                       "compile": noisy(2.0, 0.05, 60)}) is None
+    # every compiled baseline must be known, not one of them
+    assert stopping.baselines_settled({**steady, "autotune": noisy(2.0, 0.05, 60)}) is None
+    assert stopping.baselines_settled({"eager": noisy(3.0, 0.002, 9),
+                                       "compile": noisy(2.0, 0.002, 9)}) is None  # too few
+    assert "eager's median" in stopping.baselines_settled({"eager": noisy(3.0, 0.001, 60)})

@@ -12,7 +12,9 @@ outputs, so that baseline marks a new step before every call
 (``torch.compiler.cudagraph_mark_step_begin``) and is called ``CUDAGRAPH_CALLS`` times before it
 is timed.
 The engine kills a worker whose phase runs past its wall and asks again without that baseline.
-Then all of them are timed in the same interleaved rounds, so they see the same GPU state. The
+Then all of them are timed in the same interleaved rounds, so they see the same GPU state,
+until each compiled one's ratio to eager is known within ``stopping.BASELINE_BAND`` (or the
+budget ends; ``stop_reason`` says which; ``eval_config.adaptive_trials``). The
 autotune compile never runs beside a timed trial (it benchmarks kernels on the GPU). A baseline
 that raises is kept as ``<name>_error``; the others still count.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from openkernel.evaluation.protocol import Job
+from openkernel.evaluation.worker import stopping
 from openkernel.evaluation.worker.task_runtime import TaskRuntime
 from openkernel.evaluation.worker.timing import Timer, summarize
 
@@ -69,10 +72,14 @@ def run_reference_timing(job: Job, ch) -> dict:
         ch.wait_turn()  # compiled side by side with other work; timed alone on its GPU
         ch.phase("benchmark")
         timer = Timer(device)
+        # (adaptive: once every ratio to eager is known closely enough, not the whole budget)
         samples = timer.interleaved(fns, budget_s=job.bench_budget_s, min_trials=job.min_trials,
-                                    max_trials=job.max_trials)
+                                    max_trials=job.max_trials,
+                                    stop=stopping.baselines_settled if job.adaptive_trials else None,
+                                    check_every=stopping.CHECK_EVERY)
     result.update({name: summarize(samples[name]) for name in fns})
     result["timing_method"] = timer.method
+    result["stop_reason"] = timer.stop_reason
     if "autotune" in fns:
         result["autotune_mode"] = AUTOTUNE_MODE
     if "cudagraphs" in fns:
