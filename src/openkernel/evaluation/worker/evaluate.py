@@ -144,7 +144,7 @@ class Evaluation:
         self.fresh()
         if self.gpu:
             torch.cuda.synchronize()
-        # (on the H200 a prestarted worker's set-up phase took 0.5-1 s a candidate: where?)
+        # (recorded: a prestarted worker's set-up phase took 0.5-1.5 s a candidate on the H200)
         self._spent("setting up the evaluation", t0)
 
     def fresh(self) -> None:

@@ -208,7 +208,8 @@ def _dispatch(seeds: list[tuple[list, Seed]], whole: Seed, state: list[str],
         body += [f"        if signature == {tuple(tuple(e) for e in sig)!r}:  # {describe(sig)}",
                  f"            return self._signature_{n}(*inputs)"]
         methods += ["", *_forward(seed, entries, f"_signature_{n}")]
-    body += ["        raise NotImplementedError(",
+    # inputs outside the captured signatures are refused by name, not computed wrongly
+    body += ["        raise ValueError(",
              '            "no Inductor code for inputs of ranks and dtypes " + ", ".join('
              'f"{r}-D {d}" for r, d in signature)',
              f'            + " (this seed has it for {known} only)")']
