@@ -282,3 +282,25 @@ def test_a_seed_captured_on_the_gpu_is_judged_correct(tmp_path):
     finally:
         ev.close()
     assert result.correctness and torch.cuda.is_available(), result.eval_log
+
+
+def test_a_seed_that_is_the_references_own_library_call_is_refused():
+    """A lone convolution: Inductor keeps cuDNN's call and adds the bias in a Triton kernel.
+    That seed computes every op of the reference in PyTorch (the integrity check flags it: H200,
+    session 22, level1 conv_transpose3d), so the family refuses it and says why; beside batch
+    norm and ReLU, the same call is a library call around kernels of the seed's own."""
+    from openkernel.generators.seeds.family import InductorSeed
+    from openkernel.records import TaskProbe
+
+    captured = json.loads((DATA / "conv_bn_relu.json").read_text())
+    model, inputs = _reference("conv_bn_relu")
+    task = load_task(DATA / "conv_bn_relu.py")
+    trace = trace_forward(model, inputs)
+    whole = TaskProbe(ok=True, trace=trace, inductor=captured, aten_ops=[
+        "aten.convolution.default", "aten._native_batch_norm_legit_no_training.default",
+        "aten.relu.default"])
+    lone = TaskProbe(ok=True, trace=trace, inductor=captured,
+                     aten_ops=["aten.convolution.default", "aten.empty.memory_format"])
+    assert not isinstance(InductorSeed().match(task, whole, "triton"), str)
+    why = InductorSeed().match(task, lone, "triton")
+    assert isinstance(why, str) and "own library call (convolution)" in why

@@ -18,6 +18,7 @@ task Inductor compiles has a candidate.
 
 from __future__ import annotations
 
+from openkernel.aten_ops import compute_ops, torch_covers
 from openkernel.generators.compiler.replay import CUDA_GRAPH, offered
 from openkernel.generators.family import Family, Match, Tunable
 from openkernel.generators.seeds.render import render, render_signatures
@@ -54,6 +55,13 @@ class InductorSeed(Family):
                 if single else _parse_each(captures, own)
         except (Unsupported, SyntaxError, ValueError) as err:
             return f"Inductor's output cannot be rewritten: {err}"
+        extern = [e for _, seed in seeds for e in seed.extern]
+        if extern and torch_covers(compute_ops(probe.aten_ops), set(extern)):
+            # e.g. a lone convolution: Inductor keeps cuDNN and adds the bias in Triton; the
+            # integrity check would flag it (torch_compute), so it is no candidate
+            return (f"Inductor's output is the reference's own library call "
+                    f"({', '.join(dict.fromkeys(extern))}) with Triton kernels around it, "
+                    "a PyTorch computation rather than a kernel")
         kernels = [k for _, seed in seeds for k in seed.kernels]
         fixed = None
         if static is not None:
@@ -71,7 +79,6 @@ class InductorSeed(Family):
         fitted.starts = tuple({t.name: min(i, len(t.choices) - 1) for t in fitted.tunables}
                               for i in range(max((len(t.choices) for t in fitted.tunables),
                                                  default=1)))
-        extern = [e for _, seed in seeds for e in seed.extern]
         if offered(probe, len(seeds[0][1].kernels) + len(seeds[0][1].extern)):
             # replayed first, then launched one by one (CUDA graphs: compiler/replay.py)
             fitted.tunables += (CUDA_GRAPH,)
