@@ -24,6 +24,9 @@ before any candidate code runs, so a candidate that patches ``torch.allclose`` g
 It is done in blocks of at most ``chunk`` elements (slices along the leading dimensions, so no
 copy of the whole tensor is ever made): a 6 GiB float32 output costs 8 bytes per element of
 one block in float64, not 12 GiB. Norms are accumulated as sums of squares over the blocks.
+A first pass assumes every element finite (no NaN counts or infinity masks: about half the
+passes a block); its sums of squares are finite exactly when that held, and otherwise the
+comparison runs again with NaN and infinities looked for.
 """
 
 from __future__ import annotations
@@ -113,24 +116,35 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK,
                    through: Callable[[torch.Tensor], torch.Tensor] | None = None) -> float:
     """``||out - ref|| / ||ref||`` in float64 over the finite elements (inf if NaN appears;
     0/0 counts as 0). ``through`` transforms each block of ``out`` first (a rounding, say)."""
+    sums = _relative_sums(out, ref, chunk, through, masked=False)
+    if not all(map(math.isfinite, sums)):  # a NaN or an infinity somewhere: mask them
+        sums = _relative_sums(out, ref, chunk, through, masked=True)
+    num, den = sums
+    if math.isnan(num):
+        return math.inf
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return math.sqrt(num) / math.sqrt(den)
+
+
+def _relative_sums(out, ref, chunk, through, masked: bool) -> list[float]:
+    """``[||out - ref||^2, ||ref||^2]``; ``masked``: over the elements finite in both (without
+    it, three passes a block fewer, and a sum is finite only where every element was)."""
     sums = _zeros(2, dtype=torch.float64, device=ref.device)  # num, den: one read at the end
     for idx in blocks(tuple(ref.shape), chunk):
         o = _f64(out[idx])
         if through is not None:
             o = _f64(through(o))
         r = _f64(ref[idx])
-        infinite = _isinf(o) | _isinf(r)
-        o.masked_fill_(infinite, 0.0)
-        r.masked_fill_(infinite, 0.0)
+        if masked:
+            infinite = _isinf(o) | _isinf(r)
+            o.masked_fill_(infinite, 0.0)
+            r.masked_fill_(infinite, 0.0)
+            del infinite
         sums[1] += _norm(r) ** 2
         sums[0] += _norm(o.sub_(r)) ** 2  # in place: one block of temporaries
-        del o, r, infinite
-    num, den = sums.tolist()
-    if math.isnan(num):
-        return math.inf
-    if den == 0.0:
-        return 0.0 if num == 0.0 else math.inf
-    return math.sqrt(num) / math.sqrt(den)
+        del o, r
+    return sums.tolist()
 
 
 def norm(t: torch.Tensor, chunk: int = CHUNK) -> float:
@@ -159,31 +173,13 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float], 
     if not ref.dtype.is_floating_point:
         ok = all(_equal(out[idx], ref[idx]) for idx in blocks(tuple(ref.shape), chunk))
         return ok, "" if ok else f"{name}: integer/bool values differ", {}
-    # Every figure accumulates on the device and is read once at the end: a read per block
-    # waits for the GPU, and on a GPU that other workers' processes share each wait can
-    # cost a time slice.
-    sums = _zeros(6, dtype=torch.float64, device=ref.device)  # NaN, inf mismatches, |out|^2,
-    peak = _zeros((), dtype=torch.float64, device=ref.device)  # |ref|^2, |out-ref|^2, outside
-    for idx in blocks(tuple(ref.shape), chunk):
-        o, r = _f64(out[idx]), _f64(ref[idx])
-        sums[0] += _sum(_isnan(o))
-        o_inf, r_inf = _isinf(o), _isinf(r)
-        # infinities in the same places with the same signs: where either is infinite, equal
-        sums[1] += _sum((o_inf | r_inf) & (o != r))
-        # In place, to hold few block-sized temporaries: o becomes the difference, r |r|.
-        o.masked_fill_(o_inf, 0.0)
-        r.masked_fill_(r_inf, 0.0)
-        sums[2] += _norm(o) ** 2
-        sums[3] += _norm(r) ** 2
-        o.sub_(r).abs_()  # |out - ref| on the finite elements (0 where both are infinite)
-        sums[4] += _norm(o) ** 2
-        if o.numel():
-            peak = _maximum(peak, o.max())
-        r.abs_().mul_(tol["rtol"]).add_(tol["atol"])  # the bound
-        sums[5] += _sum(o > r)
-        del o, r, o_inf, r_inf
-    n_nan, n_inf, out_sq, den, num, bad = sums.tolist()
-    n_nan, bad, max_abs = int(n_nan), int(bad), peak.item()
+    # First as if every element were finite (no masks: ~13 passes a block instead of ~22);
+    # the sums of squares are finite exactly when they were (or a float64 square overflowed),
+    # else the comparison runs again with NaN and infinities looked for and masked.
+    (n_nan, n_inf, out_sq, den, num, bad), max_abs = _sums(out, ref, tol, chunk, masked=False)
+    if not (math.isfinite(out_sq) and math.isfinite(den)):
+        (n_nan, n_inf, out_sq, den, num, bad), max_abs = _sums(out, ref, tol, chunk, masked=True)
+    n_nan, bad = int(n_nan), int(bad)
     inf_mismatch = n_inf > 0
     if n_nan:
         return False, f"{name}: {n_nan} NaN value(s) in the output (NaN never passes)", {}
@@ -200,6 +196,39 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float], 
                        f"{tol['max_rel_error']:g} (elementwise tolerances passed; outputs may be "
                        "too small for atol to mean anything)"), stats
     return True, "", stats
+
+
+def _sums(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float], chunk: int,
+          masked: bool) -> tuple[list[float], float]:
+    """``[NaN count, infinity mismatches, |out|^2, |ref|^2, |out-ref|^2, elements outside the
+    tolerance]`` and the largest ``|out - ref|``; ``masked``: NaN and infinities counted and
+    left out of the rest (without it, the first two are 0)."""
+    # Every figure accumulates on the device and is read once at the end: a read per block
+    # waits for the GPU, and on a GPU that other workers' processes share each wait can
+    # cost a time slice.
+    sums = _zeros(6, dtype=torch.float64, device=ref.device)
+    peak = _zeros((), dtype=torch.float64, device=ref.device)
+    for idx in blocks(tuple(ref.shape), chunk):
+        o, r = _f64(out[idx]), _f64(ref[idx])
+        if masked:
+            sums[0] += _sum(_isnan(o))
+            o_inf, r_inf = _isinf(o), _isinf(r)
+            # infinities in the same places with the same signs: where either is infinite, equal
+            sums[1] += _sum((o_inf | r_inf) & (o != r))
+            # In place, to hold few block-sized temporaries: o becomes the difference, r |r|.
+            o.masked_fill_(o_inf, 0.0)
+            r.masked_fill_(r_inf, 0.0)
+            del o_inf, r_inf
+        sums[2] += _norm(o) ** 2
+        sums[3] += _norm(r) ** 2
+        o.sub_(r).abs_()  # |out - ref| on the finite elements (0 where both are infinite)
+        sums[4] += _norm(o) ** 2
+        if o.numel():
+            peak = _maximum(peak, o.max())
+        r.abs_().mul_(tol["rtol"]).add_(tol["atol"])  # the bound
+        sums[5] += _sum(o > r)
+        del o, r
+    return sums.tolist(), peak.item()
 
 
 def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], tol_hook: Any = None,
