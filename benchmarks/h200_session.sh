@@ -2,7 +2,7 @@
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
-#         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv, conv-points.
+#         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv, conv-points, comparison-cost.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -147,6 +147,12 @@ PY
     python3 benchmarks/own_time.py "$OUT/kernels.sqlite3" "${SUITE:-kb22-${PASS:-fresh}}" \
       --json "$OUT/${json}_own.json" | tail -8
     ;;
+  comparison-cost)  # issue 22: comparing outputs with the unmasked first pass vs the masked pass
+    # alone, on a float32 output of ${N:-1610612736} elements (6 GiB: level1/23's size) and 16 Mi
+    CUDA_VISIBLE_DEVICES=0 python3 benchmarks/comparison_cost.py --device cuda --elements "${N:-1610612736}" \
+      --out "$OUT/comparison_cost.json" | tail -14
+    CUDA_VISIBLE_DEVICES=0 python3 benchmarks/comparison_cost.py --device cuda --elements 16777216 \
+      --out "$OUT/comparison_cost_16mi.json" | tail -14 ;;
   check-costs)  # issue 22: a check's steps on each problem's own data, alone and beside BUSY
     # (default 3) processes keeping the GPU busy: ${KB:-.kbsel}/${PAT:-level*/*}.py
     for f in "${KB:-.kbsel}"/${PAT:-level*/*}.py; do
