@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from openkernel.aten_ops import compute_ops, torch_covers
 from openkernel.evaluation.host.results import from_worker
 from openkernel.evaluation.worker import integrity as ig
 from openkernel.evaluation.worker.build import static_cuda_sources
@@ -58,18 +59,18 @@ def test_static_scan_names_no_kernel_and_fallback():
 
 
 def test_compute_ops_ignore_allocation_and_views():
-    assert ig.compute_ops(["aten.empty_like.default", "aten.view.default", "aten.gelu.default"]) == {"gelu"}
+    assert compute_ops(["aten.empty_like.default", "aten.view.default", "aten.gelu.default"]) == {"gelu"}
 
 
 def test_a_fused_library_call_covers_the_ops_it_fuses():
     """A candidate that is nothing but the library call (with a decoy kernel) is caught, a
     library call with our own kernels around it is not."""
-    assert ig.torch_covers({"addmm", "relu"}, {"_addmm_activation"})
-    assert ig.torch_covers({"mm", "add", "relu"}, {"_addmm_activation"})
-    assert ig.torch_covers({"convolution"}, {"convolution"})
-    assert not ig.torch_covers({"addmm", "native_group_norm"}, {"addmm"})
-    assert not ig.torch_covers({"convolution", "relu", "add"}, {"convolution"})
-    assert not ig.torch_covers(set(), {"mm"})
+    assert torch_covers({"addmm", "relu"}, {"_addmm_activation"})
+    assert torch_covers({"mm", "add", "relu"}, {"_addmm_activation"})
+    assert torch_covers({"convolution"}, {"convolution"})
+    assert not torch_covers({"addmm", "native_group_norm"}, {"addmm"})
+    assert not torch_covers({"convolution", "relu", "add"}, {"convolution"})
+    assert not torch_covers(set(), {"mm"})
 
 
 def test_guard_sees_a_replaced_timer(monkeypatch):
@@ -144,7 +145,7 @@ def test_phase_seconds_split_the_worker_wall_time():
 def test_a_reference_of_library_calls_only_is_library_bound():
     from openkernel.evaluation.worker import precision
 
-    assert precision.library_bound(ig.compute_ops(["aten.addmm.default", "aten.t.default"])) == "addmm"
+    assert precision.library_bound(compute_ops(["aten.addmm.default", "aten.t.default"])) == "addmm"
     assert precision.library_bound({"convolution", "cudnn_convolution"}) == "convolution, cudnn_convolution"
     assert precision.library_bound({"addmm", "relu"}) == "" and precision.library_bound(set()) == ""
     flags = precision.apply(False)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from openkernel.aten_ops import compute_ops, torch_covers
 from openkernel.evaluation.protocol import PKG_DIR, Job
 from openkernel.evaluation.worker import float64
 from openkernel.evaluation.worker import integrity as ig
@@ -428,8 +429,8 @@ class Evaluation:
                                                    record=k == 0)
                 del pristine
             if k == 0:
-                ref_compute, cand_compute = ig.compute_ops(ref_ops), ig.compute_ops(ops)
-                if ig.torch_covers(ref_compute, cand_compute):
+                ref_compute, cand_compute = compute_ops(ref_ops), compute_ops(ops)
+                if torch_covers(ref_compute, cand_compute):
                     return self.violation("torch_compute", "forward runs every compute op of the "
                                           f"reference in PyTorch ({', '.join(sorted(ref_compute))})")
                 why = ig.lowered_dtype(outs, ref_outs)

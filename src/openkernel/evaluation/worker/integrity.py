@@ -40,7 +40,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from openkernel import syntax
-from openkernel.aten_ops import compute_ops, torch_covers  # noqa: F401 (the checks' rule)
 from openkernel.evaluation.worker.correctness import (
     flatten_outputs,
     relative_error,
@@ -225,7 +224,7 @@ class LaunchCounter:
             self.wrapped.append((cls, name))
 
 
-# --- aten ops (compute_ops, torch_covers: openkernel.aten_ops) ---------------------------------
+# --- aten ops (what counts as compute: openkernel.aten_ops) ------------------------------------
 class OpRecorder(TorchDispatchMode):
     """Records the base names of the aten ops dispatched while active; ``recording`` holds the
     active ones that a graph replay's ops are added to (not a capture's own, ``active=False``)."""

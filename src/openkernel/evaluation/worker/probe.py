@@ -29,7 +29,8 @@ from openkernel.evaluation.worker.correctness import (
 from openkernel.evaluation.worker.hardware import detect
 from openkernel.evaluation.worker.inductor import CAPTURES_FORMAT, capture_signatures, shapes_only
 from openkernel.evaluation.worker import precision
-from openkernel.evaluation.worker.integrity import OpRecorder, compute_ops
+from openkernel.aten_ops import compute_ops
+from openkernel.evaluation.worker.integrity import OpRecorder
 from openkernel.evaluation.worker.task_runtime import TaskRuntime, clone, tensors_in
 from openkernel.evaluation.worker.trace import FIXED_SIZES, trace_forward
 from openkernel.records import Footprint, TaskProbe
