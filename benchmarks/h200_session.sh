@@ -2,7 +2,7 @@
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
-#         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv, conv-points, comparison-cost.
+#         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv, conv-points, comparison-cost, worker-start.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -41,12 +41,13 @@ case "$1" in
       tests/test_compiler_split.py tests/test_cuda_graph.py tests/test_float64_answer.py tests/test_k_major.py tests/test_conv_nhwc.py tests/test_compiler_matvec.py tests/test_sweep_weights.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
   throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU (ALLONLY=1: only the latter); NOPROF=1: no ncu
     # NOOVERLAP=1: every check holds the GPU alone (eval_config.overlap_checks, on by default), the label says so
-    extra="${NOPROF:+--set eval_config.profile=false} ${NOOVERLAP:+--set eval_config.overlap_checks=false}"
+    # NOFORK=1: every worker started anew (eval_config.fork_workers off), the label says so
+    extra="${NOPROF:+--set eval_config.profile=false} ${NOOVERLAP:+--set eval_config.overlap_checks=false} ${NOFORK:+--set eval_config.fork_workers=false}"
     # One kernel a candidate (no offline sweeps): the gelu family's 72 GPU points fill the 32
     # (with sweeps of 6 its space was spent after 12 candidates); SWEEPS=1 keeps them.
     [ -n "${SWEEPS:-}" ] || extra="$extra --set prompt.max_template_combinations=1"
     [ -n "${ALLONLY:-}" ] || CUDA_VISIBLE_DEVICES=0 timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
-      --iters 2 --branches 16 --label "triton-1gpu${NOPROF:+-noprofile}${NOOVERLAP:+-nooverlap}" $extra --out "$OUT/throughput.json" | tail -25
+      --iters 2 --branches 16 --label "triton-1gpu${NOPROF:+-noprofile}${NOOVERLAP:+-nooverlap}${NOFORK:+-nofork}" $extra --out "$OUT/throughput.json" | tail -25
     if [ "$gpus" -gt 1 ]; then
       timeout "${T:-240}" python3 benchmarks/pipeline_throughput.py --backend triton \
         --iters 2 --branches 16 --label "triton-${gpus}gpu${NOPROF:+-noprofile}${NOOVERLAP:+-nooverlap}" $extra --out "$OUT/throughput.json" | tail -25
@@ -147,6 +148,10 @@ PY
     python3 benchmarks/own_time.py "$OUT/kernels.sqlite3" "${SUITE:-kb22-${PASS:-fresh}}" \
       --json "$OUT/${json}_own.json" | tail -8
     ;;
+  worker-start)  # issue 22: a worker forked by the fork server against one started anew, 1 and
+    # 16 at once (the throughput job starts 16 together): from asking for it to its first answer
+    CUDA_VISIBLE_DEVICES=0 timeout "${T:-300}" python3 benchmarks/worker_start.py --device cuda \
+      --at-once 1 16 --repeats "${R:-2}" --out "$OUT/worker_start.json" | tail -8 ;;
   comparison-cost)  # issue 22: comparing outputs with the unmasked first pass vs the masked pass
     # alone, on a float32 output of ${N:-1610612736} elements (6 GiB: level1/23's size) and 16 Mi
     CUDA_VISIBLE_DEVICES=0 python3 benchmarks/comparison_cost.py --device cuda --elements "${N:-1610612736}" \

@@ -247,7 +247,8 @@ def test_waiting_for_the_turn_counts_against_no_timeout(tmp_path):
 
 
 def test_spare_worker_takes_the_next_candidate_and_outlives_its_run_for_the_next(tmp_path):
-    ev = _evaluator(tmp_path, prestart_workers=True, keep_spares_s=30)
+    # started anew, not forked (test_zygote.py): a spare's head start is its imports
+    ev = _evaluator(tmp_path, prestart_workers=True, keep_spares_s=30, fork_workers=False)
     good = (CANDIDATES / "good_gelu.py").read_text()
     first = ev.evaluate(good, "triton", "first")
     assert first.get_status() in (Status.FASTER, Status.CORRECT), first.eval_log
@@ -267,7 +268,7 @@ def test_spare_worker_takes_the_next_candidate_and_outlives_its_run_for_the_next
     # The next evaluator of this process (a bench's next problem) starts on it
     time.sleep(1)
     assert successor.alive()
-    nxt = _evaluator(tmp_path, prestart_workers=True, keep_spares_s=0)
+    nxt = _evaluator(tmp_path, prestart_workers=True, keep_spares_s=0, fork_workers=False)
     third = nxt.evaluate(good.replace("good", "good  "), "triton", "third")
     assert third.correctness and third.metadata["prestarted"] is True, third.eval_log
     assert successor.proc.poll() is not None  # it did the job

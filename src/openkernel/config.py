@@ -94,6 +94,10 @@ class EvalConfig(_Strict):
                                           "candidates with torch imported and (on a GPU) their "
                                           "CUDA context made; default: on with a GPU, off on "
                                           "the CPU.")
+    fork_workers: bool = Field(True, description="Fork workers from a process that imported "
+                               "torch and the evaluator once (a fork server), instead of "
+                               "starting each anew: a worker's start drops from seconds to "
+                               "milliseconds (plus its CUDA context on a GPU).")
     keep_spares_s: float = Field(60.0, ge=0, description="Seconds the spare workers outlive "
                                  "their run, for the next run of this process (a bench's next "
                                  "problem, the MCP server's next job) to take; 0: stopped "

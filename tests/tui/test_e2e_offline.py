@@ -130,8 +130,11 @@ async def test_withdrawn_branches_pause_and_a_refused_backend(tmp_path, monkeypa
     they are stored; the branches of iteration 1 the generator had nothing for leave no row;
     the chat and the header count alike."""
     monkeypatch.chdir(tmp_path)
+    # Workers started anew (not forked: eval_config.fork_workers), so that both candidates are
+    # in flight for the ~2 s of their workers' imports: a window to press `p` in
     app = create_app(str(pointwise_task), [
         "max_iters=3", "branches_per_iteration=2", "job_name=words",
+        "eval_config.fork_workers=false",
         f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}", f"paths.scratch_dir={tmp_path / 's'}"])
     # both past generating: holding a worker slot (queued while its worker starts) or judged;
     # the second is busy for only ~0.2 s after its worker started, too short a window to aim at

@@ -134,6 +134,19 @@ def limits_preexec(cpu_s: float, mem_bytes: int | None) -> Callable[[], None]:
         A callable for ``subprocess.Popen(preexec_fn=...)``. The child leads a new session and
         process group, so ``os.killpg(proc.pid, SIGKILL)`` ends it and all its children.
     """
+    plan = limits(cpu_s, mem_bytes)
+
+    def apply() -> None:
+        os.setsid()
+        for which, soft, hard in plan:
+            resource.setrlimit(which, (soft, hard))
+
+    return apply
+
+
+def limits(cpu_s: float, mem_bytes: int | None) -> list[tuple[int, int, int]]:
+    """The resource limits of a worker, as (RLIMIT_..., soft, hard): see :func:`limits_preexec`
+    (a forked worker, ``host/zygote.py``, is sent them)."""
     def capped(which: int, soft: int, hard: int | None = None) -> tuple[int, int]:
         limit = resource.getrlimit(which)[1]  # an unprivileged child cannot raise it
         hard = soft if hard is None else hard
@@ -151,12 +164,6 @@ def limits_preexec(cpu_s: float, mem_bytes: int | None) -> Callable[[], None]:
     ]
     if mem_bytes:
         plan.append((resource.RLIMIT_AS, capped(resource.RLIMIT_AS, int(mem_bytes))))
-
-    def apply() -> None:
-        os.setsid()
-        for which, value in plan:
-            resource.setrlimit(which, value)
-
-    return apply
+    return [(which, soft, hard) for which, (soft, hard) in plan]
 
 

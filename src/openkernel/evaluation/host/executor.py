@@ -46,7 +46,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from openkernel.config import Config
-from openkernel.evaluation.host import captures, ceilings, environment, ncu
+from openkernel.evaluation.host import captures, ceilings, environment, ncu, zygote
 from openkernel.evaluation.host.baselines import ReferenceBaselines, compile_ratio, wanted
 from openkernel.evaluation.host.devices import DevicePool, NoDeviceLeft, is_device_fault
 from openkernel.evaluation.host.float64 import Float64Answer
@@ -630,7 +630,9 @@ class Evaluator:
         scratch.mkdir(parents=True, exist_ok=True)
         mem = None if device == "cuda" else int(self.ec.memory_limit_gb * 2**30)
         wrap = ncu.wrapper(profiler) if profiler else None
-        return WorkerProcess(scratch, device, gpu_index, self.ec.cpu_time_limit_s, mem, wrap=wrap)
+        server = zygote.server(device) if self.ec.fork_workers and wrap is None else None
+        return WorkerProcess(scratch, device, gpu_index, self.ec.cpu_time_limit_s, mem, wrap=wrap,
+                             zygote=server)
 
     def _prestart(self, device: str) -> bool:
         """Spares are the default on a GPU (16 cores, memory to spare); on the CPU they would

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from openkernel.evaluation import protocol
 from openkernel.evaluation.host import environment
+from openkernel.evaluation.host.zygote import Zygote, ZygoteError
 from openkernel.evaluation.protocol import Job
 
 LOG_TAIL_LINES = 40
@@ -61,18 +62,39 @@ class WorkerProcess:
     """A started worker process, waiting for its job on stdin."""
 
     def __init__(self, scratch: Path, device: str, gpu_index: int | None, cpu_s: float,
-                 mem_bytes: int | None, wrap=None):
+                 mem_bytes: int | None, wrap=None, zygote: Zygote | None = None):
+        """``zygote``: the fork server to fork it from (not with ``wrap``: a wrapper such as
+        Nsight Compute starts the interpreter itself); if it fails, the worker starts anew."""
         self.scratch, self.device, self.gpu_index = scratch, device, gpu_index
         env = environment.worker_env(os.environ, scratch, device, gpu_index)
         self.read_fd, write_fd = os.pipe()
         self.log_path = scratch / "worker.log"
-        argv = [sys.executable, "-m", "openkernel.evaluation.worker", "--fd", str(write_fd)]
+        self.forked = False
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                wrap(argv) if wrap else argv,
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=scratch, env=env,
-                pass_fds=(write_fd,), preexec_fn=environment.limits_preexec(cpu_s, mem_bytes))
+            if zygote is not None and wrap is None:
+                self.forked = self._fork(zygote, env, cpu_s, mem_bytes, log.fileno(), write_fd)
+            if not self.forked:
+                argv = [sys.executable, "-m", "openkernel.evaluation.worker", "--fd", str(write_fd)]
+                self.proc = subprocess.Popen(
+                    wrap(argv) if wrap else argv, stdin=subprocess.PIPE, stdout=log,
+                    stderr=subprocess.STDOUT, cwd=scratch, env=env, pass_fds=(write_fd,),
+                    preexec_fn=environment.limits_preexec(cpu_s, mem_bytes))
         os.close(write_fd)
+
+    def _fork(self, zygote: Zygote, env: dict, cpu_s: float, mem_bytes: int | None,
+              log_fd: int, write_fd: int) -> bool:
+        stdin_r, stdin_w = os.pipe()
+        try:
+            self.proc = zygote.spawn(env, self.scratch, cpu_s, mem_bytes, stdin_r, log_fd,
+                                     write_fd)
+        except ZygoteError as err:
+            os.close(stdin_w)
+            sys.stderr.write(f"openkernel: starting the worker anew ({err})\n")
+            return False
+        finally:
+            os.close(stdin_r)
+        self.proc.stdin = os.fdopen(stdin_w, "wb")
+        return True
 
     def alive(self) -> bool:
         return self.proc.poll() is None

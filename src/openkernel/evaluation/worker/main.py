@@ -69,13 +69,9 @@ def _read_line(fd: int, read=os.read) -> str:
     return data.decode()
 
 
-def _preload() -> None:
-    """Import what every job needs while no job is waiting (a spare's head start).
-
-    A GPU worker also creates its CUDA context here (CUDA_VISIBLE_DEVICES is fixed when it
-    starts): about a second that no longer sits between a candidate and its verdict.
-    """
-    import torch
+def imports() -> None:
+    """What every job imports (done once by the fork server, ``zygote.py``, for its children)."""
+    import torch  # noqa: F401
     import torch._dynamo  # noqa: F401 - the evaluation imports it; heavy
 
     try:
@@ -83,6 +79,17 @@ def _preload() -> None:
     except ImportError:
         pass
     import openkernel.evaluation.worker.evaluate  # noqa: F401
+
+
+def _preload() -> None:
+    """Import what every job needs while no job is waiting (a spare's head start; a forked
+    worker has them already).
+
+    A GPU worker also creates its CUDA context here (CUDA_VISIBLE_DEVICES is fixed when it
+    starts): about a second that no longer sits between a candidate and its verdict.
+    """
+    imports()
+    import torch
 
     if os.environ.get("CUDA_VISIBLE_DEVICES") and not os.environ.get("TRITON_INTERPRET"):
         try:
@@ -154,6 +161,8 @@ def _dispatch(job: Job, ch: Channel) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="openkernel.evaluation.worker")
     parser.add_argument("--fd", type=int, required=True, help="protocol file descriptor")
+    parser.add_argument("--forked", action="store_true", help="forked by the fork server "
+                        "(zygote.py): its imports were done there")
     args = parser.parse_args(argv)
     os.set_inheritable(args.fd, False)  # nvcc and other children must not hold the pipe open
     t0 = time.monotonic()
@@ -164,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     if not line.strip():
         os._exit(0)  # a spare the executor no longer needs
     # idle_s > 0: the job found the worker ready (a warm spare); preload_s: its imports.
-    timing = {"preload_s": round(t1 - t0, 3), "idle_s": round(time.monotonic() - t1, 3)}
+    timing = {"preload_s": round(t1 - t0, 3), "idle_s": round(time.monotonic() - t1, 3),
+              "forked": args.forked}
     data = json.loads(line)
     ch = Channel(args.fd, data.pop("nonce"))
     try:

@@ -1,0 +1,193 @@
+"""The engine's side of the fork server (``worker/zygote.py``): workers forked, not started.
+
+One server per kind of worker (the engine's environment digest and the device), started on
+first use and kept for the process's life: it imports torch and the evaluator once, and each
+worker it forks skips the interpreter start and imports (2 s a worker on a 2-core CPU, 7-12 s
+on the H200). :class:`ForkedProcess` stands where ``subprocess.Popen`` stood for
+``process.WorkerProcess``: its pid leads the worker's own process group, its exit code comes
+from the server, which reaps it.
+
+Any failure (the server would not start, died, or refused a request) is answered by starting
+the worker as before; nothing waits on the server without a bound.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Hashable
+from pathlib import Path
+
+from openkernel.evaluation.host import environment
+
+# The first request waits for the server's imports (as long as a worker's own start); later
+# ones for a fork (milliseconds).
+REPLY_S = 300.0
+
+
+class ZygoteError(RuntimeError):
+    """The server could not fork the worker; the caller starts it itself."""
+
+
+class Zygote:
+    """A started fork server for workers of one kind."""
+
+    def __init__(self, device: str) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="openkernel-zygote-"))
+        env = environment.worker_env(os.environ, self.root, device, None)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with open(self.root / "zygote.log", "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "openkernel.evaluation.worker.zygote",
+                 "--fd", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
+                env=env, pass_fds=(theirs.fileno(),), start_new_session=True)
+        theirs.close()
+        self.sock = ours
+        self._ask = threading.Lock()  # one request (and its reply) at a time
+        self._replies: queue.Queue = queue.Queue()
+        self._exits: dict[int, int] = {}
+        self._ended = threading.Condition()
+        self.closed = False
+        threading.Thread(target=self._read, name="zygote-reader", daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                with self._ended:
+                    self.closed = True
+                    self._ended.notify_all()
+                self._replies.put(None)
+                return
+            message = json.loads(data)
+            if "exit" in message:
+                with self._ended:
+                    self._exits[message["exit"]] = message["code"]
+                    self._ended.notify_all()
+            else:
+                self._replies.put(message)
+
+    def spawn(self, env: dict[str, str], cwd: Path, cpu_s: float, mem_bytes: int | None,
+              stdin_r: int, log_fd: int, proto_w: int) -> ForkedProcess:
+        """Fork a worker with these descriptors as its stdin, stdout and stderr, and protocol."""
+        request = json.dumps({"env": env, "cwd": str(cwd),
+                              "limits": environment.limits(cpu_s, mem_bytes)}).encode()
+        with self._ask:
+            if self.closed:
+                raise ZygoteError("the fork server has ended")
+            try:
+                socket.send_fds(self.sock, [request], [stdin_r, log_fd, proto_w])
+                reply = self._replies.get(timeout=REPLY_S)
+            except (OSError, queue.Empty) as err:
+                raise ZygoteError(f"no answer from the fork server: {err}") from err
+        if not reply or "pid" not in reply:
+            raise ZygoteError((reply or {}).get("error", "the fork server has ended"))
+        return ForkedProcess(self, reply["pid"])
+
+    def exit_code(self, pid: int, timeout: float | None) -> int | None:
+        """The child's exit code once the server reaped it (None: not within ``timeout``).
+        Where the server has ended, a child no longer alive ends with an unknown code (-1)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._ended:
+            while pid not in self._exits:
+                if self.closed:
+                    if _alive(pid):
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            return None
+                        self._ended.wait(0.1 if left is None else min(0.1, left))
+                        continue
+                    return -1
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self._ended.wait(left)
+            return self._exits.pop(pid)
+
+    def stop(self) -> None:
+        with self._ask:
+            self.closed = True
+            try:  # shutdown, not close alone: it wakes the reader's recv and tells the server
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.sock.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ForkedProcess:
+    """A worker forked by the server: the parts of ``subprocess.Popen`` a worker's driver uses."""
+
+    def __init__(self, zygote: Zygote, pid: int) -> None:
+        self.zygote, self.pid = zygote, pid
+        self.returncode: int | None = None
+        self.stdin = None  # set by the caller: the write end of the worker's stdin
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.zygote.exit_code(self.pid, 0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self.zygote.exit_code(self.pid, timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+        return self.returncode
+
+
+_servers: dict[Hashable, Zygote] = {}
+_lock = threading.Lock()
+
+
+def server(device: str) -> Zygote | None:
+    """The fork server for workers on ``device`` under the engine's current environment,
+    started on first use; None if it cannot start."""
+    key = (environment.digest(os.environ), device)
+    with _lock:
+        found = _servers.get(key)
+        if found is not None and not found.closed and found.proc.poll() is None:
+            return found
+        try:
+            _servers[key] = Zygote(device)
+        except OSError:
+            _servers.pop(key, None)
+            return None
+        return _servers[key]
+
+
+@atexit.register
+def _stop_all() -> None:
+    with _lock:
+        servers = list(_servers.values())
+        _servers.clear()
+    for zygote in servers:
+        zygote.stop()

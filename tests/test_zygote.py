@@ -1,0 +1,151 @@
+"""Workers forked by the fork server (host/zygote.py, worker/zygote.py): judged as a worker
+started anew would judge them, with its session, limits and environment, and nothing of the
+server within a candidate's reach."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from openkernel.config import build_config
+from openkernel.evaluation.host import zygote
+from openkernel.evaluation.host.executor import Evaluator
+from openkernel.evaluation.host.process import WorkerProcess, drive
+from openkernel.evaluation.protocol import Job
+from openkernel.task import load_task
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD = (ROOT / "tests" / "candidates" / "good_gelu.py").read_text()
+
+# What a candidate can find of the server: a socket among its descriptors, or its variables.
+PROBE = '''
+import os, resource, socket, stat
+
+def _sockets():
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                found.append(int(name))
+        except OSError:
+            pass
+    return found
+
+_found = _sockets()
+if _found:
+    raise RuntimeError(f"a socket is open in the worker: {_found}")
+if os.getsid(0) != os.getpid():
+    raise RuntimeError("the worker does not lead its own session")
+if resource.getrlimit(resource.RLIMIT_CPU)[0] != CPU_S:
+    raise RuntimeError(f"RLIMIT_CPU is {resource.getrlimit(resource.RLIMIT_CPU)}")
+if "SECRET_VALUE" in repr(dict(os.environ)) or "SECRET_VALUE" in open("/proc/self/environ").read():
+    raise RuntimeError("the engine's secret is in the worker's environment")
+if not os.environ["TMPDIR"].startswith(os.getcwd()):
+    raise RuntimeError(f"TMPDIR {os.environ['TMPDIR']} is not in the worker's scratch")
+import tempfile
+if not tempfile.gettempdir().startswith(os.getcwd()):
+    raise RuntimeError(f"tempfile writes to {tempfile.gettempdir()}, not the worker's scratch")
+'''
+
+
+def _evaluator(tmp_path: Path, **ec) -> Evaluator:
+    config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch"),
+                                     "build_cache_dir": str(tmp_path / "builds")},
+                           "eval_config": {"correctness_seeds": 1, **ec}})
+    return Evaluator(load_task(ROOT / "examples" / "gelu"), config, bench_budget_s=0.1)
+
+
+def test_the_probe_sees_a_socket_where_there_is_one():
+    """The candidate's check above can fail: run here, beside an open socket, it raises."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        with pytest.raises(RuntimeError, match="a socket is open"):
+            exec(PROBE.replace("CPU_S", "0"), {})
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_forked_worker_judges_a_candidate_with_its_own_session_limits_and_scratch(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENKERNEL_API_KEY", "SECRET_VALUE")  # the engine's secret
+    ev = _evaluator(tmp_path, fork_workers=True, cpu_time_limit_s=777)
+    try:
+        result = ev.evaluate(PROBE.replace("CPU_S", "777") + GOOD, "triton", "forked")
+        assert result.correctness, result.eval_log
+        assert result.metadata["worker"]["forked"] is True, result.metadata["worker"]
+        started = _evaluator(tmp_path, fork_workers=False, cpu_time_limit_s=777)
+        try:
+            again = started.evaluate(PROBE.replace("CPU_S", "777") + GOOD + "\n", "triton", "anew")
+        finally:
+            started.close()
+        assert again.correctness, again.eval_log
+        assert again.metadata["worker"]["forked"] is False
+    finally:
+        ev.close()
+
+
+def _hardware_job(worker: WorkerProcess) -> Job:
+    return Job(mode="hardware", device="cpu", scratch=str(worker.scratch))
+
+
+def test_the_server_reports_how_a_worker_ended(tmp_path):
+    server = zygote.server("cpu")
+    assert server is not None
+    (tmp_path / "a").mkdir()
+    worker = WorkerProcess(tmp_path / "a", "cpu", None, 60, None, zygote=server)
+    assert worker.forked and worker.alive()
+    os.killpg(worker.proc.pid, signal.SIGKILL)
+    assert worker.proc.wait(timeout=30) == -signal.SIGKILL
+    worker.kill()
+    (tmp_path / "b").mkdir()
+    worker = WorkerProcess(tmp_path / "b", "cpu", None, 60, None, zygote=server)
+    run = drive(worker, _hardware_job(worker), build_timeout_s=60, test_timeout_s=60)
+    assert run.payload and run.payload["worker_timing"]["forked"] is True, run.log_tail
+    assert run.returncode == 0
+
+
+def test_a_worker_starts_anew_when_the_server_is_gone(tmp_path):
+    server = zygote.Zygote("cpu")
+    server.proc.kill()
+    server.proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while not server.closed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.closed
+    worker = WorkerProcess(tmp_path, "cpu", None, 60, None, zygote=server)
+    assert not worker.forked
+    run = drive(worker, _hardware_job(worker), build_timeout_s=120, test_timeout_s=60)
+    assert run.payload and run.payload["worker_timing"]["forked"] is False, run.log_tail
+    server.stop()
+    assert not server.root.exists()
+
+
+def test_the_server_ends_when_its_engine_closes_the_socket(tmp_path):
+    server = zygote.Zygote("cpu")
+    worker = WorkerProcess(tmp_path, "cpu", None, 60, None, zygote=server)
+    assert worker.forked  # the server is up and serving
+    worker.kill()
+    server.stop()  # the socket shut: the server returns from its loop (a kill would be -9)
+    assert server.proc.returncode == 0
+
+
+@pytest.mark.gpu
+def test_forked_gpu_workers_make_their_own_cuda_context(tmp_path):
+    """On the H200: the server never initialises the driver (a forked child could not use
+    its context); each forked worker makes its own and judges a compiled Triton kernel."""
+    ev = _evaluator(tmp_path, fork_workers=True)
+    try:
+        result = ev.evaluate(GOOD, "triton", "forked-gpu")
+        assert result.correctness, result.eval_log
+        assert result.metadata["worker"]["forked"] is True
+        server = zygote.server("cuda")
+        assert server is not None
+        assert "libcuda.so" not in Path(f"/proc/{server.proc.pid}/maps").read_text()
+    finally:
+        ev.close()
