@@ -149,3 +149,24 @@ def test_forked_gpu_workers_make_their_own_cuda_context(tmp_path):
         assert "libcuda.so" not in Path(f"/proc/{server.proc.pid}/maps").read_text()
     finally:
         ev.close()
+
+
+def test_a_server_killed_after_forking_is_restarted_one_killed_before_is_not(tmp_path,
+                                                                              monkeypatch):
+    """A candidate may kill the server (it is the worker's parent): the next worker gets a new
+    one. A server that ends before its first fork is broken (its imports fail, as a started
+    worker's then would, and say why): workers start anew, no server is started again."""
+    monkeypatch.setenv("OPENKERNEL_ZYGOTE_TEST", "restart")  # a key of this test's own
+    first = zygote.server("cpu")
+    worker = WorkerProcess(tmp_path, "cpu", None, 60, None, zygote=first)
+    assert worker.forked
+    worker.kill()
+    first.proc.kill()
+    first.proc.wait(timeout=30)
+    second = zygote.server("cpu")
+    assert second is not None and second is not first
+    second.proc.kill()
+    second.proc.wait(timeout=30)
+    assert zygote.server("cpu") is None
+    second.stop()
+    first.stop()

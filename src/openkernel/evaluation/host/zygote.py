@@ -58,6 +58,7 @@ class Zygote:
         self._exits: dict[int, int] = {}
         self._ended = threading.Condition()
         self.closed = False
+        self.forked = 0  # workers forked so far
         threading.Thread(target=self._read, name="zygote-reader", daemon=True).start()
 
     def _read(self) -> None:
@@ -95,6 +96,7 @@ class Zygote:
                 raise ZygoteError(f"no answer from the fork server: {err}") from err
         if not reply or "pid" not in reply:
             raise ZygoteError((reply or {}).get("error", "the fork server has ended"))
+        self.forked += 1
         return ForkedProcess(self, reply["pid"])
 
     def exit_code(self, pid: int, timeout: float | None) -> int | None:
@@ -165,21 +167,29 @@ class ForkedProcess:
 
 
 _servers: dict[Hashable, Zygote] = {}
+_broken: set[Hashable] = set()  # a server that ended before forking anything is not restarted
 _lock = threading.Lock()
 
 
 def server(device: str) -> Zygote | None:
     """The fork server for workers on ``device`` under the engine's current environment,
-    started on first use; None if it cannot start."""
+    started on first use (again if it ended after serving: a candidate may kill it); None if
+    it cannot start, or ended before forking a worker (its imports fail: so would a worker's,
+    which then says why)."""
     key = (environment.digest(os.environ), device)
     with _lock:
         found = _servers.get(key)
         if found is not None and not found.closed and found.proc.poll() is None:
             return found
+        if found is not None and not found.forked:
+            _broken.add(key)
+        if key in _broken:
+            return None
         try:
             _servers[key] = Zygote(device)
         except OSError:
             _servers.pop(key, None)
+            _broken.add(key)
             return None
         return _servers[key]
 
