@@ -119,7 +119,7 @@ def test_a_worker_starts_anew_when_the_server_is_gone(tmp_path):
         time.sleep(0.05)
     assert server.closed
     worker = WorkerProcess(tmp_path, "cpu", None, 60, None, zygote=server)
-    assert not worker.forked
+    assert not worker.forked and "the fork server has ended" in worker.fork_error
     run = drive(worker, _hardware_job(worker), build_timeout_s=120, test_timeout_s=60)
     assert run.payload and run.payload["worker_timing"]["forked"] is False, run.log_tail
     server.stop()

@@ -590,6 +590,8 @@ class Evaluator:
             if self.aborted:  # killed by abort(), not by its own doing
                 raise Aborted(self.aborted)
             run.prestarted = prestarted
+            if worker.fork_error and isinstance(run.payload, dict):  # why it was started anew
+                run.payload.setdefault("worker_timing", {})["fork_error"] = worker.fork_error
             if profiler is not None:
                 run.full_log = read_full_log(worker)
             return run

@@ -70,6 +70,7 @@ class WorkerProcess:
         self.read_fd, write_fd = os.pipe()
         self.log_path = scratch / "worker.log"
         self.forked = False
+        self.fork_error = ""
         with open(self.log_path, "wb") as log:
             if zygote is not None and wrap is None:
                 self.forked = self._fork(zygote, env, cpu_s, mem_bytes, log.fileno(), write_fd)
@@ -89,7 +90,7 @@ class WorkerProcess:
                                      write_fd)
         except ZygoteError as err:
             os.close(stdin_w)
-            sys.stderr.write(f"openkernel: starting the worker anew ({err})\n")
+            self.fork_error = str(err)  # kept with the worker's timing (executor.py)
             return False
         finally:
             os.close(stdin_r)

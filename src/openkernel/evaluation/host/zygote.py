@@ -44,6 +44,9 @@ class Zygote:
     def __init__(self, device: str) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="openkernel-zygote-"))
         env = environment.worker_env(os.environ, self.root, device, None)
+        # torch.cuda.is_available() during an import asks NVML, not the driver (whose state a
+        # forked child could not use): the server checks it loaded no driver, worker/zygote.py
+        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with open(self.root / "zygote.log", "wb") as log:
             self.proc = subprocess.Popen(
@@ -95,9 +98,16 @@ class Zygote:
             except (OSError, queue.Empty) as err:
                 raise ZygoteError(f"no answer from the fork server: {err}") from err
         if not reply or "pid" not in reply:
-            raise ZygoteError((reply or {}).get("error", "the fork server has ended"))
+            raise ZygoteError((reply or {}).get("error") or self._ended_why())
         self.forked += 1
         return ForkedProcess(self, reply["pid"])
+
+    def _ended_why(self) -> str:
+        try:
+            tail = (self.root / "zygote.log").read_text(errors="replace").strip().splitlines()[-1:]
+        except OSError:
+            tail = []
+        return "the fork server has ended" + (f": {tail[0]}" if tail else "")
 
     def exit_code(self, pid: int, timeout: float | None) -> int | None:
         """The child's exit code once the server reaped it (None: not within ``timeout``).

@@ -103,12 +103,22 @@ def _reap(sock: socket.socket) -> None:
             pass
 
 
-def serve(sock: socket.socket) -> None:
+def cuda_touched() -> bool:
+    """Whether the CUDA driver library is loaded here: then a child's CUDA may fail (the
+    driver's state does not survive a fork), so the server serves no one."""
+    with open("/proc/self/maps") as maps:
+        return any("libcuda.so" in line for line in maps)
+
+
+def serve(sock: socket.socket) -> int:
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through the pipe
     _preload()
+    if cuda_touched():
+        sys.stderr.write("the imports loaded the CUDA driver: workers are started anew\n")
+        return 3  # ended before its first fork: the engine starts no server again
     sys.stdout.flush()
     sys.stderr.flush()
     while True:
@@ -126,7 +136,7 @@ def serve(sock: socket.socket) -> None:
         except OSError:
             data, fds = b"", []
         if not data:
-            return  # the engine is gone; the children it started live on until killed
+            return 0  # the engine is gone; the children it started live on until killed
         try:
             request = json.loads(data)
             if len(fds) != 3:
@@ -157,8 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sock = socket.socket(fileno=args.fd)
     os.set_inheritable(args.fd, False)
-    serve(sock)
-    return 0
+    return serve(sock)
 
 
 if __name__ == "__main__":
