@@ -28,6 +28,7 @@ from collections.abc import Hashable
 from pathlib import Path
 
 from openkernel.evaluation.host import environment
+from openkernel.store.liveness import pid_alive
 
 # The first request waits for the server's imports (as long as a worker's own start); later
 # ones for a fork (milliseconds).
@@ -116,7 +117,7 @@ class Zygote:
         with self._ended:
             while pid not in self._exits:
                 if self.closed:
-                    if _alive(pid):
+                    if pid_alive(pid):
                         left = None if deadline is None else deadline - time.monotonic()
                         if left is not None and left <= 0:
                             return None
@@ -143,16 +144,6 @@ class Zygote:
             self.proc.kill()
             self.proc.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ForkedProcess:
