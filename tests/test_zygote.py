@@ -47,7 +47,9 @@ if "SECRET_VALUE" in repr(dict(os.environ)) or "SECRET_VALUE" in open("/proc/sel
     raise RuntimeError("the engine's secret is in the worker's environment")
 if not os.environ["TMPDIR"].startswith(os.getcwd()):
     raise RuntimeError(f"TMPDIR {os.environ['TMPDIR']} is not in the worker's scratch")
-import tempfile
+import sys, tempfile
+if sys.path[0] != os.getcwd():
+    raise RuntimeError(f"sys.path[0] is {sys.path[0]}, not the worker's scratch")
 if not tempfile.gettempdir().startswith(os.getcwd()):
     raise RuntimeError(f"tempfile writes to {tempfile.gettempdir()}, not the worker's scratch")
 '''

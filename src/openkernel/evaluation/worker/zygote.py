@@ -64,7 +64,10 @@ def _child(request: dict, fds: list[int], sock: socket.socket, ready: int) -> No
                     os.close(fd)
                 except OSError:
                     pass
+        here = os.getcwd()
         os.chdir(request["cwd"])
+        if sys.path and sys.path[0] == here:  # as `python -m` run in its scratch would have it
+            sys.path[0] = os.getcwd()
         os.environ.clear()
         os.environ.update(request["env"])
         import tempfile
