@@ -172,3 +172,24 @@ def test_a_server_killed_after_forking_is_restarted_one_killed_before_is_not(tmp
     assert zygote.server("cpu") is None
     second.stop()
     first.stop()
+
+
+def test_a_frozen_server_is_waited_on_for_a_bounded_time_then_left(tmp_path, monkeypatch):
+    """Nothing waits on the server without a bound: stopped (SIGSTOP), it gets REPLY_S to
+    answer, then it is killed and the worker starts anew."""
+    monkeypatch.setattr(zygote, "REPLY_S", 2.0)
+    server = zygote.Zygote("cpu")
+    (tmp_path / "a").mkdir()
+    first = WorkerProcess(tmp_path / "a", "cpu", None, 60, None, zygote=server)
+    assert first.forked  # imports done: the server is serving
+    first.kill()
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    (tmp_path / "b").mkdir()
+    t0 = time.monotonic()
+    worker = WorkerProcess(tmp_path / "b", "cpu", None, 60, None, zygote=server)
+    assert time.monotonic() - t0 < 60
+    assert not worker.forked and "no answer from the fork server within 2 s" in worker.fork_error
+    assert server.closed and server.proc.wait(timeout=30) == -signal.SIGKILL
+    run = drive(worker, _hardware_job(worker), build_timeout_s=120, test_timeout_s=60)
+    assert run.payload and run.payload["worker_timing"]["forked"] is False, run.log_tail
+    server.stop()

@@ -92,12 +92,18 @@ class Zygote:
                               "limits": environment.limits(cpu_s, mem_bytes)}).encode()
         with self._ask:
             if self.closed:
-                raise ZygoteError("the fork server has ended")
+                raise ZygoteError(self._ended_why())
             try:
                 socket.send_fds(self.sock, [request], [stdin_r, log_fd, proto_w])
+            except OSError as err:
+                raise ZygoteError(f"{self._ended_why()} ({err})") from err
+            try:
                 reply = self._replies.get(timeout=REPLY_S)
-            except (OSError, queue.Empty) as err:
-                raise ZygoteError(f"no answer from the fork server: {err}") from err
+            except queue.Empty as err:
+                # no one waits on it again: ended, and (if it never forked) not restarted
+                self.closed = True
+                self.proc.kill()
+                raise ZygoteError(f"no answer from the fork server within {REPLY_S:g} s") from err
         if not reply or "pid" not in reply:
             raise ZygoteError((reply or {}).get("error") or self._ended_why())
         self.forked += 1
