@@ -188,8 +188,10 @@ def server(device: str) -> Zygote | None:
         found = _servers.get(key)
         if found is not None and not found.closed and found.proc.poll() is None:
             return found
-        if found is not None and not found.forked:
-            _broken.add(key)
+        if found is not None:  # ended: its folder goes (its children's codes are then unknown)
+            found.stop()
+            if not found.forked:
+                _broken.add(key)
         if key in _broken:
             return None
         try:
