@@ -177,12 +177,12 @@ def test_a_server_killed_after_forking_is_restarted_one_killed_before_is_not(tmp
 def test_a_frozen_server_is_waited_on_for_a_bounded_time_then_left(tmp_path, monkeypatch):
     """Nothing waits on the server without a bound: stopped (SIGSTOP), it gets REPLY_S to
     answer, then it is killed and the worker starts anew."""
-    monkeypatch.setattr(zygote, "REPLY_S", 2.0)
     server = zygote.Zygote("cpu")
     (tmp_path / "a").mkdir()
     first = WorkerProcess(tmp_path / "a", "cpu", None, 60, None, zygote=server)
-    assert first.forked  # imports done: the server is serving
+    assert first.forked, first.fork_error  # imports done: the server is serving
     first.kill()
+    monkeypatch.setattr(zygote, "REPLY_S", 2.0)  # after the imports (seconds under load)
     os.kill(server.proc.pid, signal.SIGSTOP)
     (tmp_path / "b").mkdir()
     t0 = time.monotonic()
