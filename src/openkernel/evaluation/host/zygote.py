@@ -145,10 +145,10 @@ class Zygote:
                 pass
             self.sock.close()
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=30)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

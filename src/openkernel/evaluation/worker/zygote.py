@@ -29,6 +29,7 @@ import signal
 import socket
 import sys
 import traceback
+from typing import NoReturn
 
 
 READY_S = 30.0  # a child's session and limits take microseconds; never wait without bound
@@ -164,14 +165,17 @@ def serve(sock: socket.socket) -> int:
         _reap(sock)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     parser = argparse.ArgumentParser(prog="openkernel.evaluation.worker.zygote")
     parser.add_argument("--fd", type=int, required=True, help="the engine's socket")
     args = parser.parse_args(argv)
     sock = socket.socket(fileno=args.fd)
     os.set_inheritable(args.fd, False)
-    return serve(sock)
+    code = serve(sock)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown (torch's takes seconds): nothing is left to do
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
