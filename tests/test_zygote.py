@@ -193,3 +193,24 @@ def test_a_frozen_server_is_waited_on_for_a_bounded_time_then_left(tmp_path, mon
     run = drive(worker, _hardware_job(worker), build_timeout_s=120, test_timeout_s=60)
     assert run.payload and run.payload["worker_timing"]["forked"] is False, run.log_tail
     server.stop()
+
+
+def test_a_workers_end_is_told_to_every_caller(tmp_path):
+    """The spares' reaper waits on a worker while another thread polls it (a test did, and the
+    poll once took the code from the wait, which then waited its 30 s): both learn the code."""
+    import threading
+
+    server = zygote.server("cpu")
+    worker = WorkerProcess(tmp_path, "cpu", None, 60, None, zygote=server)
+    assert worker.forked, worker.fork_error
+    waited: list = []
+    waiter = threading.Thread(target=lambda: waited.append(worker.proc.wait(timeout=20)))
+    waiter.start()
+    time.sleep(0.5)  # the waiter is waiting when the code comes
+    os.killpg(worker.proc.pid, signal.SIGKILL)
+    while worker.proc.poll() is None:
+        time.sleep(0.001)
+    waiter.join(timeout=30)
+    assert not waiter.is_alive() and waited == [-signal.SIGKILL]
+    assert worker.proc.poll() == worker.proc.wait(timeout=0) == -signal.SIGKILL
+    worker.kill()

@@ -26,6 +26,8 @@ walls of their own (``eval_config.baseline_timeout_s``).
 from __future__ import annotations
 
 import json
+import os
+import resource
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,16 @@ def float64_failed(answer: str | Path) -> Path:
     """The marker the engine leaves beside a task's float64 answer it could not make: checks
     waiting for the answer stop waiting (worker/float64.py, host/float64.py)."""
     return Path(f"{answer}.failed")
+
+
+def lead_session(limits: list[tuple[int, int, int]]) -> None:
+    """In a new worker process, before anything else of it runs: its own session and process
+    group (the engine kills the group), then its resource limits as (RLIMIT_..., soft, hard),
+    computed by the engine (``host/environment.limits``). Started workers run it as their
+    ``preexec_fn``, forked ones in the fork server's child (``worker/zygote.py``)."""
+    os.setsid()
+    for which, soft, hard in limits:
+        resource.setrlimit(which, (soft, hard))
 
 
 def under(path: Path, root: Path) -> bool:

@@ -17,7 +17,7 @@ import site
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from openkernel.evaluation.protocol import PKG_DIR, PROTECT_VAR
+from openkernel.evaluation.protocol import PKG_DIR, PROTECT_VAR, lead_session
 from openkernel.evaluation.protocol import under as _under
 from openkernel.redaction import is_secret as _is_secret
 from openkernel.redaction import redact, secret_values  # noqa: F401 - the one redactor
@@ -135,13 +135,7 @@ def limits_preexec(cpu_s: float, mem_bytes: int | None) -> Callable[[], None]:
         process group, so ``os.killpg(proc.pid, SIGKILL)`` ends it and all its children.
     """
     plan = limits(cpu_s, mem_bytes)
-
-    def apply() -> None:
-        os.setsid()
-        for which, soft, hard in plan:
-            resource.setrlimit(which, (soft, hard))
-
-    return apply
+    return lambda: lead_session(plan)
 
 
 def limits(cpu_s: float, mem_bytes: int | None) -> list[tuple[int, int, int]]:

@@ -632,7 +632,7 @@ class Evaluator:
         scratch.mkdir(parents=True, exist_ok=True)
         mem = None if device == "cuda" else int(self.ec.memory_limit_gb * 2**30)
         wrap = ncu.wrapper(profiler) if profiler else None
-        server = zygote.server(device) if self.ec.fork_workers and wrap is None else None
+        server = zygote.server(device) if self.ec.fork_workers else None
         return WorkerProcess(scratch, device, gpu_index, self.ec.cpu_time_limit_s, mem, wrap=wrap,
                              zygote=server)
 

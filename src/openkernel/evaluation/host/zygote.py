@@ -59,6 +59,7 @@ class Zygote:
         self.sock = ours
         self._ask = threading.Lock()  # one request (and its reply) at a time
         self._replies: queue.Queue = queue.Queue()
+        self._children: dict[int, ForkedProcess] = {}  # running; each told its code once
         self._exits: dict[int, int] = {}
         self._ended = threading.Condition()
         self.closed = False
@@ -80,7 +81,11 @@ class Zygote:
             message = json.loads(data)
             if "exit" in message:
                 with self._ended:
-                    self._exits[message["exit"]] = message["code"]
+                    proc = self._children.pop(message["exit"], None)
+                    if proc is None:  # ended before spawn() took its pid in
+                        self._exits[message["exit"]] = message["code"]
+                    else:
+                        proc.returncode = message["code"]
                     self._ended.notify_all()
             else:
                 self._replies.put(message)
@@ -107,7 +112,13 @@ class Zygote:
         if not reply or "pid" not in reply:
             raise ZygoteError((reply or {}).get("error") or self._ended_why())
         self.forked += 1
-        return ForkedProcess(self, reply["pid"])
+        proc = ForkedProcess(self, reply["pid"])
+        with self._ended:
+            if proc.pid in self._exits:
+                proc.returncode = self._exits.pop(proc.pid)
+            else:
+                self._children[proc.pid] = proc
+        return proc
 
     def _ended_why(self) -> str:
         try:
@@ -116,25 +127,22 @@ class Zygote:
             tail = []
         return "the fork server has ended" + (f": {tail[0]}" if tail else "")
 
-    def exit_code(self, pid: int, timeout: float | None) -> int | None:
-        """The child's exit code once the server reaped it (None: not within ``timeout``).
+    def wait_for(self, proc: ForkedProcess, timeout: float | None) -> None:
+        """Until ``proc.returncode`` is set (by the server's report) or ``timeout`` passes.
         Where the server has ended, a child no longer alive ends with an unknown code (-1)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._ended:
-            while pid not in self._exits:
-                if self.closed:
-                    if pid_alive(pid):
-                        left = None if deadline is None else deadline - time.monotonic()
-                        if left is not None and left <= 0:
-                            return None
-                        self._ended.wait(0.1 if left is None else min(0.1, left))
-                        continue
-                    return -1
+            while proc.returncode is None:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    return None
+                    return
+                if self.closed:
+                    if not pid_alive(proc.pid):
+                        self._children.pop(proc.pid, None)
+                        proc.returncode = -1
+                        return
+                    left = 0.1 if left is None else min(0.1, left)
                 self._ended.wait(left)
-            return self._exits.pop(pid)
 
     def stop(self) -> None:
         with self._ask:
@@ -161,13 +169,11 @@ class ForkedProcess:
         self.stdin = None  # set by the caller: the write end of the worker's stdin
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            self.returncode = self.zygote.exit_code(self.pid, 0)
+        self.zygote.wait_for(self, 0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            self.returncode = self.zygote.exit_code(self.pid, timeout)
+        self.zygote.wait_for(self, timeout)
         if self.returncode is None:
             raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
         return self.returncode

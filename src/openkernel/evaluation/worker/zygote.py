@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import select
 import signal
 import socket
@@ -74,9 +73,9 @@ def _child(request: dict, fds: list[int], sock: socket.socket, ready: int) -> No
         import tempfile
 
         tempfile.tempdir = None  # read again from TMPDIR: the worker's own scratch
-        os.setsid()  # its own session and process group, then its limits (host/environment.py)
-        for which, soft, hard in request["limits"]:
-            resource.setrlimit(which, (soft, hard))
+        from openkernel.evaluation.protocol import lead_session
+
+        lead_session(request["limits"])
         os.write(ready, b"1")  # the server answers once the pid leads its own process group
         os.close(ready)
         from openkernel.evaluation.worker import main
