@@ -107,10 +107,20 @@ def _reap(sock: socket.socket) -> None:
 
 
 def cuda_touched() -> bool:
-    """Whether the CUDA driver library is loaded here: then a child's CUDA may fail (the
-    driver's state does not survive a fork), so the server serves no one."""
-    with open("/proc/self/maps") as maps:
-        return any("libcuda.so" in line for line in maps)
+    """Whether the CUDA driver was initialized here: then a child's CUDA may fail (the driver's
+    state does not survive a fork), so the server serves no one. The library being loaded is
+    not enough (on the H200 ``import torch`` maps libcuda.so without calling cuInit); cuInit
+    opens /dev/nvidia-uvm, which NVML (torch's import-time check) does not."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return True
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("/dev/nvidia-uvm"):
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def serve(sock: socket.socket) -> int:
@@ -120,7 +130,7 @@ def serve(sock: socket.socket) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through the pipe
     _preload()
     if cuda_touched():
-        sys.stderr.write("the imports loaded the CUDA driver: workers are started anew\n")
+        sys.stderr.write("the imports initialized the CUDA driver: workers are started anew\n")
         return 3  # ended before its first fork: the engine starts no server again
     sys.stdout.flush()
     sys.stderr.flush()
