@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from openkernel.evaluation.worker import pch
+from openkernel.evaluation.worker import binding, pch
 
 # load_inline's main.cpp: its own include, then the candidate's cpp_sources, which often
 # include the header again.
@@ -57,6 +57,16 @@ def test_precompiled_header_is_built_once_and_used(tmp_path, monkeypatch):
                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "not used because" in run.stderr and f"! {gch}" not in run.stderr
+    # A lean main.cpp (binding.py) is served by the precompiled torch/csrc/utils/pybind.h
+    lean = gch.parent / "csrc" / "utils" / "pybind.h.gch"
+    (tmp_path / "lean.cpp").write_text(binding.HEADER + "torch::Tensor act_forward(torch::Tensor x);\n"
+                                       "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"act_forward\", "
+                                       "torch::wrap_pybind_function(act_forward), \"act\"); }\n")
+    run = subprocess.run([compiler, "-H", "-fsyntax-only", "-DTORCH_EXTENSION_NAME=cand_3", *flags,
+                          str(tmp_path / "lean.cpp")], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert f"! {lean}" in run.stderr.splitlines()[0], run.stderr[:500]
 
 
 @pytest.mark.gpu
@@ -78,6 +88,7 @@ def test_gpu_cuda_run_builds_against_the_precompiled_header(tmp_path):
     assert ev.probe().ok
     assert ev.pch.get("pch_dir"), ev.pch
     assert (Path(ev.pch["pch_dir"]) / "torch" / "extension.h.gch").is_file()
+    assert (Path(ev.pch["pch_dir"]) / "torch" / "csrc" / "utils" / "pybind.h.gch").is_file()
     result = ev.evaluate((root / "tests" / "candidates" / "cuda_ok.py").read_text(), "cuda", "pch")
     assert result.get_status() in (Status.CORRECT, Status.FASTER), result.eval_log
     logs = list(ev.build_cache_root.glob("*/torch-*/torch_extensions/*/.ninja_log"))

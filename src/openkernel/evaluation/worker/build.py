@@ -33,6 +33,7 @@ from typing import Any
 
 from openkernel import syntax
 from openkernel.evaluation.protocol import Job
+from openkernel.evaluation.worker import binding
 from openkernel.evaluation.worker.task_runtime import load_module
 from openkernel.nvrtc import ARCHS_VAR, COMPILED, KernelCompileError, KernelSourceError, RawKernel
 from openkernel.targets import gencode_flags, same_arch, torch_arch_list
@@ -167,27 +168,35 @@ _NEEDS_TORCH = re.compile(r"\b(?:torch|at|c10)::|#\s*include\s*[<\"](?:torch|ATe
 
 
 def lean_load_inline(load_inline):
-    """``load_inline`` that leaves ``<torch/types.h>`` out of a .cu that does not use torch.
+    """``load_inline`` that gives each file only the headers it needs.
 
     By default ``load_inline`` puts ``#include <torch/types.h>`` in front of ``cuda_sources``,
     so nvcc parses the ATen headers twice (device and host passes) for every candidate, even
     one whose .cu includes CUDA's own headers only: on the 2-core development machine with
     nvcc 13.0 the exact command cpp_extension runs took 92 CPU seconds with it and 3.1 without
-    (``benchmarks/cuda_build_phases.py``; the H200's ~30 s .cu step). A .cu that names nothing of torch is built with
-    ``no_implicit_headers`` and the two CUDA headers the default adds; main.cpp keeps its
-    ``<torch/extension.h>`` (precompiled, ``pch.py``). Should that build fail, the sources are
-    built again as written, so a source this misjudges costs a ~2 s failed build, never a
-    wrong verdict.
+    (``benchmarks/cuda_build_phases.py``; the H200's ~30 s .cu step). A .cu that names nothing
+    of torch is built with ``no_implicit_headers`` and the two CUDA headers the default adds.
+    main.cpp gets the lean bindings header (``binding.py``) when the cpp_sources only declare
+    functions, ``<torch/extension.h>`` (precompiled, ``pch.py``) otherwise. Should that build
+    fail, the sources are built again as written, so a source this misjudges costs a failed
+    build, never a wrong verdict.
     """
     def lean(name: str = "", cpp_sources: Any = None, cuda_sources: Any = None,
              *args: Any, **kwargs: Any) -> Any:
         cuda = _as_text(cuda_sources)
-        if args or kwargs.get("no_implicit_headers") or not cuda.strip() or _NEEDS_TORCH.search(cuda):
+        if args or kwargs.get("no_implicit_headers") or not cuda.strip():
             return load_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
+        lean_cu = not _NEEDS_TORCH.search(cuda)
+        declared = binding.declarations_only(_as_text(cpp_sources))
+        if not lean_cu and declared is None:
+            return load_inline(name, cpp_sources, cuda_sources, **kwargs)
         cpp_list = [cpp_sources] if isinstance(cpp_sources, str) else list(cpp_sources or [])
+        main = ([binding.HEADER, declared] if declared is not None
+                else ["#include <torch/extension.h>", *cpp_list])
+        cu_headers = "#include <cuda.h>\n#include <cuda_runtime.h>"
         try:
-            return load_inline(name, ["#include <torch/extension.h>", *cpp_list],
-                               ["#include <cuda.h>\n#include <cuda_runtime.h>", cuda],
+            return load_inline(name, main, [cu_headers if lean_cu else
+                                            "#include <torch/types.h>\n" + cu_headers, cuda],
                                no_implicit_headers=True, **kwargs)
         except Exception:  # built again as written: its own error is the one reported
             return load_inline(name, cpp_sources, cuda_sources, **kwargs)
