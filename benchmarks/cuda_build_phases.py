@@ -46,7 +46,7 @@ def gelu_sources() -> tuple[str, str, str]:
     expr = "0.5f * x * (1.0f + erff(x * 0.70710678118654752f))"
     cuda = ("#define OK_THREADS 256\n#define OK_ELEMS 4\n" + e._CUDA_SRC.replace(
         "{kparams}", "").replace("{kargs}", "").replace("{expr}", expr))
-    cpp = e._CPP_SRC.replace("{kparams}", "").replace("{hparams}", "").replace("{hargs}", "")
+    cpp = e._CPP_SRC.replace("{kparams}", "")
     nvrtc = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + e._CUDA_KERNEL.replace(
         "{kparams}", "").replace("{expr}", expr)
     return cuda, cpp, nvrtc
@@ -72,9 +72,9 @@ def ninja_for(folder: Path, lean: bool, arch_list: str | None) -> tuple[list[str
     else:
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list
     try:
-        ce.load_inline(name="gelu_phases", cpp_sources=(["#include <torch/extension.h>"] if lean
-                                                         else []) + [cpp],
-                       cuda_sources=cuda, functions=["act_forward"], extra_cuda_cflags=["-O3"],
+        ce.load_inline(name="gelu_phases", cpp_sources=[cpp], cuda_sources=cuda,
+                       functions=["act_launch"], with_pytorch_error_handling=False,
+                       extra_cuda_cflags=["-O3"],
                        build_directory=str(folder), no_implicit_headers=lean)
     except _Stop:
         pass
@@ -133,9 +133,9 @@ def full_builds(tmp: Path) -> dict:
         folder = tmp / f"full_{'lean' if lean else 'default'}"
         folder.mkdir()
         t0 = time.perf_counter()
-        load_inline(name=f"gelu_full_{int(lean)}", cpp_sources=(["#include <torch/extension.h>"]
-                                                                if lean else []) + [cpp],
-                    cuda_sources=cuda, functions=["act_forward"], extra_cuda_cflags=["-O3"],
+        load_inline(name=f"gelu_full_{int(lean)}", cpp_sources=[cpp],
+                    cuda_sources=cuda, functions=["act_launch"], with_pytorch_error_handling=False,
+                    extra_cuda_cflags=["-O3"],
                     build_directory=str(folder), no_implicit_headers=lean)
         steps = {}
         for line in (folder / ".ninja_log").read_text().splitlines()[1:]:

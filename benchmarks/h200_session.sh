@@ -2,7 +2,7 @@
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
-#         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv, conv-points, comparison-cost, worker-start.
+#         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv, conv-points, comparison-cost, worker-start, bindings-build.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -148,6 +148,9 @@ PY
     python3 benchmarks/own_time.py "$OUT/kernels.sqlite3" "${SUITE:-kb22-${PASS:-fresh}}" \
       --json "$OUT/${json}_own.json" | tail -8
     ;;
+  bindings-build)  # issue 22: GCC over a CUDA candidate's main.cpp by what it includes (extension.h
+    # or the precompiled pybind.h; the offline form's tensor side in C++ before, in Python now)
+    timeout "${T:-400}" python3 benchmarks/bindings_build.py --repeats "${R:-2}" --out "$OUT/bindings_build.json" | tail -8 ;;
   worker-start)  # issue 22: a worker forked by the fork server against one started anew, 1 and
     # 16 at once (the throughput job starts 16 together): from asking for it to its first answer
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-300}" python3 benchmarks/worker_start.py --device cuda \

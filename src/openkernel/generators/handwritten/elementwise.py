@@ -99,23 +99,27 @@ __global__ void act_kernel(const scalar_t* __restrict__ xp, scalar_t* __restrict
 }
 '''
 
-# The extension form's .cu holds only the kernel and a launcher on raw pointers, with CUDA's own
+# The extension form's .cu holds the kernel and a launcher on raw pointers, with CUDA's own
 # headers: ATen headers in a .cu cost every build ~12-30 s of host parsing (measured: 11.3 s vs
 # 0.75 s of nvcc here, 30 s on a loaded H200), which is why load_inline is told
 # no_implicit_headers (by default it puts <torch/types.h> in front of the .cu). The tensor side
-# goes in cpp_sources, which starts with torch/csrc/utils/pybind.h (the engine precompiles it,
-# evaluation/worker/pch.py) and includes only the ATen operators it calls: 7.8 s of GCC against
-# 14.2 s with <torch/extension.h> precompiled (2-core machine; binding.py says where it goes).
+# (checks, output, stream) is Python's, as in the NVRTC form: the bindings file then only
+# declares the launcher, from the precompiled torch/csrc/utils/pybind.h (evaluation/worker/
+# pch.py), 4.3 s of GCC against 14.3 s for a tensor side in C++ from <torch/extension.h>
+# (2-core machine, benchmarks/bindings_build.py).
 _CUDA_SRC = r'''
 #include <cstdint>
+#include <stdexcept>
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 ''' + _CUDA_KERNEL + r'''
-// dtype: 0 float32, 1 float16, 2 bfloat16, 3 float64 (the tensor side maps ATen's types).
-void act_launch(const void* x, void* y, int64_t n, int dtype, cudaStream_t stream{kparams}) {
+// dtype: 0 float32, 1 float16, 2 bfloat16, 3 float64 (the Python side maps torch's types).
+// Pointers and the stream come as integers: the bindings need no torch headers.
+void act_launch(int64_t x, int64_t y, int64_t n, int64_t dtype, int64_t stream_handle{kparams}) {
     const int64_t tiles = (n + (int64_t)OK_THREADS * OK_ELEMS - 1) / ((int64_t)OK_THREADS * OK_ELEMS);
     const int blocks = (int)(tiles < (1 << 22) ? tiles : (1 << 22));
+    cudaStream_t stream = (cudaStream_t)stream_handle;
     switch (dtype) {
     case 0: act_kernel<float><<<blocks, OK_THREADS, 0, stream>>>((const float*)x, (float*)y, n{kargs}); break;
     case 1: act_kernel<__half><<<blocks, OK_THREADS, 0, stream>>>((const __half*)x, (__half*)y, n{kargs}); break;
@@ -123,34 +127,15 @@ void act_launch(const void* x, void* y, int64_t n, int dtype, cudaStream_t strea
                 (const __nv_bfloat16*)x, (__nv_bfloat16*)y, n{kargs}); break;
     default: act_kernel<double><<<blocks, OK_THREADS, 0, stream>>>((const double*)x, (double*)y, n{kargs});
     }
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) throw std::runtime_error(cudaGetErrorString(err));
 }
 '''
 
 _CPP_SRC = r'''
 #include <torch/csrc/utils/pybind.h>
-#include <torch/csrc/Exceptions.h>
-#include <ATen/ops/empty_like.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
-void act_launch(const void* x, void* y, int64_t n, int dtype, cudaStream_t stream{kparams});
-
-at::Tensor act_forward(at::Tensor x{hparams}) {
-    TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
-    const auto t = x.scalar_type();
-    TORCH_CHECK(t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble,
-                "unsupported dtype ", t);
-    auto xc = x.contiguous();
-    auto y = at::empty_like(xc);
-    const int64_t n = xc.numel();
-    if (n == 0) return y;
-    const c10::cuda::CUDAGuard guard(xc.device());
-    const int dtype = t == at::kFloat ? 0 : t == at::kHalf ? 1 : t == at::kBFloat16 ? 2 : 3;
-    act_launch(xc.data_ptr(), y.data_ptr(), n, dtype, c10::cuda::getCurrentCUDAStream(){hargs});
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    return y;
-}
+#include <cstdint>
+void act_launch(int64_t x, int64_t y, int64_t n, int64_t dtype, int64_t stream_handle{kparams});
 '''
 
 _CUDA_MODULE = '''import torch
@@ -171,11 +156,13 @@ _ext = load_inline(
     name="{ext_name}",
     cpp_sources=_CPP_SRC,
     cuda_sources=_CUDA_SRC,
-    functions=["act_forward"],
+    functions=["act_launch"],
+    with_pytorch_error_handling=False,
     extra_cuda_cflags=["-O3"],
     no_implicit_headers=True,
     verbose=False,
 )
+_DTYPES = {{torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3}}
 
 
 class ModelNew(nn.Module):
@@ -183,7 +170,16 @@ class ModelNew(nn.Module):
 
 {init}
     def forward(self, {arg}):
-        return _ext.act_forward({arg}{call_args})
+        x = {arg}.contiguous()
+        if not x.is_cuda or x.dtype not in _DTYPES:
+            raise TypeError(f"a CUDA tensor of float32, float16, bfloat16 or float64 expected, "
+                            f"got {{x.dtype}} on {{x.device}}")
+        y = torch.empty_like(x)
+        n = x.numel()
+        if n:
+            _ext.act_launch(x.data_ptr(), y.data_ptr(), n, _DTYPES[x.dtype],
+                            torch.cuda.current_stream(x.device).cuda_stream{call_args})
+        return y
 '''
 
 
@@ -331,11 +327,8 @@ class Elementwise(Family):
         src = (_CUDA_SRC.replace("{kparams}", kparams)
                .replace("{kargs}", "".join(f", {n}" for n in names))
                .replace("{expr}", act.act.cuda))
-        cpp = (_CPP_SRC.replace("{kparams}", kparams)
-               .replace("{hparams}", "".join(f", double {n}" for n in names))
-               .replace("{hargs}", "".join(f", (float){n}" for n in names)))
+        cpp = _CPP_SRC.replace("{kparams}", kparams)
         digest = hashlib.sha1(f"{src}{cpp}{params}".encode()).hexdigest()[:10]
         return _CUDA_MODULE.format(
             src=src, cpp=cpp, ext_name=f"ok_{act.name}_{digest}",
-            hparams="".join(f", double {n}" for n in names),
-            call_args="".join(f", self.{n}" for n in names), **common)
+            call_args="".join(f", float(self.{n})" for n in names), **common)
