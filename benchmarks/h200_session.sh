@@ -119,7 +119,8 @@ case "$1" in
     case "${PASS:-fresh}" in fresh) fresh=--fresh-baselines ;; stored) fresh= ;; *) echo "PASS=fresh|stored"; exit 2 ;; esac
     # SUITE, JSON: another suite (and file) for the same pass, e.g. one per session's code
     json=${JSON:-kb22_${PASS:-fresh}}
-    KB=${KB:-.kb22} SUITE=${SUITE:-kb22-${PASS:-fresh}} ITERS=1 BRANCHES=4 JSON=$json \
+    # ITERS=0: the probe and the baselines only (the fixed cost both ways in minutes, no candidate)
+    KB=${KB:-.kb22} SUITE=${SUITE:-kb22-${PASS:-fresh}} ITERS=${ITERS:-1} BRANCHES=4 JSON=$json \
       EXTRA="--problem-timeout ${PT:-300} $fresh ${EXTRA:-}" kb_bench
     python3 - "$OUT/$json.json" "${PT:-300}" <<'PY'
 import json, sys

@@ -297,3 +297,24 @@ def test_the_llm_kernels_suite_loads_and_its_references_run_on_the_cpu():
         for inputs in [mods["task"].get_inputs("cpu"), *mods["task"].get_extra_inputs("cpu")]:
             out = model(*inputs)
             assert torch.isfinite(out).all(), problem.name
+
+
+def test_a_bench_of_no_iterations_stores_each_problems_probe_and_baselines(suite_dir, tmp_path):
+    """max_iters=0: each problem is probed and its baselines made and stored (on a GPU: the
+    reference timings a later search reuses), no candidate is asked for; the problem ends
+    completed with its fixed cost in the table, and a resumed suite skips it."""
+    out = tmp_path / "b0.json"
+    args = [sys.executable, "-m", "openkernel.cli", "bench", str(suite_dir / "level1"),
+            "--name", "kb-zero", "--json", str(out), "--set", "max_iters=0"]
+    first = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    rows = {p["name"]: p for p in json.loads(out.read_text())["problems"]}
+    assert {"level1/19_ReLU", "level1/23_Softmax", "level1/89_sort"} <= set(rows)
+    for row in rows.values():
+        assert row["status"] == "completed" and row["candidates"] == 0, row
+        assert row["fixed_s"] is not None and row["fixed_s"] > 0, row
+    again = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and again.stdout.count(" skipped ") >= 3, again.stdout
+    bad = subprocess.run(args[:-1] + ["max_iters=-1"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode != 0 and "max_iters" in bad.stderr and "Traceback" not in bad.stderr

@@ -300,7 +300,8 @@ class Config(_Strict):
         "candidates are judged on a GPU of the first one present and, when correct, timed on "
         "one GPU of each other one present; CUDA C++ is compiled for all of them. Results are "
         "filed under the first one present. Default: detected.")
-    max_iters: int = Field(5, ge=1, description="Iterations of the search.")
+    max_iters: int = Field(5, ge=0, description="Iterations of the search (0: the probe and the "
+                           "baselines only, e.g. a bench storing every problem's reference timings).")
     branches_per_iteration: int = Field(4, ge=1, description="Candidates per iteration.")
     start_from_best: bool = Field(False, description="Seed the archive with the best stored "
                                   "kernel for this task_name and gpu_arch.")

@@ -250,7 +250,8 @@ class Search:
         if not probe.ok:
             yield self._failed_before_start(probe.error)
             return
-        reason = self.generator.supports(self.task, probe, self.backend)
+        # (no iterations: only the probe and the baselines, which any reference has)
+        reason = self.config.max_iters and self.generator.supports(self.task, probe, self.backend)
         if reason:
             yield self._failed_before_start(reason)
             return
