@@ -87,19 +87,33 @@ def build(root: Path, with_cuda: bool = True) -> dict:
     if all(t.is_file() and t.with_suffix("").is_file() for t in targets):
         return {"pch_dir": str(folder), "built": False, "seconds": round(time.monotonic() - t0, 2)}
     include = Path(torch.__file__).parent / "include"
+    # Side by side (one GCC each): the first problem's probe waits for the slower one only
+    runs = []
     for header, target in zip(HEADERS, targets):
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.{os.getpid()}")
-        run = subprocess.run([compiler, "-x", "c++-header", str(include / header), "-o",
-                              str(partial), *flags], capture_output=True, text=True, timeout=600)
-        if run.returncode != 0:
+        runs.append((header, target, partial, subprocess.Popen(
+            [compiler, "-x", "c++-header", str(include / header), "-o", str(partial), *flags],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
+    failed = ""
+    for header, target, partial, proc in runs:
+        try:
+            _, err = proc.communicate(timeout=max(600 - (time.monotonic() - t0), 1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            err = "timed out after 600 s"
+        if proc.returncode != 0:
             partial.unlink(missing_ok=True)
-            return {"pch_dir": None, "why": f"compiling {header} failed: {run.stderr[-500:]}"}
+            failed = failed or f"compiling {header} failed: {err[-500:]}"
+            continue
         # GCC takes the header's folder to be this one: a second #include (a candidate's own,
         # after load_inline's) or a build whose flags do not fit the .gch opens this file; it
         # forwards to torch's header, which #pragma once then skips when the .gch has it.
         target.with_suffix("").write_text(f"#pragma once\n#include_next <{header}>\n")
         os.replace(partial, target)  # whole or absent: a build never reads a half-written file
+    if failed:
+        return {"pch_dir": None, "why": failed}
     return {"pch_dir": str(folder), "built": True, "seconds": round(time.monotonic() - t0, 2)}
 
 
