@@ -100,4 +100,15 @@ def test_gpu_cuda_run_builds_against_the_precompiled_header(tmp_path):
     assert cu and all("torch/types.h" not in text for text in cu), cu
     ninja = [f.read_text() for f in ev.build_cache_root.glob("*/torch-*/torch_extensions/*/build.ninja")]
     assert all(text.count("-gencode=arch=compute_90,code=sm_90") == 1 for text in ninja), ninja
+    # A cpp_sources of declarations only: main.cpp from the precompiled pybind.h (binding.py),
+    # the .cu with its own torch headers as written
+    result = ev.evaluate((root / "tests" / "candidates" / "cuda_declared.py").read_text(), "cuda",
+                         "declared")
+    assert result.get_status() in (Status.CORRECT, Status.FASTER), result.eval_log
+    mains = [f.read_text() for f in ev.build_cache_root.glob(
+        "*/torch-*/torch_extensions/ok_gelu_declared*/main.cpp")]
+    assert mains and all(text.startswith("#include <torch/csrc/utils/pybind.h>")
+                         and "torch/extension.h" not in text for text in mains), mains
+    print("ninja (declared)", [log.read_text() for log in ev.build_cache_root.glob(
+        "*/torch-*/torch_extensions/ok_gelu_declared*/.ninja_log")])
     ev.close()
