@@ -106,7 +106,7 @@ def _reap(sock: socket.socket) -> None:
             pass
 
 
-def cuda_touched() -> bool:
+def driver_initialized() -> bool:
     """Whether the CUDA driver was initialized here: then a child's CUDA may fail (the driver's
     state does not survive a fork), so the server serves no one. The library being loaded is
     not enough (on the H200 ``import torch`` maps libcuda.so without calling cuInit); cuInit
@@ -129,7 +129,7 @@ def serve(sock: socket.socket) -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through the pipe
     _preload()
-    if cuda_touched():
+    if driver_initialized():
         sys.stderr.write("the imports initialized the CUDA driver: workers are started anew\n")
         return 3  # ended before its first fork: the engine starts no server again
     sys.stdout.flush()

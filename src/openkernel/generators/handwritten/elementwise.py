@@ -105,7 +105,7 @@ __global__ void act_kernel(const scalar_t* __restrict__ xp, scalar_t* __restrict
 # no_implicit_headers (by default it puts <torch/types.h> in front of the .cu). The tensor side
 # (checks, output, stream) is Python's, as in the NVRTC form: the bindings file then only
 # declares the launcher, from the precompiled torch/csrc/utils/pybind.h (evaluation/worker/
-# pch.py), 4.3 s of GCC against 14.3 s for a tensor side in C++ from <torch/extension.h>
+# pch.py), 4.6 s of GCC against 14.4 s for a tensor side in C++ from <torch/extension.h>
 # (2-core machine, benchmarks/bindings_build.py).
 _CUDA_SRC = r'''
 #include <cstdint>
