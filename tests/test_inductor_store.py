@@ -107,3 +107,40 @@ def test_on_the_gpu_a_probe_stores_its_captures_and_the_next_reuses_them(example
             first.steps_s, second.steps_s)
     finally:
         store.close()
+
+
+def test_a_probe_keeps_its_trace_and_the_next_job_reuses_it(tmp_path):
+    """The trace is kept with the captures, on the CPU too (no capture there): a second job's
+    probe is handed it and traces nothing; a record another trace.py made, or one from before
+    traces were kept, is traced again and stored again, its captures kept."""
+    from openkernel.evaluation.worker import trace
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "reference.py").write_text(REFERENCE.format(factor=2).replace(
+        "return x * 2", "return torch.softmax(x * 2, dim=-1) + x"))
+    store = Store(tmp_path / "kernels.sqlite3")
+    scratch = f"paths.scratch_dir={tmp_path / 'scratch'}"
+    try:
+        first, ev = _probe(tmp_path / "t", store, scratch)
+        key = (ev.task.digest, ev.hardware.label, environment_key(ev.hardware), False)
+        record = store.inductor_captures(*key)
+        assert first.ok and first.trace is not None and first.trace.ops, first.warnings
+        assert record["trace"]["version"] == trace.VERSION and "from the store" not in first.log
+        second, _ = _probe(tmp_path / "t", store, scratch)
+        assert second.trace == first.trace and "the trace from the store" in second.log
+        assert "Inductor" not in second.log  # the CPU captured nothing
+        fresh = cli.parse(["run", str(tmp_path / "t"), "--fresh-baselines"]).overrides
+        third, _ = _probe(tmp_path / "t", store, scratch, *fresh)
+        assert third.trace == first.trace and "from the store" not in third.log
+
+        older = {"format": CAPTURES_FORMAT, "captures": [{"code": "def call(args): ..."}],
+                 "warnings": [], "trace": {**record["trace"], "version": "another"}}
+        store.put_inductor_captures(*key, older)
+        again, _ = _probe(tmp_path / "t", store, scratch)
+        assert again.trace == first.trace and "the trace" not in again.log
+        assert "Inductor's code from the store" in again.log
+        kept = store.inductor_captures(*key)
+        assert kept["trace"]["version"] == trace.VERSION
+        assert kept["captures"] == older["captures"]
+    finally:
+        store.close()

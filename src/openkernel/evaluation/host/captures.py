@@ -7,6 +7,10 @@ label), the workers' software (``Hardware.software``, digested as for the baseli
 the H200) and the engine stores them under that key; a later probe with the same key is handed
 them in its job and makes none. ``eval_config.fresh_baselines`` (``--fresh-baselines``) makes
 them again, as it times the baselines again. The worker judges the stored record's format.
+
+The probe's trace of the reference (``worker/trace.py``: 1.4-2.0 s on the H200) is kept in the
+same record, on the CPU too (where there are no captures): decided by the same key and by the
+tracing code itself (``trace.VERSION``, a digest of trace.py; another version is traced again).
 """
 
 from __future__ import annotations

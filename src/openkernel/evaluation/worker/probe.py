@@ -32,7 +32,7 @@ from openkernel.evaluation.worker import precision
 from openkernel.aten_ops import compute_ops
 from openkernel.evaluation.worker.integrity import OpRecorder
 from openkernel.evaluation.worker.task_runtime import TaskRuntime, clone, tensors_in
-from openkernel.evaluation.worker.trace import FIXED_SIZES, trace_forward
+from openkernel.evaluation.worker.trace import FIXED_SIZES, keepable, stored_trace, trace_forward
 from openkernel.records import Footprint, TaskProbe
 
 
@@ -243,27 +243,36 @@ def run_probe(job: Job, ch) -> dict:
                         f"{err}); evaluations plan for the inputs and outputs alone")
     ops = list(dict.fromkeys(rec.ops))
     step("footprint")
-    try:
-        trace = trace_forward(model, inputs)
-    except Exception:  # the graph is for the offline templates: a task without it still runs
-        trace = None
+    seeds = captured = None
+    stored = job.inductor if (job.inductor or {}).get("format") == CAPTURES_FORMAT else None
+    # The trace is kept with the captures: 1.4-2.0 s of a probe's 2-3 s on the H200 once the
+    # baselines and captures come from the store (kb22-s25-b0-stored).
+    reused, trace = stored_trace((stored or {}).get("trace"))
+    if not reused:
+        try:
+            trace = trace_forward(model, inputs)
+        except Exception:  # the graph is for the offline templates: a task without it still runs
+            trace = None
     if trace is not None and FIXED_SIZES in trace.note:
         # the compiler then writes kernels for these sizes alone: held-out sizes will fail them
         warnings.append(f"the reference's trace has fixed sizes ({trace.note}); the offline "
                         "kernels hold only at the benchmark's sizes")
     step("trace")
-    seeds = captured = None
-    stored = job.inductor if (job.inductor or {}).get("format") == CAPTURES_FORMAT else None
+    failed: list[str] = []
     if stored is not None:  # made by an earlier probe of this task, hardware and software
         seeds, failed = stored.get("captures") or [], list(stored.get("warnings") or [])
+        if not reused:  # a record from before traces were kept, or another trace.py's
+            captured = {**stored, "trace": keepable(trace)}
     elif gpu:  # Inductor's own kernels, the offline generator's seed (nothing runs), once per
         # input signature: its code is specialised to each input's rank and dtype; and once
         # at the benchmark inputs' own sizes, as torch.compile's default specialises on them
         seeds, failed = capture_signatures(model, [inputs, *held_shapes])
-        captured = {"format": CAPTURES_FORMAT, "captures": seeds, "warnings": failed}
-    if stored is not None or gpu:
-        warnings += failed
-        seeds = seeds or None
+    if stored is None:  # on the CPU no captures, but the trace is kept all the same
+        captured = {"format": CAPTURES_FORMAT, "captures": seeds or [], "warnings": failed,
+                    "trace": keepable(trace)}
+    warnings += failed
+    seeds = seeds or None
+    if gpu or seeds:
         step("inductor")
     in_bytes = _nbytes(inputs)
     tol_hook = rt.hook("get_tolerances")
@@ -294,8 +303,10 @@ def run_probe(job: Job, ch) -> dict:
         log=(f"device {device}; held-out inputs: {source}; output dtypes "
              f"{', '.join(d.removeprefix('torch.') for d in output_dtypes)}"),
     )
-    if stored is not None:
-        probe.log += "; Inductor's code from the store"
+    kept = [what for what, yes in (("the trace", reused),
+                                   ("Inductor's code", bool(stored and stored.get("captures")))) if yes]
+    if kept:
+        probe.log += f"; {' and '.join(kept)} from the store"
     if footprint is not None:
         probe.log += "; " + describe_footprint(footprint)
     return {"probe": asdict(probe), **({"captured": captured} if captured else {})}

@@ -12,7 +12,9 @@ which leaves few kinds of ops for the templates to know.
 
 from __future__ import annotations
 
+import hashlib
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -39,6 +41,9 @@ _DECOMPOSED = [
     "celu", "logit",
 ]
 MAX_OPS = 20000  # a longer forward is not a kernel-sized task: the trace stops there
+# What made a stored trace: this file's code. The engine keeps a probe's trace beside its
+# Inductor captures (same key: task, hardware, software); a change here makes traces anew.
+VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 FIXED_SIZES = "sizes are fixed: "  # the note of a trace that could not be symbolic
 SMALL_CONSTANT = 64  # tensors built inside forward of up to this many elements keep their values
 _SKIPPED = {"prim.device.default", "aten.sym_size.int", "aten.sym_stride.int",
@@ -339,6 +344,23 @@ def _run(model, inputs: list, fake: str) -> OpTrace:
         trace.note = "; ".join(filter(None, [
             trace.note, FIXED_SIZES + "the forward's guards fixed every input size"]))
     return trace
+
+
+def stored_trace(kept: Any) -> tuple[bool, OpTrace | None]:
+    """(found, trace) from a record ``kept`` (``{"version", "trace"}``, as ``keepable`` makes
+    it): found only when this code made it; its trace None when no way worked then."""
+    if not isinstance(kept, dict) or kept.get("version") != VERSION:
+        return False, None
+    try:
+        return True, OpTrace.from_json(kept["trace"]) if kept.get("trace") else None
+    except Exception:  # a record this code cannot read: traced again
+        return False, None
+
+
+def keepable(trace: OpTrace | None) -> dict:
+    from dataclasses import asdict
+
+    return {"version": VERSION, "trace": asdict(trace) if trace is not None else None}
 
 
 def trace_forward(model: torch.nn.Module, inputs: list) -> OpTrace | None:
