@@ -2,7 +2,7 @@
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
-#         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv, conv-points, comparison-cost, worker-start, bindings-build.
+#         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv, conv-points, comparison-cost, worker-start, bindings-build, triton-first-launch.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -156,6 +156,10 @@ PY
     # 16 at once (the throughput job starts 16 together): from asking for it to its first answer
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-300}" python3 benchmarks/worker_start.py --device cuda \
       --at-once 1 16 --repeats "${R:-2}" --out "$OUT/worker_start.json" | tail -8 ;;
+  triton-first-launch)  # issue 22: a Triton kernel's first launch in a fresh process with an empty
+    # cache (as every worker's): compiling, Triton's host C modules (driver utils, launcher), then again
+    CUDA_VISIBLE_DEVICES=0 timeout "${T:-200}" python3 benchmarks/triton_first_launch.py \
+      --repeats "${R:-2}" --json "$OUT/triton_first_launch.json" ;;
   comparison-cost)  # issue 22: comparing outputs with the unmasked first pass vs the masked pass
     # alone, on a float32 output of ${N:-1610612736} elements (6 GiB: level1/23's size) and 16 Mi
     CUDA_VISIBLE_DEVICES=0 python3 benchmarks/comparison_cost.py --device cuda --elements "${N:-1610612736}" \
