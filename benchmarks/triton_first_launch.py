@@ -80,7 +80,10 @@ print(json.dumps({"imports_s": round(imports, 3), "driver_utils_s": round(utils_
 
 def run(cache: str) -> dict:
     env = {**os.environ, "TRITON_CACHE_DIR": cache}
-    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
+    script = os.path.join(cache, "..", os.path.basename(cache) + "_child.py")  # @jit reads its file
+    with open(script, "w") as f:
+        f.write(CHILD)
+    out = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
                          timeout=300)
     if out.returncode:
         return {"error": out.stderr[-2000:]}
