@@ -109,6 +109,10 @@ class Job:
     known_ceilings: dict = field(default_factory=dict)  # hardware
     inductor: dict | None = None  # probe: Inductor's captures kept in the store (host/captures.py)
     pch_root: str = ""  # pch
+    # Triton's host-side modules built once per machine (worker/launchers.py): a GPU job with
+    # a build folder copies this folder into its Triton cache; a ``launchers`` job builds there
+    launchers_dir: str | None = None
+    launchers: list = field(default_factory=list)  # launchers: the signatures to build
 
     def to_line(self, nonce: str) -> str:
         return json.dumps({**asdict(self), "nonce": nonce})

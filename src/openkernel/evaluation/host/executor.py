@@ -46,7 +46,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from openkernel.config import Config
-from openkernel.evaluation.host import captures, ceilings, environment, ncu, zygote
+from openkernel.evaluation.host import captures, ceilings, environment, launchers, ncu, zygote
 from openkernel.evaluation.host.baselines import ReferenceBaselines, compile_ratio, wanted
 from openkernel.evaluation.host.devices import DevicePool, NoDeviceLeft, is_device_fault
 from openkernel.evaluation.host.float64 import Float64Answer
@@ -116,6 +116,8 @@ class Evaluator:
         self._targets: TargetPlan | None = None
         self._slots: DevicePool | None = None
         self.build_cache_root = Path(config.paths.build_cache_dir).expanduser().resolve()
+        # Triton's host-side modules, built once for the machine (launchers.py)
+        self.launchers = launchers.machine(self.build_cache_root / "triton-host")
         # The shared spare pools this evaluator holds (spares.py): each key is what makes two
         # started workers interchangeable, (device, gpu index, profiler binary or None) first.
         self._spare_keys: set = set()
@@ -189,6 +191,8 @@ class Evaluator:
         if hw.device == "cuda" and self.config.backend == "cuda" and self.ec.precompile_torch_header:
             pch = threading.Thread(target=self._precompile_header, daemon=True, name="pch")
             pch.start()
+        if hw.device == "cuda":
+            self._launchers_wanted()  # Triton's driver utilities (and known launchers), once
         run = self._run(self._task_job(hw.device, "probe", inductor=captures.stored(self, hw)),
                         hw.device, 0 if hw.device == "cuda" else None, label="probe")
         if pch is not None:  # once per machine and torch: the first candidates' builds use it
@@ -449,6 +453,39 @@ class Evaluator:
             why = payload.get("fatal") or (f"timed out in {run.phase}" if run.timed_out else "the worker died")
             self.pch = {"pch_dir": None, "why": why}
 
+    def _launchers_wanted(self) -> None:
+        """Start the machine's ``launchers`` job in the background when it has something to
+        build (the first time in this process: Triton's driver utilities) and none runs."""
+        machine = self.launchers
+        todo = machine.pending()
+        with machine.lock:
+            if machine.building or machine.broken or (machine.started and not todo):
+                return
+            machine.building = True
+        threading.Thread(target=self._build_launchers, daemon=True, name="launchers").start()
+
+    def _build_launchers(self) -> None:
+        machine = self.launchers
+        try:
+            while True:
+                todo = machine.pending()
+                if machine.started and not todo:
+                    return
+                run = self._run(Job(mode="launchers", device="cuda", launchers_dir=str(machine.folder),
+                                    launchers=todo), "cuda", None, label="launchers", spare=False)
+                machine.started = True
+                payload = run.payload or {}
+                if "built" not in payload:  # no driver utilities: each worker builds its own
+                    machine.broken = payload.get("error") or "the launchers job failed"
+                    return
+                # a signature that failed is not tried again: its workers build their own
+                machine.done(payload["built"] + [f.get("signature") for f in payload.get("failed", [])])
+        except Exception:  # noqa: BLE001 - an aborted run, a failed spawn: workers build their own
+            return
+        finally:
+            with machine.lock:
+                machine.building = False
+
     def _judge(self, job: Job, code: str, label: str, cache: Path | None, arch: str,
                on_phase: Callable[[str], None] | None = None, exclusive: bool = False,
                ) -> tuple[WorkerRun, int | None, list[str]]:
@@ -577,6 +614,8 @@ class Evaluator:
                 job = replace(job, variant_paths=[str(p) for p in paths])
             if build_cache is not None:
                 job = replace(job, build_cache=str(build_cache))
+                if device == "cuda":
+                    job = replace(job, launchers_dir=str(self.launchers.folder))
             (scratch / "label").write_text(label, encoding="utf-8")
             job = replace(job, scratch=str(scratch))
             turn = (lambda: self._slots.turn(gpu_index)) if (
@@ -590,6 +629,9 @@ class Evaluator:
             if self.aborted:  # killed by abort(), not by its own doing
                 raise Aborted(self.aborted)
             run.prestarted = prestarted
+            if isinstance(run.payload, dict) and self.launchers.report(
+                    run.payload.pop("launchers", None)):
+                self._launchers_wanted()
             if worker.fork_error and isinstance(run.payload, dict):  # why it was started anew
                 run.payload.setdefault("worker_timing", {})["fork_error"] = worker.fork_error
             if profiler is not None:

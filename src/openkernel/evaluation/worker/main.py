@@ -12,6 +12,7 @@ Modes (``Job.mode``): ``hardware``, ``probe``, ``evaluate``, ``sweep`` (every co
 candidate, screened in one worker: ``sweep.py``), ``reference`` (eager and
 ``torch.compile`` timings of the reference, GPU only), ``profile`` (one call inside an NVTX
 range, run under Nsight Compute), ``pch`` (precompile <torch/extension.h>, see ``pch.py``),
+``launchers`` (Triton's host-side modules for the machine, see ``launchers.py``),
 ``float64`` (the reference's float64 answer of the main set, once per task: ``float64.py``).
 """
 
@@ -99,9 +100,11 @@ def _preload() -> None:
             pass
 
 
-def _use_build_cache(job: Job) -> None:
+def _use_build_cache(job: Job):
     """Point torch's extension and Triton's caches at the candidate's build cache (and
-    C++ builds at the precompiled torch header, ``pch.py``).
+    C++ builds at the precompiled torch header, ``pch.py``); on a GPU, Triton's host-side
+    modules built for the machine are copied in (``launchers.py``). Returns the recorder of
+    the launchers this worker's Triton makes (None when none is kept).
 
     The folder is keyed by the candidate's code (the executor names it), so only an identical
     candidate ever reads what this one built; the torch version keeps builds apart across
@@ -112,13 +115,19 @@ def _use_build_cache(job: Job) -> None:
     pch.use(job.pch_dir)
     cache = job.build_cache
     if not cache:
-        return
+        return None
     import torch
 
     root = os.path.join(cache, f"torch-{torch.__version__}")
     for var, sub in (("TORCH_EXTENSIONS_DIR", "torch_extensions"), ("TRITON_CACHE_DIR", "triton")):
         os.makedirs(os.path.join(root, sub), exist_ok=True)
         os.environ[var] = os.path.join(root, sub)
+    if not job.launchers_dir or not job.device.startswith("cuda") or os.environ.get("TRITON_INTERPRET"):
+        return None
+    from openkernel.evaluation.worker import launchers
+
+    launchers.seed(job.launchers_dir, os.path.join(root, "triton"))
+    return launchers.Recorder().install()
 
 
 def _dispatch(job: Job, ch: Channel) -> dict:
@@ -151,6 +160,10 @@ def _dispatch(job: Job, ch: Channel) -> dict:
         from openkernel.evaluation.worker.float64 import run_float64
 
         return run_float64(job, ch)
+    if mode == "launchers":  # our own code, no candidate: Triton's modules for the machine
+        from openkernel.evaluation.worker import launchers
+
+        return launchers.build(job.launchers_dir, job.launchers)
     if mode == "pch":  # our own code, no candidate: it writes only the folder it is given
         from openkernel.evaluation.worker import pch
 
@@ -179,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     ch = Channel(args.fd, data.pop("nonce"))
     try:
         job = Job.from_dict(data)
-        _use_build_cache(job)
+        recorder = _use_build_cache(job)
         from openkernel.evaluation.worker import precision
 
         precision.apply(job.allow_tf32)  # before any torch work: every mode runs under them
@@ -193,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(1)
     if isinstance(payload, dict):
         payload["worker_timing"] = timing
+        if recorder is not None and recorder.signatures:
+            payload["launchers"] = recorder.signatures
     ch.result(payload)
     sys.stdout.flush()
     sys.stderr.flush()
