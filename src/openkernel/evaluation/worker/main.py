@@ -80,6 +80,13 @@ def imports() -> None:
     except ImportError:
         pass
     import openkernel.evaluation.worker.evaluate  # noqa: F401
+    # What evaluate and sweep jobs import at their start otherwise: the sweep (openkernel.schemas,
+    # pydantic) 0.13 s and cpp_extension (CompileNotifier wraps it in every job) 0.05 s on the
+    # 2-core machine, in each worker. None of them touches the CUDA driver.
+    import torch.utils.cpp_extension  # noqa: F401
+    import openkernel.evaluation.worker.launchers  # noqa: F401
+    import openkernel.evaluation.worker.sandbox  # noqa: F401
+    import openkernel.evaluation.worker.sweep  # noqa: F401
 
 
 def _preload() -> None:
