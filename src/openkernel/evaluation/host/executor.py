@@ -675,8 +675,11 @@ class Evaluator:
         mem = None if device == "cuda" else int(self.ec.memory_limit_gb * 2**30)
         wrap = ncu.wrapper(profiler) if profiler else None
         server = zygote.server(device) if self.ec.fork_workers else None
-        return WorkerProcess(scratch, device, gpu_index, self.ec.cpu_time_limit_s, mem, wrap=wrap,
-                             zygote=server)
+        worker = WorkerProcess(scratch, device, gpu_index, self.ec.cpu_time_limit_s, mem,
+                               wrap=wrap, zygote=server)
+        if server is None and self.ec.fork_workers and wrap is None:
+            worker.fork_error = zygote.why_not(device)  # the server refused: each record says why
+        return worker
 
     def _prestart(self, device: str) -> bool:
         """Spares are the default on a GPU (16 cores, memory to spare); on the CPU they would

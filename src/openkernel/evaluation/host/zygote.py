@@ -180,7 +180,9 @@ class ForkedProcess:
 
 
 _servers: dict[Hashable, Zygote] = {}
-_broken: set[Hashable] = set()  # a server that ended before forking anything is not restarted
+# A server that ended before forking anything is not restarted: why, by key (each worker
+# started anew instead says so)
+_broken: dict[Hashable, str] = {}
 _lock = threading.Lock()
 
 
@@ -195,18 +197,24 @@ def server(device: str) -> Zygote | None:
         if found is not None and not found.closed and found.proc.poll() is None:
             return found
         if found is not None:  # ended: its folder goes (its children's codes are then unknown)
+            why = found._ended_why()
             found.stop()
             if not found.forked:
-                _broken.add(key)
+                _broken[key] = why
         if key in _broken:
             return None
         try:
             _servers[key] = Zygote(device)
-        except OSError:
+        except OSError as err:
             _servers.pop(key, None)
-            _broken.add(key)
+            _broken[key] = f"the fork server could not start: {err}"
             return None
         return _servers[key]
+
+
+def why_not(device: str) -> str:
+    """Why :func:`server` has no server for ``device`` (empty if it has or may start one)."""
+    return _broken.get((environment.digest(os.environ), device), "")
 
 
 @atexit.register

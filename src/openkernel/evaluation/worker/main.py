@@ -81,9 +81,10 @@ def imports() -> None:
         pass
     import openkernel.evaluation.worker.evaluate  # noqa: F401
     # What evaluate and sweep jobs import at their start otherwise: the sweep (openkernel.schemas,
-    # pydantic) 0.13 s and cpp_extension (CompileNotifier wraps it in every job) 0.05 s on the
-    # 2-core machine, in each worker. None of them touches the CUDA driver.
-    import torch.utils.cpp_extension  # noqa: F401
+    # pydantic) 0.13 s on the 2-core machine, in each worker. None of them touches the CUDA
+    # driver. Not torch.utils.cpp_extension nor torch._inductor.compile_fx: importing either
+    # calls cuInit on the H200 (torch 2.11: /dev/nvidia-uvm opened), and the fork server then
+    # serves no one (every worker of kb22-s26-stored was started anew, 10-12 s each).
     import openkernel.evaluation.worker.launchers  # noqa: F401
     import openkernel.evaluation.worker.sandbox  # noqa: F401
     import openkernel.evaluation.worker.sweep  # noqa: F401
