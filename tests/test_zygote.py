@@ -226,3 +226,24 @@ def test_a_workers_end_is_told_to_every_caller(tmp_path):
     assert not waiter.is_alive() and waited == [-signal.SIGKILL]
     assert worker.proc.poll() == worker.proc.wait(timeout=0) == -signal.SIGKILL
     worker.kill()
+
+
+def test_the_server_names_the_import_that_initialized_the_driver(tmp_path, monkeypatch):
+    """On the H200 an import of torch.utils.cpp_extension called cuInit and the server served
+    no one, saying only that its imports had: it now names the first import after which the
+    driver was initialized (checked after each), and an optional import may be missing."""
+    import sys
+
+    from openkernel.evaluation.worker import main
+    from openkernel.evaluation.worker import zygote as server_side
+
+    (tmp_path / "ok_cuinit_on_import.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(main, "IMPORTS", (*main.IMPORTS, "ok_no_such_module?", "ok_cuinit_on_import"))
+    monkeypatch.setattr(server_side, "driver_initialized", lambda: "ok_cuinit_on_import" in sys.modules)
+    try:
+        assert server_side._preload() == "ok_cuinit_on_import"
+    finally:
+        sys.modules.pop("ok_cuinit_on_import", None)
+    monkeypatch.setattr(main, "IMPORTS", (*main.IMPORTS[:-1],))
+    assert server_side._preload() == ""

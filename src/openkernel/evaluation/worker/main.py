@@ -70,24 +70,30 @@ def _read_line(fd: int, read=os.read) -> str:
     return data.decode()
 
 
-def imports() -> None:
-    """What every job imports (done once by the fork server, ``zygote.py``, for its children)."""
-    import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401 - the evaluation imports it; heavy
+# What every job imports, in order (the fork server, ``zygote.py``, imports them once for its
+# children and checks the CUDA driver after each). Triton may be missing (CPU-only installs).
+# The sweep (openkernel.schemas, pydantic) costs 0.13 s on the 2-core machine in each worker.
+# Not torch.utils.cpp_extension nor torch._inductor.compile_fx: importing either calls cuInit on
+# the H200 (torch 2.11: /dev/nvidia-uvm opened), and the fork server then serves no one (every
+# worker of kb22-s26-stored was started anew, 10-12 s each); ``_preload`` imports the former.
+IMPORTS = ("torch", "torch._dynamo", "triton?", "openkernel.evaluation.worker.evaluate",
+           "openkernel.evaluation.worker.launchers", "openkernel.evaluation.worker.sandbox",
+           "openkernel.evaluation.worker.sweep")
 
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        pass
-    import openkernel.evaluation.worker.evaluate  # noqa: F401
-    # What evaluate and sweep jobs import at their start otherwise: the sweep (openkernel.schemas,
-    # pydantic) 0.13 s on the 2-core machine, in each worker. None of them touches the CUDA
-    # driver. Not torch.utils.cpp_extension nor torch._inductor.compile_fx: importing either
-    # calls cuInit on the H200 (torch 2.11: /dev/nvidia-uvm opened), and the fork server then
-    # serves no one (every worker of kb22-s26-stored was started anew, 10-12 s each).
-    import openkernel.evaluation.worker.launchers  # noqa: F401
-    import openkernel.evaluation.worker.sandbox  # noqa: F401
-    import openkernel.evaluation.worker.sweep  # noqa: F401
+
+def imports(after=None) -> None:
+    """Import :data:`IMPORTS`; ``after(name)`` is called after each one imported."""
+    import importlib
+
+    for name in IMPORTS:
+        try:
+            importlib.import_module(name.rstrip("?"))
+        except ImportError:
+            if not name.endswith("?"):
+                raise
+            continue
+        if after is not None:
+            after(name.rstrip("?"))
 
 
 def _preload() -> None:
@@ -106,6 +112,15 @@ def _preload() -> None:
             torch.empty(1, device="cuda")
         except Exception:  # a broken device: the job will meet the error and report it
             pass
+    # What every job imports at its start and the fork server must not: cpp_extension (its
+    # import calls cuInit on the H200; 0.24-0.46 s there, in each forked job's setup until
+    # now) and Triton's code generator, imported here, in the worker, before its job comes.
+    import torch.utils.cpp_extension  # noqa: F401
+
+    try:
+        import triton.compiler.code_generator  # noqa: F401
+    except ImportError:
+        pass
 
 
 def _use_build_cache(job: Job):

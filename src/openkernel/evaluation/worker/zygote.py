@@ -34,14 +34,23 @@ from typing import NoReturn
 READY_S = 30.0  # a child's session and limits take microseconds; never wait without bound
 
 
-def _preload() -> None:
+def _preload() -> str:
     """What every worker imports, and the modes' modules: never CUDA (a forked child could not
-    use a context made here)."""
+    use a context made here). Returns the first module whose import initialized the driver
+    (then the server serves no one), or an empty string."""
     from openkernel.evaluation.worker import main
 
-    main.imports()
-    for mode in ("sweep", "probe", "reference_timing", "float64"):
+    culprit = []
+
+    def after(name: str) -> None:
+        if not culprit and driver_initialized():
+            culprit.append(name)
+
+    main.imports(after)
+    for mode in ("probe", "reference_timing", "float64"):
         __import__(f"openkernel.evaluation.worker.{mode}")
+        after(f"openkernel.evaluation.worker.{mode}")
+    return culprit[0] if culprit else ""
 
 
 def _child(request: dict, fds: list[int], sock: socket.socket, ready: int) -> None:
@@ -128,9 +137,10 @@ def serve(sock: socket.socket) -> int:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through the pipe
-    _preload()
-    if driver_initialized():
-        sys.stderr.write("the imports initialized the CUDA driver: workers are started anew\n")
+    culprit = _preload()
+    if culprit:
+        sys.stderr.write(f"importing {culprit} initialized the CUDA driver: workers are "
+                         "started anew\n")
         return 3  # ended before its first fork: the engine starts no server again
     sys.stdout.flush()
     sys.stderr.flush()
