@@ -55,13 +55,13 @@ def suite_dir(tmp_path_factory) -> Path:
     return root
 
 
-def _bench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def _bench(cwd: Path, *args: str, combinations: int = 1) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "100"}
     return subprocess.run([sys.executable, "-m", "openkernel.cli", "bench", *args,
                            "--set", "max_iters=1", "--set", "branches_per_iteration=2",
                            "--set", "search.seed=1",
                            # one combination, one seed: a candidate is one worker, not a sweep
-                           "--set", "prompt.max_template_combinations=1",
+                           "--set", f"prompt.max_template_combinations={combinations}",
                            "--set", "eval_config.correctness_seeds=1"],
                           cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
 
@@ -90,6 +90,10 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     assert data["geomean_eager"] == pytest.approx(math.sqrt(speedups[0] * speedups[1]))
     assert data["fast_p"]["1"] == sum(s > 1 for s in speedups) / 3
     assert data["n_correct"] == 2 and data["geomean_compile"] is None  # no torch.compile on the CPU
+    # every candidate here is plain (one kernel): the own time's split says so
+    assert data["candidate_s_median_plain"] == data["candidate_s_median"] > 0
+    assert data["candidate_s_median_sweep"] is None and data["sweep_combinations_median"] is None
+    assert "(plain candidates " in first.stdout and "sweeps" not in first.stdout
     assert "fast_0 0.67" in first.stdout
     # the reference is timed beside each candidate on the CPU too: its eager time is shown; and
     # each problem's progress line gives the time its table row gives
@@ -134,7 +138,9 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
 
     # Resume by name with one more problem: the completed two are skipped, the new one runs.
     _problem(suite_dir / "level1", "20_LeakyReLU", "torch.nn.functional.leaky_relu(x, 0.01)")
-    again = _bench(tmp_path, str(suite_dir / "level1"), "--name", "kb-test", "--json", str(out))
+    # (its candidates sweep two combinations each: the own time's split counts them apart)
+    again = _bench(tmp_path, str(suite_dir / "level1"), "--name", "kb-test", "--json", str(out),
+                   combinations=2)
     assert again.returncode == 0, again.stdout + again.stderr
     lines = {line.split()[0]: line for line in again.stdout.splitlines()
              if line.strip().startswith("level1/") and "judged" in line}
@@ -146,6 +152,11 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     assert [p["name"] for p in data["problems"]][:3] == ["level1/19_ReLU", "level1/20_LeakyReLU",
                                                          "level1/23_Softmax"]
     assert {p["name"]: p for p in data["problems"]}["level1/19_ReLU"]["candidates"] == 2
+    leaky = {p["name"]: p for p in data["problems"]}["level1/20_LeakyReLU"]
+    assert leaky["candidate_combinations"] == [2, 2], leaky
+    assert data["sweep_combinations_median"] == 2 and data["candidate_s_median_sweep"] > 0
+    assert data["candidate_s_median_plain"] > 0
+    assert "sweeps " in again.stdout and "2 combinations each (median)" in again.stdout
 
 
 def test_summary_figures_follow_kernelbench():

@@ -645,6 +645,8 @@ def _seconds(value: float | None) -> str:
 
 
 def _print_suite(summary) -> None:
+    from openkernel.bench.summary import own_split
+
     table = Table("problem", "status", "correct", "speedup", "vs compile", "vs autotune",
                   "vs cudagraphs", "eager ms", "compile ms", "autotune ms", "cudagraphs ms",
                   "judged", "faults", "time s",
@@ -693,6 +695,7 @@ def _print_suite(summary) -> None:
                       f"{_ratio(summary.geomean_compile_library_bound)}", highlight=False)
     console.print(f"fixed cost (probe and baselines) median {_seconds(summary.fixed_s_median)} s, "
                   f"a candidate's own time median {_seconds(summary.candidate_s_median)} s"
+                  + (f" ({own_split(summary)})" if own_split(summary) else "")
                   + (f"; {summary.n_timed_out} problem(s) timed out" if summary.n_timed_out
                      else ""), highlight=False)
 

@@ -73,6 +73,8 @@ class ProblemResult:
     peak_over_footprint: float | None = None  # the worst candidate's worker peak over it
     candidate_s: float | None = None  # median of a candidate's own time (not waiting for a turn)
     candidate_times_s: list[float] = field(default_factory=list)  # each candidate's own time
+    # beside each: the combinations its sweep judged (0: a plain candidate, one kernel)
+    candidate_combinations: list[int] = field(default_factory=list)
     fixed_s: float | None = None  # the probe and the baselines (0 s when they were stored)
     probe_s: float | None = None
     probe_steps_s: dict[str, float] = field(default_factory=dict)  # the probe's split (costs)
@@ -112,6 +114,9 @@ class SuiteSummary:
     n_timed_out: int = 0  # problems that ran past --problem-timeout
     fixed_s_median: float | None = None  # over the problems with a recorded fixed cost
     candidate_s_median: float | None = None  # over every candidate of the suite
+    candidate_s_median_plain: float | None = None  # ... of the plain candidates (one kernel)
+    candidate_s_median_sweep: float | None = None  # ... of those that swept a template
+    sweep_combinations_median: float | None = None  # combinations a sweep judged
 
     def to_json(self) -> dict:
         return {"suite": self.suite, "problems": [asdict(p) for p in self.problems],
@@ -126,7 +131,10 @@ class SuiteSummary:
                 "geomean_compile_library_bound": self.geomean_compile_library_bound,
                 "precision": self.precision, "n_timed_out": self.n_timed_out,
                 "fixed_s_median": self.fixed_s_median,
-                "candidate_s_median": self.candidate_s_median}
+                "candidate_s_median": self.candidate_s_median,
+                "candidate_s_median_plain": self.candidate_s_median_plain,
+                "candidate_s_median_sweep": self.candidate_s_median_sweep,
+                "sweep_combinations_median": self.sweep_combinations_median}
 
 
 def p_label(p: float) -> str:
@@ -177,7 +185,30 @@ def summarize(suite: str, problems: list[ProblemResult]) -> SuiteSummary:
         n_compile_tie=sum(p.vs_compile == "tie" for p in with_compile),
         n_timed_out=sum(p.status == "timed_out" for p in problems),
         fixed_s_median=median([p.fixed_s for p in problems if p.fixed_s is not None]),
-        candidate_s_median=median([t for p in problems for t in p.candidate_times_s]))
+        candidate_s_median=median([t for p in problems for t in p.candidate_times_s]),
+        candidate_s_median_plain=median(_own_times(problems, sweeps=False)),
+        candidate_s_median_sweep=median(_own_times(problems, sweeps=True)),
+        sweep_combinations_median=median([n for p in problems for n in p.candidate_combinations
+                                          if n]))
+
+
+def own_split(summary: SuiteSummary) -> str:
+    """The own time's medians by kind of candidate (a sweep judges several kernels in one
+    worker), for the figures under a suite's table; empty without a judged candidate."""
+    parts = []
+    if summary.candidate_s_median_plain is not None:
+        parts.append(f"plain candidates {summary.candidate_s_median_plain:.2f} s")
+    if summary.candidate_s_median_sweep is not None:
+        parts.append(f"sweeps {summary.candidate_s_median_sweep:.2f} s, "
+                     f"{summary.sweep_combinations_median:g} combinations each (median)")
+    return "; ".join(parts)
+
+
+def _own_times(problems: list[ProblemResult], sweeps: bool) -> list[float]:
+    """The own times of the plain candidates, or of those that swept a template."""
+    return [t for p in problems
+            for t, n in zip(p.candidate_times_s, p.candidate_combinations or
+                            [0] * len(p.candidate_times_s)) if bool(n) == sweeps]
 
 
 def against_compile(over_compile: float | None, speedup: float | None,
@@ -245,6 +276,13 @@ def _own_seconds(meta: dict, template: dict | None) -> float:
     return own
 
 
+def _combinations(template: dict | None) -> int:
+    """How many combinations a candidate's sweep judged (0: it swept none)."""
+    if not isinstance(template, dict) or not template.get("sweep_s"):
+        return 0
+    return len(template.get("combinations") or [])
+
+
 def _problem(conn, entry, keyed: bool) -> ProblemResult:
     row = ProblemResult(name=entry.task_name, path=entry.path, status=entry.outcome or "not started",
                         error=entry.error or "")
@@ -287,10 +325,11 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
     row.footprint_bytes = row.footprint_bytes or max((m.get("footprint_bytes") or 0 for m in memory),
                                                      default=0)
     row.peak_over_footprint = max(ratios) if ratios else None
-    own = [round(_own_seconds(k.meta, k.template_results), 2) for k in candidates
-           if isinstance(k.meta, dict) and k.meta.get("evaluation_s")
-           and not k.meta.get("duplicate_of")]
+    judged = [k for k in candidates if isinstance(k.meta, dict) and k.meta.get("evaluation_s")
+              and not k.meta.get("duplicate_of")]
+    own = [round(_own_seconds(k.meta, k.template_results), 2) for k in judged]
     row.candidate_s, row.candidate_times_s = median(own), own
+    row.candidate_combinations = [_combinations(k.template_results) for k in judged]
     correct = [k for k in candidates if k.correctness]
     if correct:
         best = max(correct, key=lambda k: k.runtime_improvement)

@@ -15,6 +15,7 @@ from dash import dcc, html
 
 from kernelcode.dashboard.components import message_page
 from kernelcode.dashboard.graph import STATUS_COLORS, UNKNOWN_COLOR
+from openkernel.bench.summary import own_split
 from openkernel.wording import speedup_text
 
 RUN_COLORS = {"completed": STATUS_COLORS["faster"], "failed": STATUS_COLORS["compile_error"],
@@ -51,6 +52,7 @@ def figures(summary) -> str:
             f"({summary.n_autotune}) &middot; over cudagraphs {_x(summary.geomean_cudagraphs)} "
             f"({summary.n_cudagraphs}) &middot; fixed cost median {_s(summary.fixed_s_median)} s "
             f"&middot; a candidate's own time median {_s(summary.candidate_s_median)} s"
+            + (f" ({escape(own_split(summary))})" if own_split(summary) else "")
             + (f" &middot; {summary.n_timed_out} timed out" if summary.n_timed_out else "")
             + f" &middot; {escape(summary.precision)}"
             + (f" &middot; library-bound {len(summary.library_bound)} (over torch.compile "
