@@ -129,7 +129,8 @@ ended = [p for p in ps if p["status"] in ("completed", "failed", "timed_out")]
 print(f"{d['suite']}: {len(ended)} of {len(ps)} problems ended ({d['n_timed_out']} timed out), "
       f"{sum(p['correct'] for p in ps)} correct; fixed cost median {d['fixed_s_median']} s "
       f"({sum(bool(p['baselines_stored']) for p in ps)} with stored baselines); a candidate's own "
-      f"time median {d['candidate_s_median']} s; longest problem {max((p['problem_s'] or 0 for p in ps), default=0):.0f} s "
+      f"time median {d['candidate_s_median']} s (plain {d.get('candidate_s_median_plain')} s, sweeps "
+      f"{d.get('candidate_s_median_sweep')} s of {d.get('sweep_combinations_median')} combinations); longest problem {max((p['problem_s'] or 0 for p in ps), default=0):.0f} s "
       f"(wall {wall:g} s); worst worker peak {max((p['peak_over_footprint'] or 0 for p in ps), default=0):.2f}x")
 steps = {}
 for p in ps:
