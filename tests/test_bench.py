@@ -94,6 +94,8 @@ def test_bench_runs_a_suite_and_resumes_it(suite_dir, tmp_path):
     assert data["candidate_s_median_plain"] == data["candidate_s_median"] > 0
     assert data["candidate_s_median_sweep"] is None and data["sweep_combinations_median"] is None
     assert "(plain candidates " in first.stdout and "sweeps" not in first.stdout
+    # every worker was forked: nothing said about workers started anew
+    assert data["started_anew"] == 0 and data["fork_error"] == "" and "started anew" not in first.stdout
     assert "fast_0 0.67" in first.stdout
     # the reference is timed beside each candidate on the CPU too: its eager time is shown; and
     # each problem's progress line gives the time its table row gives
@@ -164,7 +166,10 @@ def test_summary_figures_follow_kernelbench():
             ProblemResult("b", correct=True, speedup=1.2, over_compile=0.9),
             ProblemResult("c", correct=True, speedup=3.0),
             ProblemResult("d", correct=False), ProblemResult("e", status="failed")]
+    rows[1].started_anew, rows[1].fork_error = 2, "the fork server has ended: why"
+    rows[3].started_anew, rows[3].fork_error = 1, "another"
     s = summarize("x", rows)
+    assert s.started_anew == 3 and s.fork_error == "the fork server has ended: why"
     assert s.fast_p == {"0": 0.6, "1": 0.4, "1.5": 0.2, "2": 0.2}
     assert s.geomean_eager == pytest.approx((0.5 * 1.2 * 3.0) ** (1 / 3))
     assert s.geomean_compile == pytest.approx(math.sqrt(0.25 * 0.9)) and s.n_compile == 2

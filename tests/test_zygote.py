@@ -184,6 +184,9 @@ def test_a_server_killed_after_forking_is_restarted_one_killed_before_is_not(tmp
     assert result.correctness, result.eval_log
     worker = result.metadata["worker"]
     assert worker["forked"] is False and "the fork server has ended" in worker["fork_error"], worker
+    from openkernel.bench.summary import fork_error  # what a suite's figures count and say
+
+    assert fork_error(result.metadata, None) == worker["fork_error"]
 
 
 def test_a_frozen_server_is_waited_on_for_a_bounded_time_then_left(tmp_path, monkeypatch):

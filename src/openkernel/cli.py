@@ -698,6 +698,9 @@ def _print_suite(summary) -> None:
                   + (f" ({own_split(summary)})" if own_split(summary) else "")
                   + (f"; {summary.n_timed_out} problem(s) timed out" if summary.n_timed_out
                      else ""), highlight=False)
+    if summary.started_anew:  # seconds more each, and hidden by spares: said, not left to find
+        console.print(f"{summary.started_anew} candidate(s) judged in workers started anew, not "
+                      f"forked: {summary.fork_error}", highlight=False)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,10 @@ class ProblemResult:
     candidate_times_s: list[float] = field(default_factory=list)  # each candidate's own time
     # beside each: the combinations its sweep judged (0: a plain candidate, one kernel)
     candidate_combinations: list[int] = field(default_factory=list)
+    # candidates whose worker the fork server did not fork (started anew: seconds more each),
+    # and the first reason given
+    started_anew: int = 0
+    fork_error: str = ""
     fixed_s: float | None = None  # the probe and the baselines (0 s when they were stored)
     probe_s: float | None = None
     probe_steps_s: dict[str, float] = field(default_factory=dict)  # the probe's split (costs)
@@ -117,6 +121,8 @@ class SuiteSummary:
     candidate_s_median_plain: float | None = None  # ... of the plain candidates (one kernel)
     candidate_s_median_sweep: float | None = None  # ... of those that swept a template
     sweep_combinations_median: float | None = None  # combinations a sweep judged
+    started_anew: int = 0  # candidates whose worker was started anew for want of a fork
+    fork_error: str = ""  # the first reason given
 
     def to_json(self) -> dict:
         return {"suite": self.suite, "problems": [asdict(p) for p in self.problems],
@@ -134,7 +140,8 @@ class SuiteSummary:
                 "candidate_s_median": self.candidate_s_median,
                 "candidate_s_median_plain": self.candidate_s_median_plain,
                 "candidate_s_median_sweep": self.candidate_s_median_sweep,
-                "sweep_combinations_median": self.sweep_combinations_median}
+                "sweep_combinations_median": self.sweep_combinations_median,
+                "started_anew": self.started_anew, "fork_error": self.fork_error}
 
 
 def p_label(p: float) -> str:
@@ -189,7 +196,9 @@ def summarize(suite: str, problems: list[ProblemResult]) -> SuiteSummary:
         candidate_s_median_plain=median(_own_times(problems, sweeps=False)),
         candidate_s_median_sweep=median(_own_times(problems, sweeps=True)),
         sweep_combinations_median=median([n for p in problems for n in p.candidate_combinations
-                                          if n]))
+                                          if n]),
+        started_anew=sum(p.started_anew for p in problems),
+        fork_error=next((p.fork_error for p in problems if p.fork_error), ""))
 
 
 def own_split(summary: SuiteSummary) -> str:
@@ -276,6 +285,13 @@ def _own_seconds(meta: dict, template: dict | None) -> float:
     return own
 
 
+def fork_error(meta: dict, template: dict | None) -> str:
+    """Why a candidate's worker was started anew rather than forked (empty if it was forked,
+    or forking was off): its sweep's worker where it swept a template."""
+    worker = (template.get("worker") if isinstance(template, dict) else None) or meta.get("worker")
+    return str((worker or {}).get("fork_error") or "") if isinstance(worker, dict) else ""
+
+
 def _combinations(template: dict | None) -> int:
     """How many combinations a candidate's sweep judged (0: it swept none)."""
     if not isinstance(template, dict) or not template.get("sweep_s"):
@@ -330,6 +346,9 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
     own = [round(_own_seconds(k.meta, k.template_results), 2) for k in judged]
     row.candidate_s, row.candidate_times_s = median(own), own
     row.candidate_combinations = [_combinations(k.template_results) for k in judged]
+    reasons = [fork_error(k.meta, k.template_results) for k in judged]
+    row.started_anew = sum(bool(r) for r in reasons)
+    row.fork_error = next((r for r in reasons if r), "")
     correct = [k for k in candidates if k.correctness]
     if correct:
         best = max(correct, key=lambda k: k.runtime_improvement)

@@ -54,6 +54,8 @@ def figures(summary) -> str:
             f"&middot; a candidate's own time median {_s(summary.candidate_s_median)} s"
             + (f" ({escape(own_split(summary))})" if own_split(summary) else "")
             + (f" &middot; {summary.n_timed_out} timed out" if summary.n_timed_out else "")
+            + (f" &middot; {summary.started_anew} judged in workers started anew, not forked: "
+               f"{escape(summary.fork_error)}" if summary.started_anew else "")
             + f" &middot; {escape(summary.precision)}"
             + (f" &middot; library-bound {len(summary.library_bound)} (over torch.compile "
                f"{_x(summary.geomean_compile_library_bound)}, our own kernels)"
