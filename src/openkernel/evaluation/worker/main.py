@@ -19,6 +19,7 @@ range, run under Nsight Compute), ``pch`` (precompile <torch/extension.h>, see `
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -83,8 +84,6 @@ IMPORTS = ("torch", "torch._dynamo", "triton?", "openkernel.evaluation.worker.ev
 
 def imports(after=None) -> None:
     """Import :data:`IMPORTS`; ``after(name)`` is called after each one imported."""
-    import importlib
-
     for name in IMPORTS:
         try:
             importlib.import_module(name.rstrip("?"))
@@ -115,12 +114,11 @@ def _preload() -> None:
     # What every job imports at its start and the fork server must not: cpp_extension (its
     # import calls cuInit on the H200; 0.24-0.46 s there, in each forked job's setup until
     # now) and Triton's code generator, imported here, in the worker, before its job comes.
-    import torch.utils.cpp_extension  # noqa: F401
-
-    try:
-        import triton.compiler.code_generator  # noqa: F401
-    except ImportError:
-        pass
+    for name in ("torch.utils.cpp_extension", "triton.compiler.code_generator"):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # (no setuptools, no Triton): a job that needs it says so itself
+            pass
 
 
 def _use_build_cache(job: Job):
