@@ -7,7 +7,10 @@ element were finite, masked again only when one is not) against the masked pass 
 every block was compared before: NaN counted and infinities masked in each), and the precision
 check's ``relative_error`` the same two ways, on a float32 output of N elements in blocks of the
 worker's size; then the same output with one NaN in it (the unmasked pass, then the masked one).
-Each figure is the median of five calls, synchronised on a GPU.
+On a GPU, then the one-pass kernel (``eval_config.fused_comparison``, ``compare_kernel.py``):
+the time to make and check it as a worker does, and the same comparison through it (its verdict
+and figures asserted equal to the PyTorch passes'). Each figure is the median of five calls,
+synchronised on a GPU.
 """
 
 from __future__ import annotations
@@ -58,6 +61,20 @@ def measure(device: str, elements: int, chunk: int) -> dict:
     assert "NaN" in c.compare_tensor(nan, ref, tol, "o", chunk)[1]
     fig["compare_speedup"] = round(fig["compare_masked_s"] / fig["compare_s"], 2)
     fig["relative_error_speedup"] = round(fig["relative_error_masked_s"] / fig["relative_error_s"], 2)
+    if device == "cuda":
+        import tempfile
+
+        t0 = time.perf_counter()
+        fig["one_pass"] = c.prepare(device, tempfile.mkdtemp())  # compiled: no machine cache
+        fig["one_pass_prepare_s"] = round(time.perf_counter() - t0, 3)
+        if c._kernel is not None:
+            fused = c.compare_tensor(out, ref, tol, "o", chunk)
+            assert fused[:2] == (ok, msg) and fused[2]["max_abs_error"] == stats["max_abs_error"]
+            fig["compare_one_pass_s"] = _median_s(lambda: c.compare_tensor(out, ref, tol, "o", chunk),
+                                                  device)
+            fig["one_pass_speedup"] = round(fig["compare_s"] / fig["compare_one_pass_s"], 2)
+            assert "NaN" in c.compare_tensor(nan, ref, tol, "o", chunk)[1]
+            c._kernel = None
     return fig
 
 

@@ -38,7 +38,7 @@ case "$1" in
       tests/test_generators_traced.py tests/test_memory_plan.py tests/test_blame.py \
       tests/test_inductor_seeds.py tests/test_inductor_signatures.py tests/test_inductor_store.py tests/test_nvrtc.py \
       tests/test_gemm_rows.py tests/test_compiler_reductions.py tests/test_conv_transposed.py \
-      tests/test_compiler_split.py tests/test_cuda_graph.py tests/test_float64_answer.py tests/test_k_major.py tests/test_conv_nhwc.py tests/test_compiler_matvec.py tests/test_sweep_weights.py tests/test_zygote.py tests/test_launchers.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
+      tests/test_compiler_split.py tests/test_cuda_graph.py tests/test_float64_answer.py tests/test_k_major.py tests/test_conv_nhwc.py tests/test_compiler_matvec.py tests/test_sweep_weights.py tests/test_zygote.py tests/test_launchers.py tests/test_compare_kernel.py} 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
   throughput-triton)  # 32 Triton candidates on GPU 0 alone, then on every GPU (ALLONLY=1: only the latter); NOPROF=1: no ncu
     # NOOVERLAP=1: every check holds the GPU alone (eval_config.overlap_checks, on by default), the label says so
     # NOFORK=1: every worker started anew (eval_config.fork_workers off), the label says so
@@ -162,6 +162,7 @@ PY
     CUDA_VISIBLE_DEVICES=0 timeout "${T:-200}" python3 benchmarks/triton_first_launch.py \
       --repeats "${R:-2}" --json "$OUT/triton_first_launch.json" ;;
   comparison-cost)  # issue 22: comparing outputs with the unmasked first pass vs the masked pass
+    # and the one-pass kernel (eval_config.fused_comparison),
     # alone, on a float32 output of ${N:-1610612736} elements (6 GiB: level1/23's size) and 16 Mi
     CUDA_VISIBLE_DEVICES=0 python3 benchmarks/comparison_cost.py --device cuda --elements "${N:-1610612736}" \
       --out "$OUT/comparison_cost.json" | tail -14

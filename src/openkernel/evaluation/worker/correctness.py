@@ -27,6 +27,10 @@ one block in float64, not 12 GiB. Norms are accumulated as sums of squares over 
 A first pass assumes every element finite (no NaN counts or infinity masks: about half the
 passes a block); its sums of squares are finite exactly when that held, and otherwise the
 comparison runs again with NaN and infinities looked for.
+
+On a GPU with ``eval_config.fused_comparison``, float32 and float64 outputs are compared by one
+kernel that reads each element once and does the same float64 arithmetic per element
+(``compare_kernel.py``), made and checked against these passes before the candidate is imported.
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ _zeros = torch.zeros
 _stack = torch.stack
 
 CHUNK = 1 << 24  # elements per block: 128 MiB per float64 temporary
+
+# The one-pass kernel (compare_kernel.CompareKernel) of a GPU worker, once prepare() made and
+# checked it: before the candidate's import, so nothing the candidate does reaches it.
+_kernel = None
 
 DEFAULT_TOLERANCES: dict[str, dict[str, float]] = {
     "float64": {"atol": 1e-6, "rtol": 1e-6, "max_rel_error": 1e-9},
@@ -173,12 +181,17 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float], 
     if not ref.dtype.is_floating_point:
         ok = all(_equal(out[idx], ref[idx]) for idx in blocks(tuple(ref.shape), chunk))
         return ok, "" if ok else f"{name}: integer/bool values differ", {}
-    # First as if every element were finite (no masks: ~13 passes a block instead of ~22);
-    # the sums of squares are finite exactly when they were (or a float64 square overflowed),
-    # else the comparison runs again with NaN and infinities looked for and masked.
-    (n_nan, n_inf, out_sq, den, num, bad), max_abs = _sums(out, ref, tol, chunk, masked=False)
-    if not (math.isfinite(out_sq) and math.isfinite(den)):
-        (n_nan, n_inf, out_sq, den, num, bad), max_abs = _sums(out, ref, tol, chunk, masked=True)
+    one_pass = _one_pass(out, ref, tol)
+    if one_pass is not None:
+        (n_nan, n_inf, out_sq, den, num, bad), max_abs = one_pass
+    else:
+        # First as if every element were finite (no masks: ~13 passes a block instead of ~22);
+        # the sums of squares are finite exactly when they were (or a float64 square
+        # overflowed), else the comparison runs again with NaN and infinities looked for.
+        (n_nan, n_inf, out_sq, den, num, bad), max_abs = _sums(out, ref, tol, chunk, masked=False)
+        if not (math.isfinite(out_sq) and math.isfinite(den)):
+            (n_nan, n_inf, out_sq, den, num, bad), max_abs = _sums(out, ref, tol, chunk,
+                                                                    masked=True)
     n_nan, bad = int(n_nan), int(bad)
     inf_mismatch = n_inf > 0
     if n_nan:
@@ -229,6 +242,61 @@ def _sums(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float], chunk: in
         sums[5] += _sum(o > r)
         del o, r
     return sums.tolist(), peak.item()
+
+
+def _one_pass(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float],
+              kernel=None) -> tuple[list[float], float] | None:
+    """The masked pass's figures from the one-pass kernel, or None where it does not apply
+    (none made, another dtype or device, a strided tensor) or a NaN in the reference leaves
+    the outcome to the passes above (they let it through the same way)."""
+    kernel = kernel or _kernel
+    if kernel is None or not kernel.fits(out, ref):
+        return None
+    f = kernel.figures(out, ref, tol["atol"], tol["rtol"])
+    if f[2]:
+        return None
+    return [f[0], f[1], f[3], f[4], f[5], f[6]], f[7]
+
+
+def prepare(device: str, cache_dir: str | None) -> str:
+    """Make the one-pass kernel for this worker's GPU and check it against the PyTorch passes
+    on crafted values; returns how outputs will be compared (and why not by the kernel)."""
+    global _kernel
+    try:
+        from openkernel.evaluation.worker.compare_kernel import CompareKernel, self_check_values
+
+        kernel = CompareKernel(torch.device(device), cache_dir)
+        tol = {"atol": 1e-2, "rtol": 1e-2}
+        for dtype in (torch.float32, torch.float64):
+            for finite in (True, False):
+                out, ref = self_check_values(dtype, device, finite)
+                got = _one_pass(out, ref, tol, kernel)
+                want = _sums(out, ref, tol, CHUNK, masked=True)
+                why = _disagreement(got, want, finite)
+                if why:
+                    return f"PyTorch passes (the one-pass kernel disagreed on {dtype}: {why})"
+    except Exception as err:  # noqa: BLE001 - no kernel: the PyTorch passes, as without the option
+        return f"PyTorch passes (no one-pass kernel: {type(err).__name__}: {str(err)[:300]})"
+    _kernel = kernel
+    return "one-pass kernel"
+
+
+def _disagreement(got, want, finite: bool) -> str:
+    """What differs between the kernel's figures and the PyTorch pass's (empty: none). Counts
+    must be equal; sums (added in another order) within 1e-9; the largest difference equal."""
+    if got is None:
+        return "no figures"
+    (g, g_max), (w, w_max) = got, want
+    names = ("NaN", "infinity mismatches", "|out|^2", "|ref|^2", "|out-ref|^2", "outside")
+    for name, a, b in zip(names, g, w):
+        if name in ("|out|^2", "|ref|^2", "|out-ref|^2"):
+            if finite and not math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0):
+                return f"{name} {a!r} against {b!r}"
+        elif a != b:
+            return f"{name} {a!r} against {b!r}"
+    if finite and g_max != w_max:
+        return f"largest difference {g_max!r} against {w_max!r}"
+    return ""
 
 
 def compare_outputs(outs: list[torch.Tensor], refs: list[torch.Tensor], tol_hook: Any = None,

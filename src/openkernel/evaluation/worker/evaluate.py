@@ -32,7 +32,7 @@ import torch
 
 from openkernel.aten_ops import compute_ops, torch_covers
 from openkernel.evaluation.protocol import PKG_DIR, Job
-from openkernel.evaluation.worker import float64
+from openkernel.evaluation.worker import correctness, float64
 from openkernel.evaluation.worker import integrity as ig
 from openkernel.evaluation.worker import precision
 from openkernel.evaluation.worker.build import (
@@ -143,17 +143,26 @@ class Evaluation:
         self.flags = precision.current()  # the run's TF32 flags (worker/main.py set them)
         self.compiles: CompileNotifier | None = None
         self.fresh()
+        self.comparison = "PyTorch passes"  # how outputs are compared (correctness.py)
         if self.gpu:
             torch.cuda.synchronize()
         # (recorded: a prestarted worker's set-up phase took 0.5-1.5 s a candidate on the H200)
         self._spent("setting up the evaluation", t0)
+        if self.gpu and job.fused_comparison:
+            t0 = time.perf_counter()
+            cache = (str(Path(job.launchers_dir).parent / "compare-kernel")
+                     if job.launchers_dir else None)
+            self.comparison = correctness.prepare(self.device, cache)
+            self._spent("making the one-pass comparison kernel", t0)
+        self.payload["comparison"] = self.comparison
 
     def fresh(self) -> None:
         """A new verdict's state (a sweep's winner is judged after its screen, in the same
         worker): payload, log, fingerprints and the memory and step accounts start over."""
         self.payload: dict = {"compiled": False, "ran": False, "correctness": False, "log": [],
                               "integrity_checks": [], "timing_method": self.timer.method,
-                              "precision_flags": asdict(self.flags)}
+                              "precision_flags": asdict(self.flags),
+                              "comparison": getattr(self, "comparison", "PyTorch passes")}
         self.log = self.payload["log"]
         self.ref_ptrs: set[int] = set()
         self.history: list[tuple] = []  # fingerprints of earlier first outputs (replays)
