@@ -168,11 +168,12 @@ def self_check_values(dtype: torch.dtype, device,
     out = ref.clone()
     noise = torch.randn(70_000, generator=g, dtype=torch.float64) * 1e-2
     out += (noise * (ref.abs().to(torch.float64) * 1e-2 + 1e-2)).to(dtype)
-    bound = ref.to(torch.float64).abs() * 1e-2 + 1e-2  # the float64 bound of rtol=atol=1e-2
-    for k in range(0, 2000, 4):  # on the bound (as the dtype rounds it), a step past it, below
-        out[k] = (ref[k].to(torch.float64) + bound[k]).to(dtype)
-        out[k + 1] = torch.nextafter(out[k], torch.tensor(float("inf"), dtype=dtype))
-        out[k + 2] = (ref[k + 2].to(torch.float64) - bound[k + 2]).to(dtype)
+    wide = ref.to(torch.float64)
+    bound = wide.abs() * 1e-2 + 1e-2  # the float64 bound of rtol = atol = 1e-2
+    k = torch.arange(0, 2000, 4)  # on the bound (as the dtype rounds it), a step past it, below
+    on = (wide[k] + bound[k]).to(dtype)
+    out[k], out[k + 1] = on, torch.nextafter(on, torch.full_like(on, float("inf")))
+    out[k + 2] = (wide[k + 2] - bound[k + 2]).to(dtype)
     if not finite:
         ref[3000], out[3000] = float("inf"), float("inf")
         ref[3001], out[3001] = float("-inf"), float("inf")
