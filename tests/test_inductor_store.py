@@ -90,6 +90,11 @@ def test_fresh_baselines_makes_them_again(kept):
     assert _stored(path, kept["store"], kept["scratch"], *fresh) is None
 
 
+def _captures_key(ev) -> tuple:
+    """What a probe's captures (and trace) are stored under, TF32 off."""
+    return (ev.task.digest, ev.hardware.label, environment_key(ev.hardware), False)
+
+
 @pytest.mark.gpu
 def test_on_the_gpu_a_probe_stores_its_captures_and_the_next_reuses_them(examples_dir, tmp_path):
     """On the H200: the first probe of the softmax example captures (seconds) and stores what
@@ -98,7 +103,7 @@ def test_on_the_gpu_a_probe_stores_its_captures_and_the_next_reuses_them(example
     scratch = f"paths.scratch_dir={tmp_path / 'scratch'}"
     try:
         first, ev = _probe(examples_dir / "softmax", store, scratch)
-        key = (ev.task.digest, ev.hardware.label, environment_key(ev.hardware), False)
+        key = _captures_key(ev)
         record = store.inductor_captures(*key)
         assert first.inductor and record["captures"] == first.inductor
         second, _ = _probe(examples_dir / "softmax", store, scratch)
@@ -122,7 +127,7 @@ def test_a_probe_keeps_its_trace_and_the_next_job_reuses_it(tmp_path):
     scratch = f"paths.scratch_dir={tmp_path / 'scratch'}"
     try:
         first, ev = _probe(tmp_path / "t", store, scratch)
-        key = (ev.task.digest, ev.hardware.label, environment_key(ev.hardware), False)
+        key = _captures_key(ev)
         record = store.inductor_captures(*key)
         assert first.ok and first.trace is not None and first.trace.ops, first.warnings
         assert record["trace"]["version"] == trace.VERSION and "from the store" not in first.log

@@ -158,21 +158,13 @@ class RawKernel:
         if kernel is None:
             device = cc.Device(index)
             device.set_current()  # the primary context: the one PyTorch's runtime uses
-            arch = f"sm_{''.join(str(v) for v in torch.cuda.get_device_capability(index))}"
+            arch = arch_of(index)
             code = self.cubins.get(arch) or self.cubins.setdefault(arch, self._compile(arch))
             kernel = self._kernels[index] = code.get_kernel(self.name)
         return kernel
 
     def _stream(self, cc, index: int):
-        handle = torch.cuda.current_stream(index).cuda_stream
-        stream = self._streams.get(handle)
-        if stream is None:
-            if hasattr(cc.Stream, "from_handle"):
-                stream = cc.Stream.from_handle(handle)
-            else:  # cuda.core 0.x: a foreign stream through the __cuda_stream__ protocol
-                stream = cc.Device(index).create_stream(_ForeignStream(handle))
-            self._streams[handle] = stream
-        return stream
+        return torch_stream(cc, index, self._streams)
 
     @staticmethod
     @functools.cache
@@ -197,6 +189,26 @@ class RawKernel:
             raise LaunchError(f"{self.name}: the device refused {nbytes} bytes of dynamic "
                               f"shared memory ({err})")
         self._opted_in = nbytes
+
+
+def arch_of(index: int) -> str:
+    """The sm_NN target of CUDA device ``index``."""
+    return f"sm_{''.join(str(v) for v in torch.cuda.get_device_capability(index))}"
+
+
+def torch_stream(cc, index: int, streams: dict, current=torch.cuda.current_stream):
+    """PyTorch's current stream on device ``index`` as a ``cuda.core`` stream (kept in
+    ``streams`` by handle, so each is wrapped once). ``current`` is bound when this module is
+    imported, before any candidate code."""
+    handle = current(index).cuda_stream
+    stream = streams.get(handle)
+    if stream is None:
+        if hasattr(cc.Stream, "from_handle"):
+            stream = cc.Stream.from_handle(handle)
+        else:  # cuda.core 0.x: a foreign stream through the __cuda_stream__ protocol
+            stream = cc.Device(index).create_stream(_ForeignStream(handle))
+        streams[handle] = stream
+    return stream
 
 
 class _ForeignStream:

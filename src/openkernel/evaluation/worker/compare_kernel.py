@@ -108,13 +108,12 @@ class CompareKernel:
     def __init__(self, device: torch.device, cache_dir: str | None = None):
         import numpy as np
 
-        from openkernel.nvrtc.kernel import _cuda_core
+        from openkernel.nvrtc.kernel import _cuda_core, arch_of, torch_stream
 
         cc = _cuda_core()
         index = device.index if device.index is not None else torch.cuda.current_device()
-        arch = "sm_" + "".join(str(v) for v in torch.cuda.get_device_capability(index))
         cc.Device(index).set_current()  # the primary context: PyTorch's
-        code = cc.ObjectCode.from_cubin(cubin(arch, cache_dir))
+        code = cc.ObjectCode.from_cubin(cubin(arch_of(index), cache_dir))
         self.kernels = {dtype: code.get_kernel(name) for dtype, name in NAMES.items()}
         self.index = index
         self.blocks = min(MAX_BLOCKS, 8 * torch.cuda.get_device_properties(index).multi_processor_count)
@@ -122,7 +121,7 @@ class CompareKernel:
         self._cc, self._launch, self._config = cc, cc.launch, cc.LaunchConfig
         self._u64, self._i64, self._f64 = np.uint64, np.int64, np.float64
         self._streams: dict[int, object] = {}
-        self._zeros, self._sum, self._current = torch.zeros, torch.sum, torch.cuda.current_stream
+        self._zeros, self._sum, self._stream_of = torch.zeros, torch.sum, torch_stream
 
     def fits(self, out: torch.Tensor, ref: torch.Tensor) -> bool:
         """Whether the kernel can compare these (else the PyTorch pass does)."""
@@ -137,24 +136,13 @@ class CompareKernel:
         blocks = max(1, min(self.blocks, -(-n // THREADS)))
         partial = self._zeros((blocks, FIGURES), dtype=torch.float64, device=out.device)
         config = self._config(grid=(blocks,), block=(THREADS,), shmem_size=0)
-        self._launch(self._stream(), config, self.kernels[out.dtype],
+        self._launch(self._stream_of(self._cc, self.index, self._streams), config,
+                     self.kernels[out.dtype],
                      self._u64(out.data_ptr()), self._u64(ref.data_ptr()),
                      self._u64(partial.data_ptr()), self._i64(n), self._f64(atol), self._f64(rtol))
         sums = self._sum(partial[:, :7], dim=0)
         peak = partial[:, 7].max()
         return [*sums.tolist(), peak.item()]
-
-    def _stream(self):
-        handle = self._current(self.index).cuda_stream
-        stream = self._streams.get(handle)
-        if stream is None:
-            from openkernel.nvrtc.kernel import _ForeignStream
-
-            cc = self._cc
-            stream = (cc.Stream.from_handle(handle) if hasattr(cc.Stream, "from_handle")
-                      else cc.Device(self.index).create_stream(_ForeignStream(handle)))
-            self._streams[handle] = stream
-        return stream
 
 
 def self_check_values(dtype: torch.dtype, device,

@@ -142,8 +142,8 @@ class Evaluation:
         self.guard = ig.Guard(extra=list(self.counter.wrapped))
         self.flags = precision.current()  # the run's TF32 flags (worker/main.py set them)
         self.compiles: CompileNotifier | None = None
-        self.fresh()
         self.comparison = "PyTorch passes"  # how outputs are compared (correctness.py)
+        self.fresh()
         if self.gpu:
             torch.cuda.synchronize()
         # (recorded: a prestarted worker's set-up phase took 0.5-1.5 s a candidate on the H200)
@@ -162,7 +162,7 @@ class Evaluation:
         self.payload: dict = {"compiled": False, "ran": False, "correctness": False, "log": [],
                               "integrity_checks": [], "timing_method": self.timer.method,
                               "precision_flags": asdict(self.flags),
-                              "comparison": getattr(self, "comparison", "PyTorch passes")}
+                              "comparison": self.comparison}
         self.log = self.payload["log"]
         self.ref_ptrs: set[int] = set()
         self.history: list[tuple] = []  # fingerprints of earlier first outputs (replays)
