@@ -357,6 +357,8 @@ def test_probe_measures_the_footprint_and_finds_a_small_set(tmp_path):
     assert set(sizes) <= {"batch_size", "dim"} and sizes
     shrunk = math.prod(sizes.get(n, v) for n, v in (("batch_size", 2048), ("dim", 16384)))
     assert 4 * shrunk <= 2048 * 16384  # at most a quarter of the inputs
+    # as divisible as the full sizes: what Triton compiled for one serves the other
+    assert all((v - {"batch_size": 2048, "dim": 16384}[n]) % 64 == 0 for n, v in sizes.items())
     assert plan.footprint_bytes == fp.peak_bytes
     assert "footprint" in probe.log
 
@@ -531,3 +533,19 @@ def test_comparisons_leave_their_tensors_alone():
     compare_tensor(out, ref, tolerances_for(ref.dtype), "output 0", chunk=64)
     relative_error(out, ref, 64)
     assert torch.equal(ref, ref_copy) and torch.equal(out, out_copy)
+
+
+def test_a_smaller_size_keeps_the_full_sizes_divisibility_where_it_can():
+    """The smaller set's sizes leave the full ones' remainder modulo 64, so products, sums and
+    quotients by small strides of them are as divisible by 16 as at full size (Triton's
+    specialization): the largest such size under the factor, never 1, never the size itself."""
+    from openkernel.evaluation.worker.task_runtime import ALIKE, _alike
+
+    for n, factor in ((256, 1 / 4), (16384, 1 / 2), (4096, 1 / 4), (393216, 1 / 4), (1000, 1 / 4)):
+        m = _alike(n, factor)
+        assert m is not None and 2 <= m <= n * factor and (n - m) % ALIKE == 0
+        assert m + ALIKE > n * factor  # the largest one
+        for stride in (2, 4):  # a convolution's or pooling's output size
+            assert ((m - 3) // stride + 1) % 16 == ((n - 3) // stride + 1) % 16
+    assert _alike(100, 1 / 4) is None and _alike(65, 1 / 2) is None and _alike(3, 1 / 2) is None
+    assert _alike(100, 1 / 2) == 36

@@ -61,6 +61,24 @@ def _awkward(n: int) -> int:
     return max(1, n - max(1, n // 8) - 1)
 
 
+SHRINK = (1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 64, 1 / 256, 1 / 1024)  # a smaller set's factors
+ALIKE = 64  # a smaller set's sizes keep the full ones' remainder modulo this
+
+
+def _alike(n: int, factor: float) -> int | None:
+    """The largest size at most ``n * factor`` (at least 2) that leaves ``n``'s remainder
+    modulo ``ALIKE``, or None if none is below ``n``.
+
+    Triton compiles a kernel for its integer arguments' divisibility by 16 (and a 1 as a
+    constant): shapes, products and sums of such sizes, and their quotients by a stride of up
+    to 4, are then as divisible as at full size, so what a sweep compiled on the smaller set
+    serves its finalists at full size (on the H200 an awkward size compiled the three
+    finalists of a convolution sweep again: 0.6-2.6 s of its benchmark phase, kb22-s27)."""
+    step = -(-(n - max(2, int(n * factor))) // ALIKE)  # steps of ALIKE down to the target
+    size = n - step * ALIKE
+    return size if 2 <= size < n else None
+
+
 class TaskRuntime:
     """Loads the reference (and hooks) and hands out models and inputs on one device."""
 
@@ -170,7 +188,8 @@ class TaskRuntime:
         """Ways to resize: every size global at once, then each one alone (a global that also
         sizes the model, such as a channel count, makes the first fail where the second works)."""
         names = self.size_names()
-        full = {n: scale(getattr(self.ref, n)) for n in names}
+        full = {n: v for n in names if (v := scale(getattr(self.ref, n))) is not None}
+        names = list(full)
         options = [full] + [{n: full[n]} for n in names] if len(names) > 1 else [full]
         return [o for o in options if o]
 
@@ -196,9 +215,13 @@ class TaskRuntime:
 
     def small_sizes(self, ref_model: torch.nn.Module, target_bytes: int) -> dict[str, int] | None:
         """Size globals that make an input set of at most ``target_bytes`` which the reference
-        accepts (for the float64 check where the full set does not fit), or None."""
-        for factor in (1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 64, 1 / 256, 1 / 1024):
-            for sizes in self.size_options(lambda n, f=factor: _awkward(max(2, int(n * f)))):
+        accepts (for the float64 check where the full set does not fit), or None. Sizes alike
+        the full ones modulo ``ALIKE`` first (``_alike``: the kernels compiled for one serve the
+        other), else awkward ones."""
+        scales = [lambda n, f=f: _alike(n, f) for f in SHRINK] + [
+            lambda n, f=f: _awkward(max(2, int(n * f))) for f in SHRINK]
+        for scale in scales:
+            for sizes in self.size_options(scale):
                 try:
                     shapes = self.sized_inputs(0, sizes, device="meta")
                     nbytes = sum(t.numel() * t.element_size() for t in tensors_in(shapes))
