@@ -66,6 +66,18 @@ def test_without_a_gpu_the_pytorch_passes_compare_and_say_why():
     assert correctness._kernel is None
 
 
+def test_the_self_checks_figures_are_made_once_on_the_cpu():
+    """A GPU worker makes them before its job (ahead()): the four sets' masked-pass figures,
+    equal to the pass run afresh, and the same objects when asked again."""
+    figures = correctness.expected_figures()
+    assert set(figures) == {(d, f) for d in (torch.float32, torch.float64) for f in (True, False)}
+    for (dtype, finite), want in figures.items():
+        out, ref = self_check_values(dtype, "cpu", finite)
+        assert correctness._sums(out, ref, correctness.SELF_CHECK_TOL, 1 << 12, True)[0][5] == want[0][5]
+        assert want[0][1] == (0 if finite else 2)  # the infinities in different places
+    assert correctness.expected_figures() is figures
+
+
 def _cases(device: str):
     g = torch.Generator(device="cpu").manual_seed(1)
     for dtype in (torch.float32, torch.float64):
@@ -90,6 +102,11 @@ def _cases(device: str):
 @pytest.mark.gpu
 def test_on_the_gpu_the_kernel_gives_the_pytorch_passes_verdicts_and_figures(tmp_path):
     assert correctness.prepare("cuda", str(tmp_path)) == "one-pass kernel"
+    # the self-check's figures, made on the CPU, are the GPU passes' (sums in another order)
+    for (dtype, finite), want in correctness.expected_figures().items():
+        out, ref = self_check_values(dtype, "cuda", finite)
+        on_gpu = correctness._sums(out, ref, correctness.SELF_CHECK_TOL, 1 << 12, True)
+        assert correctness._disagreement(on_gpu, want, finite) == "", (dtype, finite)
     kernel = correctness._kernel
     try:
         for name, out, ref in _cases("cuda"):
