@@ -67,8 +67,7 @@ def test_without_a_gpu_the_pytorch_passes_compare_and_say_why():
 
 
 def test_the_self_checks_figures_are_made_once_on_the_cpu():
-    """A GPU worker makes them before its job (ahead()): the four sets' masked-pass figures,
-    equal to the pass run afresh, and the same objects when asked again."""
+    """The four sets' masked-pass figures, equal to the pass run afresh, made once a worker."""
     figures = correctness.expected_figures()
     assert set(figures) == {(d, f) for d in (torch.float32, torch.float64) for f in (True, False)}
     for (dtype, finite), want in figures.items():
