@@ -2,7 +2,7 @@
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
 # Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
-#         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv, conv-points, comparison-cost, worker-start, bindings-build, triton-first-launch.
+#         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv, conv-points, comparison-cost, compare-prepare, worker-start, bindings-build, triton-first-launch.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -168,6 +168,10 @@ PY
       --out "$OUT/comparison_cost.json" | tail -14
     CUDA_VISIBLE_DEVICES=0 python3 benchmarks/comparison_cost.py --device cuda --elements 16777216 \
       --out "$OUT/comparison_cost_16mi.json" | tail -14 ;;
+  compare-prepare)  # issue 22: making the one-pass comparison kernel, step by step, 1, 8 and 16
+    # processes at once, torch's CPU threads as they start and one (2.0-2.3 s a job in a bench)
+    CUDA_VISIBLE_DEVICES=0 timeout "${T:-240}" python3 benchmarks/compare_prepare.py --at-once 1 8 16 \
+      --threads 0 1 --out "$OUT/compare_prepare.json" ;;
   check-costs)  # issue 22: a check's steps on each problem's own data, alone and beside BUSY
     # (default 3) processes keeping the GPU busy: ${KB:-.kbsel}/${PAT:-level*/*}.py
     for f in "${KB:-.kbsel}"/${PAT:-level*/*}.py; do

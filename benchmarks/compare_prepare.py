@@ -1,0 +1,109 @@
+"""Where making the one-pass comparison kernel (``eval_config.fused_comparison``) spends its time,
+one process alone and N at once, torch's CPU threads as they are or one (issue 22).
+
+In a process alone on the H200 making it took 0.08-0.31 s; inside a bench's workers 2.0-2.3 s a
+job (kb22-s27-b), and its import and CPU figures made before the job took workers' start to
+17-19 s (kb22-s27-c). Each process here does a GPU worker's steps in order and times each:
+torch's CUDA context, ``import cuda.core``, the self-check's figures on the CPU
+(``correctness.expected_figures``), the self-check's values, the kernel loaded from the machine's
+cache (``CompareKernel``) and ``correctness.prepare`` (its self-check launches).
+
+    python benchmarks/compare_prepare.py --at-once 1 8 16 --threads 0 1 --out results/x.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def child(cache: str, threads: int) -> dict:
+    """One process's steps (run with --child)."""
+    steps: dict[str, float] = {}
+
+    def timed(name, fn):
+        t0 = time.perf_counter()
+        fn()
+        steps[name] = round(time.perf_counter() - t0, 3)
+
+    timed("import torch", lambda: __import__("torch"))
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    timed("CUDA context", lambda: (torch.empty(1, device="cuda"), torch.cuda.synchronize()))
+    from openkernel.evaluation.worker import correctness
+    from openkernel.evaluation.worker.compare_kernel import CompareKernel, self_check_values
+    from openkernel.nvrtc.kernel import _cuda_core
+
+    timed("import cuda.core", _cuda_core)
+    timed("self-check figures (CPU)", correctness.expected_figures)
+    timed("self-check values", lambda: [self_check_values(d, "cuda", f)
+                                        for d in (torch.float32, torch.float64) for f in (True, False)])
+    timed("kernel loaded", lambda: CompareKernel(torch.device("cuda"), cache))
+    out = {}
+    timed("prepare", lambda: out.update(how=correctness.prepare("cuda", cache)))
+    return {"steps_s": steps, "how": out["how"]}
+
+
+def batch(n: int, threads: int, cache: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT / "src")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, __file__, "--child", cache, str(threads)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(n)]
+    runs = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        if p.returncode:
+            raise SystemExit(f"a process failed: {err[-2000:]}")
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+    names = list(runs[0]["steps_s"])
+    return {"at_once": n, "torch_threads": threads or torch_threads_default(),
+            "wall_s": round(time.perf_counter() - t0, 3), "how": sorted({r["how"] for r in runs}),
+            "median_s": {k: round(statistics.median(r["steps_s"][k] for r in runs), 3) for k in names},
+            "max_s": {k: max(r["steps_s"][k] for r in runs) for k in names}}
+
+
+def torch_threads_default() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        print(json.dumps(child(sys.argv[2], int(sys.argv[3]))))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--at-once", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--threads", type=int, nargs="+", default=[0, 1],
+                    help="torch's CPU threads in each process (0: as it starts)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    cache = tempfile.mkdtemp(prefix="compare-kernel-")
+    batch(1, 0, cache)  # compiles the cubin into the cache: every batch below reads it
+    rows = []
+    for threads in args.threads:
+        for n in args.at_once:
+            rows.append(batch(n, threads, cache))
+            print(json.dumps(rows[-1]), flush=True)
+    res = {"benchmark": "compare_prepare", "rows": rows,
+           "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
