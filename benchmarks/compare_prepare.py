@@ -1,14 +1,17 @@
 """Where making the one-pass comparison kernel (``eval_config.fused_comparison``) spends its time,
-one process alone and N at once, torch's CPU threads as they are or one (issue 22).
+one process alone and N at once, torch's CPU threads as they are or one, with and without other
+processes keeping the GPU busy (issue 22).
 
 In a process alone on the H200 making it took 0.08-0.31 s; inside a bench's workers 2.0-2.3 s a
 job (kb22-s27-b), and its import and CPU figures made before the job took workers' start to
 17-19 s (kb22-s27-c). Each process here does a GPU worker's steps in order and times each:
 torch's CUDA context, ``import cuda.core``, the self-check's figures on the CPU
 (``correctness.expected_figures``), the self-check's values, the kernel loaded from the machine's
-cache (``CompareKernel``) and ``correctness.prepare`` (its self-check launches).
+cache (``CompareKernel``) and ``correctness.prepare`` (its self-check launches). ``--busy K``: K
+more processes run large elementwise kernels back to back on the GPU meanwhile, as a bench's
+timed candidates do.
 
-    python benchmarks/compare_prepare.py --at-once 1 8 16 --threads 0 1 --out results/x.json
+    python benchmarks/compare_prepare.py --at-once 1 8 16 --threads 0 1 --busy 0 2 --out x.json
 """
 
 from __future__ import annotations
@@ -56,21 +59,43 @@ def child(cache: str, threads: int) -> dict:
     return {"steps_s": steps, "how": out["how"]}
 
 
-def batch(n: int, threads: int, cache: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+def busy_child() -> None:
+    """Keeps the GPU busy until killed: 1 GiB read and written per kernel, back to back."""
+    import torch
+
+    x = torch.ones(1 << 28, device="cuda")
+    while True:
+        x.mul_(1.0000001)
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT / "src")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+
+
+def batch(n: int, threads: int, cache: str, busy: int = 0) -> dict:
+    env = _env()
+    loads = [subprocess.Popen([sys.executable, __file__, "--busy-child"], env=env)
+             for _ in range(busy)]
+    if loads:
+        time.sleep(8)  # their contexts made and their kernels running
     t0 = time.perf_counter()
     procs = [subprocess.Popen([sys.executable, __file__, "--child", cache, str(threads)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(n)]
     runs = []
-    for p in procs:
-        out, err = p.communicate(timeout=600)
-        if p.returncode:
-            raise SystemExit(f"a process failed: {err[-2000:]}")
-        runs.append(json.loads(out.strip().splitlines()[-1]))
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=600)
+            if p.returncode:
+                raise SystemExit(f"a process failed: {err[-2000:]}")
+            runs.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for load in loads:
+            load.kill()
+            load.wait()
     names = list(runs[0]["steps_s"])
-    return {"at_once": n, "torch_threads": threads or torch_threads_default(),
+    return {"at_once": n, "busy": busy, "torch_threads": threads or torch_threads_default(),
             "wall_s": round(time.perf_counter() - t0, 3), "how": sorted({r["how"] for r in runs}),
             "median_s": {k: round(statistics.median(r["steps_s"][k] for r in runs), 3) for k in names},
             "max_s": {k: max(r["steps_s"][k] for r in runs) for k in names}}
@@ -86,19 +111,25 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         print(json.dumps(child(sys.argv[2], int(sys.argv[3]))))
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--busy-child":
+        busy_child()
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--at-once", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--threads", type=int, nargs="+", default=[0, 1],
                     help="torch's CPU threads in each process (0: as it starts)")
+    ap.add_argument("--busy", type=int, nargs="+", default=[0],
+                    help="processes keeping the GPU busy meanwhile")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     cache = tempfile.mkdtemp(prefix="compare-kernel-")
     batch(1, 0, cache)  # compiles the cubin into the cache: every batch below reads it
     rows = []
-    for threads in args.threads:
-        for n in args.at_once:
-            rows.append(batch(n, threads, cache))
-            print(json.dumps(rows[-1]), flush=True)
+    for busy in args.busy:
+        for threads in args.threads:
+            for n in args.at_once:
+                rows.append(batch(n, threads, cache, busy))
+                print(json.dumps(rows[-1]), flush=True)
     res = {"benchmark": "compare_prepare", "rows": rows,
            "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S%z")}
     if args.out:

@@ -170,8 +170,9 @@ PY
       --out "$OUT/comparison_cost_16mi.json" | tail -14 ;;
   compare-prepare)  # issue 22: making the one-pass comparison kernel, step by step, 1, 8 and 16
     # processes at once, torch's CPU threads as they start and one (2.0-2.3 s a job in a bench)
-    CUDA_VISIBLE_DEVICES=0 timeout "${T:-240}" python3 benchmarks/compare_prepare.py --at-once 1 8 16 \
-      --threads 0 1 --out "$OUT/compare_prepare.json" ;;
+    # (BUSY="0 2": also beside two processes keeping the GPU busy)
+    CUDA_VISIBLE_DEVICES=0 timeout "${T:-300}" python3 benchmarks/compare_prepare.py --at-once 1 8 16 \
+      --threads 0 1 --busy ${BUSY:-0 2} --out "$OUT/compare_prepare.json" ;;
   check-costs)  # issue 22: a check's steps on each problem's own data, alone and beside BUSY
     # (default 3) processes keeping the GPU busy: ${KB:-.kbsel}/${PAT:-level*/*}.py
     for f in "${KB:-.kbsel}"/${PAT:-level*/*}.py; do

@@ -62,8 +62,12 @@ def test_a_disagreement_is_named_and_a_reordered_sum_is_not_one():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU side (a GPU makes the kernel)")
 def test_without_a_gpu_the_pytorch_passes_compare_and_say_why():
-    assert correctness.prepare("cpu", None).startswith("PyTorch passes (no one-pass kernel: ")
+    steps: list[str] = []
+    assert correctness.prepare("cpu", None, steps.append).startswith(
+        "PyTorch passes (no one-pass kernel: ")
     assert correctness._kernel is None
+    # the steps it got through are named (the worker times each): not the kernel's loading
+    assert steps == ["importing cuda.core", "the self-check's figures"]
 
 
 def test_the_self_checks_figures_are_made_once_on_the_cpu():

@@ -152,7 +152,13 @@ class Evaluation:
             t0 = time.perf_counter()
             cache = (str(Path(job.launchers_dir).parent / "compare-kernel")
                      if job.launchers_dir else None)
-            self.comparison = correctness.prepare(self.device, cache)
+            last = [t0]
+
+            def step(name: str) -> None:  # where the making's time goes, step by step
+                self._spent(f"one-pass kernel: {name}", last[0])
+                last[0] = time.perf_counter()
+
+            self.comparison = correctness.prepare(self.device, cache, step)
             self._spent("making the one-pass comparison kernel", t0)
         self.payload["comparison"] = self.comparison
 
