@@ -122,7 +122,7 @@ class EvalConfig(_Strict):
                                    "same float64 arithmetic per element as the PyTorch passes, "
                                    "checked against them when each worker starts) instead of "
                                    "~13 PyTorch passes a block: 0.0062 s against 0.085 s a 6 GiB "
-                                   "output on the H200, but making it (cuda.core) took 2.0-2.3 s "
+                                   "output on the H200, but making it in a worker took 2.0-2.3 s "
                                    "of each job there during a bench, more than it saves (0.66 s "
                                    "a candidate, median); off until that is found.")
     float64_once: bool | None = Field(None, description="Make the reference's float64 answer "
