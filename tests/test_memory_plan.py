@@ -549,3 +549,43 @@ def test_a_smaller_size_keeps_the_full_sizes_divisibility_where_it_can():
             assert ((m - 3) // stride + 1) % 16 == ((n - 3) // stride + 1) % 16
     assert _alike(100, 1 / 4) is None and _alike(65, 1 / 2) is None and _alike(3, 1 / 2) is None
     assert _alike(100, 1 / 2) == 36
+
+
+def test_the_smaller_set_shrinks_the_same_globals_as_awkward_sizes_would(tmp_path):
+    """Only the sizes are made alike, never which globals shrink: a batch of 16 cannot shrink by
+    64, so it shrinks to an awkward size (2), and the sequence length (which the model's mask is
+    sized by; kernels traced at full length fail on another) stays as it is."""
+    from openkernel.evaluation.worker.task_runtime import TaskRuntime
+
+    path = tmp_path / "attention.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        import torch.nn as nn
+
+        class Model(nn.Module):
+            def __init__(self, n_embd, max_seqlen):
+                super().__init__()
+                self.proj = nn.Linear(n_embd, n_embd)
+                self.register_buffer("mask", torch.tril(torch.ones(max_seqlen, max_seqlen)))
+
+            def forward(self, x):
+                t = x.shape[1]
+                return self.proj(x) * self.mask[:t, :t].sum(-1, keepdim=True)
+
+        batch_size = 16
+        max_seqlen = 256
+        n_embd = 32
+
+        def get_inputs():
+            return [torch.rand(batch_size, max_seqlen, n_embd)]
+
+        def get_init_inputs():
+            return [n_embd, max_seqlen]
+    """))
+    rt = TaskRuntime(str(path), None, "cpu")
+    model = rt.make_model(rt.ref.Model)
+    full = 16 * 256 * 32 * 4
+    assert rt.small_sizes(model, full // 4) == {"batch_size": 2}  # as with awkward sizes alone
+    # where the global can shrink by 64, its size is alike the full one
+    rt.ref.batch_size = 256
+    assert rt.small_sizes(model, 256 * 256 * 32 * 4 // 4) == {"batch_size": 64}
