@@ -551,14 +551,14 @@ def test_a_smaller_size_keeps_the_full_sizes_divisibility_where_it_can():
     assert _alike(100, 1 / 2) == 36
 
 
-def test_the_smaller_set_shrinks_the_same_globals_as_awkward_sizes_would(tmp_path):
-    """Only the sizes are made alike, never which globals shrink: a batch of 16 cannot shrink by
-    64, so it shrinks to an awkward size (2), and the sequence length (which the model's mask is
-    sized by; kernels traced at full length fail on another) stays as it is."""
+def test_the_smaller_set_never_shrinks_what_the_model_is_built_from(tmp_path):
+    """Alike sizes are preferred, but a global that get_init_inputs reads (here the mask's
+    length, which kernels traced at full length assume) is never shrunk for them: a batch of 16
+    cannot shrink by 64, so it shrinks to an awkward size (2) where no other global can."""
     from openkernel.evaluation.worker.task_runtime import TaskRuntime
 
     path = tmp_path / "attention.py"
-    path.write_text(textwrap.dedent("""
+    source = textwrap.dedent("""
         import torch
         import torch.nn as nn
 
@@ -581,11 +581,15 @@ def test_the_smaller_set_shrinks_the_same_globals_as_awkward_sizes_would(tmp_pat
 
         def get_init_inputs():
             return [n_embd, max_seqlen]
-    """))
+    """)
+    path.write_text(source)
     rt = TaskRuntime(str(path), None, "cpu")
     model = rt.make_model(rt.ref.Model)
-    full = 16 * 256 * 32 * 4
-    assert rt.small_sizes(model, full // 4) == {"batch_size": 2}  # as with awkward sizes alone
-    # where the global can shrink by 64, its size is alike the full one
+    assert rt.small_sizes(model, 16 * 256 * 32 * 4 // 4) == {"batch_size": 2}
+    # where the batch can shrink by 64, its size is alike the full one
     rt.ref.batch_size = 256
     assert rt.small_sizes(model, 256 * 256 * 32 * 4 // 4) == {"batch_size": 64}
+    # a length the model is not built from shrinks alike in place of a batch of 16
+    path.write_text(source.replace("return [n_embd, max_seqlen]", "return [n_embd, 256]"))
+    rt = TaskRuntime(str(path), None, "cpu")
+    assert rt.small_sizes(model, 16 * 256 * 32 * 4 // 4) == {"max_seqlen": 64}

@@ -216,21 +216,37 @@ class TaskRuntime:
         """Size globals that make an input set of at most ``target_bytes`` which the reference
         accepts (for the float64 check where the full set does not fit), or None.
 
-        The globals and factor are the first that fit with awkward sizes; their sizes are then
-        made alike the full ones modulo ``ALIKE`` where that fits too (``_alike``: the kernels
-        compiled for one serve the other). Only the sizes change, never which globals shrink:
-        shrinking another global (level3/50's sequence length where its batch of 16 could not
-        shrink by 64, kb22-s27-b on the H200) failed kernels that pass every check on the
-        problem's own shapes."""
+        Shapes alike the full ones modulo ``ALIKE`` are preferred (``_alike``: the kernels a
+        sweep compiled on the smaller set then serve its finalists at full size): first the
+        globals and factor that awkward sizes would shrink (the first to fit), with alike sizes;
+        else alike sizes of globals the model is not built from (not read by
+        ``get_init_inputs``: level3/50's sequence length, its mask's size, shrunk in place of
+        its batch of 16 failed kernels that are right on the problem's own shapes, kb22-s27-b
+        on the H200); else the awkward sizes."""
+        full = {n: getattr(self.ref, n) for n in self.size_names()}
+        awkward = None
         for factor in SHRINK:
             for sizes in self.size_options(lambda n, f=factor: _awkward(max(2, int(n * f)))):
-                if not self._fits(sizes, ref_model, target_bytes):
-                    continue
-                alike = {n: _alike(getattr(self.ref, n), factor) or v for n, v in sizes.items()}
-                if alike != sizes and self._fits(alike, ref_model, target_bytes):
-                    return alike
-                return sizes
-        return None
+                if self._fits(sizes, ref_model, target_bytes):
+                    awkward = (factor, sizes)
+                    break
+            if awkward:
+                break
+        if awkward:
+            factor, sizes = awkward
+            alike = {n: _alike(full[n], factor) for n in sizes}
+            if None not in alike.values() and self._fits(alike, ref_model, target_bytes):
+                return alike
+        init = set(getattr(getattr(getattr(self.ref, "get_init_inputs", None), "__code__", None),
+                           "co_names", ()))
+        free = [n for n in full if n not in init]
+        for factor in SHRINK:
+            alike = {n: v for n in free if (v := _alike(full[n], factor)) is not None}
+            options = [alike] + [{n: v} for n, v in alike.items()] if len(alike) > 1 else [alike]
+            for sizes in options:
+                if sizes and self._fits(sizes, ref_model, target_bytes):
+                    return sizes
+        return awkward[1] if awkward else None
 
     def _fits(self, sizes: dict[str, int], ref_model: torch.nn.Module, target_bytes: int) -> bool:
         """Whether the inputs of ``sizes`` take at most ``target_bytes`` and the reference runs."""
