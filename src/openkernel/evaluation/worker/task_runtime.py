@@ -164,9 +164,12 @@ class TaskRuntime:
         return None
 
     # -- inputs of other sizes (KernelBench files: the integer globals get_inputs reads) ----
+    def _read_by(self, fn: str) -> tuple[str, ...]:
+        """The global names the reference's function ``fn`` reads."""
+        return getattr(getattr(getattr(self.ref, fn, None), "__code__", None), "co_names", ())
+
     def size_names(self) -> list[str]:
-        fn = getattr(self.ref, "get_inputs", None)
-        return [n for n in dict.fromkeys(getattr(getattr(fn, "__code__", None), "co_names", ()))
+        return [n for n in dict.fromkeys(self._read_by("get_inputs"))
                 if type(getattr(self.ref, n, None)) is int and getattr(self.ref, n) > 1]
 
     def sized_inputs(self, seed: int, sizes: dict[str, int], device: str | None = None) -> list:
@@ -184,12 +187,13 @@ class TaskRuntime:
             for n, v in saved.items():
                 setattr(self.ref, n, v)
 
-    def size_options(self, scale) -> list[dict[str, int]]:
-        """Ways to resize: every size global at once, then each one alone (a global that also
-        sizes the model, such as a channel count, makes the first fail where the second works)."""
-        names = self.size_names()
-        full = {n: scale(getattr(self.ref, n)) for n in names}
-        options = [full] + [{n: full[n]} for n in names] if len(names) > 1 else [full]
+    def size_options(self, scale, names: list[str] | None = None) -> list[dict[str, int]]:
+        """Ways to resize: every size global (of ``names``) at once, then each one alone (a
+        global that also sizes the model, such as a channel count, makes the first fail where
+        the second works); one that ``scale`` gives None for is left as it is."""
+        names = self.size_names() if names is None else names
+        full = {n: v for n in names if (v := scale(getattr(self.ref, n))) is not None}
+        options = [full] + [{n: v} for n, v in full.items()] if len(full) > 1 else [full]
         return [o for o in options if o]
 
     def _runs(self, ref_model: torch.nn.Module, inputs: list) -> bool:
@@ -223,7 +227,6 @@ class TaskRuntime:
         ``get_init_inputs``: level3/50's sequence length, its mask's size, shrunk in place of
         its batch of 16 failed kernels that are right on the problem's own shapes, kb22-s27-b
         on the H200); else the awkward sizes."""
-        full = {n: getattr(self.ref, n) for n in self.size_names()}
         awkward = None
         for factor in SHRINK:
             for sizes in self.size_options(lambda n, f=factor: _awkward(max(2, int(n * f)))):
@@ -234,17 +237,13 @@ class TaskRuntime:
                 break
         if awkward:
             factor, sizes = awkward
-            alike = {n: _alike(full[n], factor) for n in sizes}
+            alike = {n: _alike(getattr(self.ref, n), factor) for n in sizes}
             if None not in alike.values() and self._fits(alike, ref_model, target_bytes):
                 return alike
-        init = set(getattr(getattr(getattr(self.ref, "get_init_inputs", None), "__code__", None),
-                           "co_names", ()))
-        free = [n for n in full if n not in init]
+        free = [n for n in self.size_names() if n not in self._read_by("get_init_inputs")]
         for factor in SHRINK:
-            alike = {n: v for n in free if (v := _alike(full[n], factor)) is not None}
-            options = [alike] + [{n: v} for n, v in alike.items()] if len(alike) > 1 else [alike]
-            for sizes in options:
-                if sizes and self._fits(sizes, ref_model, target_bytes):
+            for sizes in self.size_options(lambda n, f=factor: _alike(n, f), free):
+                if self._fits(sizes, ref_model, target_bytes):
                     return sizes
         return awkward[1] if awkward else None
 
