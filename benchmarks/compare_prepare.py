@@ -6,7 +6,7 @@ In a process alone on the H200 making it took 0.08-0.31 s; inside a bench's work
 job (kb22-s27-b), and its import and CPU figures made before the job took workers' start to
 17-19 s (kb22-s27-c). Each process here does a GPU worker's steps in order and times each:
 torch's CUDA context, ``import cuda.core``, the self-check's figures on the CPU
-(``correctness.expected_figures``), the self-check's values, the kernel loaded from the machine's
+(``correctness.self_check_sets``), the values on the GPU, the kernel loaded from the machine's
 cache (``CompareKernel``) and ``correctness.prepare`` (its self-check launches). ``--busy K``: K
 more processes run large elementwise kernels back to back on the GPU meanwhile, as a bench's
 timed candidates do.
@@ -46,13 +46,13 @@ def child(cache: str, threads: int) -> dict:
         torch.set_num_threads(threads)
     timed("CUDA context", lambda: (torch.empty(1, device="cuda"), torch.cuda.synchronize()))
     from openkernel.evaluation.worker import correctness
-    from openkernel.evaluation.worker.compare_kernel import CompareKernel, self_check_values
+    from openkernel.evaluation.worker.compare_kernel import CompareKernel
     from openkernel.nvrtc.kernel import _cuda_core
 
     timed("import cuda.core", _cuda_core)
-    timed("self-check figures (CPU)", correctness.expected_figures)
-    timed("self-check values", lambda: [self_check_values(d, "cuda", f)
-                                        for d in (torch.float32, torch.float64) for f in (True, False)])
+    timed("self-check figures (CPU)", correctness.self_check_sets)
+    timed("self-check values to the GPU", lambda: [(o.cuda(), r.cuda()) for o, r, _ in
+                                                   correctness.self_check_sets().values()])
     timed("kernel loaded", lambda: CompareKernel(torch.device("cuda"), cache))
     out = {}
     timed("prepare", lambda: out.update(how=correctness.prepare("cuda", cache)))

@@ -71,14 +71,16 @@ def test_without_a_gpu_the_pytorch_passes_compare_and_say_why():
 
 
 def test_the_self_checks_figures_are_made_once_on_the_cpu():
-    """The four sets' masked-pass figures, equal to the pass run afresh, made once a worker."""
-    figures = correctness.expected_figures()
-    assert set(figures) == {(d, f) for d in (torch.float32, torch.float64) for f in (True, False)}
-    for (dtype, finite), want in figures.items():
-        out, ref = self_check_values(dtype, "cpu", finite)
+    """The four sets' values and masked-pass figures, equal to the pass run afresh on freshly
+    made values, made once a worker."""
+    sets = correctness.self_check_sets()
+    assert set(sets) == {(d, f) for d in (torch.float32, torch.float64) for f in (True, False)}
+    for (dtype, finite), (out, ref, want) in sets.items():
+        fresh_out, fresh_ref = self_check_values(dtype, "cpu", finite)
+        assert torch.equal(out.nan_to_num(), fresh_out.nan_to_num()) and torch.equal(ref, fresh_ref)
         assert correctness._sums(out, ref, correctness.SELF_CHECK_TOL, 1 << 12, True)[0][5] == want[0][5]
         assert want[0][1] == (0 if finite else 2)  # the infinities in different places
-    assert correctness.expected_figures() is figures
+    assert correctness.self_check_sets() is sets
 
 
 def _cases(device: str):
@@ -106,8 +108,8 @@ def _cases(device: str):
 def test_on_the_gpu_the_kernel_gives_the_pytorch_passes_verdicts_and_figures(tmp_path):
     assert correctness.prepare("cuda", str(tmp_path)) == "one-pass kernel"
     # the self-check's figures, made on the CPU, are the GPU passes' (sums in another order)
-    for (dtype, finite), want in correctness.expected_figures().items():
-        out, ref = self_check_values(dtype, "cuda", finite)
+    for (dtype, finite), (out, ref, want) in correctness.self_check_sets().items():
+        out, ref = out.cuda(), ref.cuda()
         on_gpu = correctness._sums(out, ref, correctness.SELF_CHECK_TOL, 1 << 12, True)
         assert correctness._disagreement(on_gpu, want, finite) == "", (dtype, finite)
     kernel = correctness._kernel

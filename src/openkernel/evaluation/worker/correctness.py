@@ -259,23 +259,24 @@ def _one_pass(out: torch.Tensor, ref: torch.Tensor, tol: dict[str, float],
 
 
 SELF_CHECK_TOL = {"atol": 1e-2, "rtol": 1e-2}
-# The PyTorch passes' figures on the self-check's values, per (dtype, finite): computed on the
-# CPU, whose float64 subtractions, products and sums of two round as the GPU's (only the sums
-# of squares add in another order, which _disagreement allows for). The passes on the GPU took
-# 0.36 s of a fresh process on the H200 (their kernels' first launches); on the CPU, 0.05 s.
-_expected: dict[tuple[torch.dtype, bool], tuple[list[float], float]] = {}
+# The self-check's values and the PyTorch passes' figures on them, per (dtype, finite): made on
+# the CPU, whose float64 subtractions, products and sums of two round as the GPU's (only the
+# sums of squares add in another order, which _disagreement allows for). The passes on the GPU
+# took 0.36 s of a fresh process on the H200 (their kernels' first launches); on the CPU, 0.05 s.
+_self_check: dict[tuple[torch.dtype, bool], tuple[torch.Tensor, torch.Tensor, tuple]] = {}
 
 
-def expected_figures() -> dict[tuple[torch.dtype, bool], tuple[list[float], float]]:
-    """The self-check's reference figures (the masked PyTorch pass on the CPU), made once."""
-    if not _expected:
+def self_check_sets() -> dict[tuple[torch.dtype, bool], tuple[torch.Tensor, torch.Tensor, tuple]]:
+    """``(dtype, finite) -> (out, ref, figures)`` on the CPU: the masked pass's, made once."""
+    if not _self_check:
         from openkernel.evaluation.worker.compare_kernel import self_check_values
 
         for dtype in (torch.float32, torch.float64):
             for finite in (True, False):
                 out, ref = self_check_values(dtype, "cpu", finite)
-                _expected[(dtype, finite)] = _sums(out, ref, SELF_CHECK_TOL, CHUNK, masked=True)
-    return _expected
+                _self_check[(dtype, finite)] = (out, ref, _sums(out, ref, SELF_CHECK_TOL, CHUNK,
+                                                               masked=True))
+    return _self_check
 
 
 def prepare(device: str, cache_dir: str | None,
@@ -287,18 +288,17 @@ def prepare(device: str, cache_dir: str | None,
     global _kernel
     step = step or (lambda name: None)
     try:
-        from openkernel.evaluation.worker.compare_kernel import CompareKernel, self_check_values
+        from openkernel.evaluation.worker.compare_kernel import CompareKernel
         from openkernel.nvrtc.kernel import _cuda_core
 
         _cuda_core()
         step("importing cuda.core")
-        figures = expected_figures()
+        sets = self_check_sets()
         step("the self-check's figures")
         kernel = CompareKernel(torch.device(device), cache_dir)
         step("loading the kernel")
-        for (dtype, finite), want in figures.items():
-            out, ref = self_check_values(dtype, device, finite)
-            got = _one_pass(out, ref, SELF_CHECK_TOL, kernel)
+        for (dtype, finite), (out, ref, want) in sets.items():
+            got = _one_pass(out.to(device), ref.to(device), SELF_CHECK_TOL, kernel)
             why = _disagreement(got, want, finite)
             if why:
                 return f"PyTorch passes (the one-pass kernel disagreed on {dtype}: {why})"
