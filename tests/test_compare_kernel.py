@@ -83,6 +83,31 @@ def test_the_self_checks_figures_are_made_once_on_the_cpu():
     assert correctness.self_check_sets() is sets
 
 
+def test_the_self_checks_figures_are_made_on_one_cpu_thread(monkeypatch):
+    """A bench's workers share the cores: the sets' small operations run on one thread (each a
+    parallel region waiting for every thread otherwise), and torch's setting is put back."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen = []
+    real = correctness._sums
+
+    def sums(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(correctness, "_sums", sums)
+    monkeypatch.setattr(correctness, "_self_check", {})
+    try:
+        correctness.self_check_sets()
+        assert seen == [1, 1, 1, 1] and torch.get_num_threads() == 2
+        seen.clear()
+        correctness._self_check.clear()
+        correctness.self_check_sets(threads=None)  # as they are (benchmarks/compare_prepare.py)
+        assert seen == [2, 2, 2, 2]
+    finally:
+        torch.set_num_threads(before)
+
+
 def _cases(device: str):
     g = torch.Generator(device="cpu").manual_seed(1)
     for dtype in (torch.float32, torch.float64):

@@ -266,16 +266,31 @@ SELF_CHECK_TOL = {"atol": 1e-2, "rtol": 1e-2}
 _self_check: dict[tuple[torch.dtype, bool], tuple[torch.Tensor, torch.Tensor, tuple]] = {}
 
 
-def self_check_sets() -> dict[tuple[torch.dtype, bool], tuple[torch.Tensor, torch.Tensor, tuple]]:
-    """``(dtype, finite) -> (out, ref, figures)`` on the CPU: the masked pass's, made once."""
+def self_check_sets(threads: int | None = 1) -> dict[tuple[torch.dtype, bool],
+                                                      tuple[torch.Tensor, torch.Tensor, tuple]]:
+    """``(dtype, finite) -> (out, ref, figures)`` on the CPU: the masked pass's, made once, with
+    torch's CPU operations on ``threads`` threads meanwhile (None: as they are).
+
+    One, by default: a bench's workers share the host's cores with each other and with Triton's
+    compilations, and each of these small operations is a parallel region that ends only when
+    all of a worker's threads (one per core) have had their turn. On the 2-core machine beside
+    six processes keeping its cores busy, making the sets took 1.5-3.1 s on two threads and
+    0.12-0.19 s on one (0.03 s alone; ``benchmarks/compare_prepare.py --cpu-only``); in the
+    H200's bench workers, making the kernel took 2.0-2.4 s of every job with them made in it."""
     if not _self_check:
         from openkernel.evaluation.worker.compare_kernel import self_check_values
 
-        for dtype in (torch.float32, torch.float64):
-            for finite in (True, False):
-                out, ref = self_check_values(dtype, "cpu", finite)
-                _self_check[(dtype, finite)] = (out, ref, _sums(out, ref, SELF_CHECK_TOL, CHUNK,
-                                                               masked=True))
+        before = torch.get_num_threads()
+        if threads:
+            torch.set_num_threads(threads)
+        try:
+            for dtype in (torch.float32, torch.float64):
+                for finite in (True, False):
+                    out, ref = self_check_values(dtype, "cpu", finite)
+                    _self_check[(dtype, finite)] = (out, ref, _sums(out, ref, SELF_CHECK_TOL,
+                                                                   CHUNK, masked=True))
+        finally:
+            torch.set_num_threads(before)
     return _self_check
 
 
@@ -284,7 +299,8 @@ def prepare(device: str, cache_dir: str | None,
     """Make the one-pass kernel for this worker's GPU and check it against the PyTorch passes'
     figures on crafted values; returns how outputs will be compared (and why not by the
     kernel). ``step(name)`` is called as each step ends (the worker times them: in a bench on
-    the H200 the whole took 2.0-2.4 s a job against 0.08-0.31 s in a process alone)."""
+    the H200 the whole took 2.0-2.4 s a job against 0.08-0.31 s in a process alone, the
+    self-check's sets then made on every core's thread: see ``self_check_sets``)."""
     global _kernel
     step = step or (lambda name: None)
     try:
