@@ -108,6 +108,18 @@ def test_the_self_checks_figures_are_made_on_one_cpu_thread(monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_a_gpu_worker_imports_cuda_core_and_makes_the_sets_before_its_job(monkeypatch):
+    """``correctness.ahead`` (a GPU worker's preload): the job's making then only loads the
+    kernel and runs the self-check."""
+    import sys
+
+    monkeypatch.setattr(correctness, "_self_check", {})
+    monkeypatch.delitem(sys.modules, "cuda.core", raising=False)
+    correctness.ahead()
+    assert len(correctness._self_check) == 4
+    assert "cuda.core" in sys.modules
+
+
 def _cases(device: str):
     g = torch.Generator(device="cpu").manual_seed(1)
     for dtype in (torch.float32, torch.float64):

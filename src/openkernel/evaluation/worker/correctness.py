@@ -294,6 +294,19 @@ def self_check_sets(threads: int | None = 1) -> dict[tuple[torch.dtype, bool],
     return _self_check
 
 
+def ahead() -> None:
+    """What ``prepare`` needs that no job changes, done by a GPU worker while it waits for its
+    job: cuda.core's import and the self-check's sets (on one thread: tried in session 27 with
+    every core's thread, 16 workers starting at once took 17-19 s to be ready on the H200)."""
+    try:
+        from openkernel.nvrtc.kernel import _cuda_core
+
+        _cuda_core()
+    except Exception:  # noqa: BLE001 - none: prepare() meets it and says so
+        pass
+    self_check_sets()
+
+
 def prepare(device: str, cache_dir: str | None,
             step: Callable[[str], None] | None = None) -> str:
     """Make the one-pass kernel for this worker's GPU and check it against the PyTorch passes'

@@ -100,7 +100,8 @@ def _preload() -> None:
     worker has them already).
 
     A GPU worker also creates its CUDA context here (CUDA_VISIBLE_DEVICES is fixed when it
-    starts): about a second that no longer sits between a candidate and its verdict.
+    starts): about a second that no longer sits between a candidate and its verdict; and
+    imports cuda.core and makes the one-pass comparison's self-check sets.
     """
     imports()
     import torch
@@ -111,6 +112,10 @@ def _preload() -> None:
             torch.empty(1, device="cuda")
         except Exception:  # a broken device: the job will meet the error and report it
             pass
+        else:  # what the one-pass comparison needs before a job (eval_config.fused_comparison)
+            from openkernel.evaluation.worker import correctness
+
+            correctness.ahead()
     # What every job imports at its start and the fork server must not: cpp_extension (its
     # import calls cuInit on the H200; 0.24-0.46 s there, in each forked job's setup until
     # now) and Triton's code generator, imported here, in the worker, before its job comes.
