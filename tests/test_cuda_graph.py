@@ -128,8 +128,8 @@ def test_cuda_graph_is_offered_where_launches_matter_and_pinned_under_the_interp
     flipped = next(p for p in family.neighbours(graph, False, "triton") if p["CUDA_GRAPH"] == 0)
     code, plain = family.render(match, graph, "triton"), family.render(match, flipped, "triton")
     assert "_replayed(self, self._kernels, inputs)" in code and "torch.cuda.CUDAGraph()" in code
-    # its graphs share one pool, captured in turn after the warm-up's memory went back
-    assert "pool=_POOLS[device]" in code and "with _CAPTURING:" in code
+    # an instance's graphs share one pool, captured in turn after the warm-up's memory went back
+    assert "pool=pools[device]" in code and "with _CAPTURING:" in code
     assert code.index("torch.cuda.empty_cache()") < code.index("with torch.cuda.graph(")
     assert "_replayed" not in plain and "CUDA_GRAPH" not in plain and "CUDA_GRAPH" not in code
     assert replays_graph(code) and not replays_graph(plain)
@@ -314,6 +314,33 @@ def test_a_replay_keeps_earlier_outputs_follows_weights_and_counts_its_launches(
             model.fc.weight.mul_(-2.0)
             candidate.load_state_dict(model.state_dict(), strict=False)
         counter.streams.clear()
+
+
+@pytest.mark.gpu
+def test_a_fresh_instance_captures_after_the_first_was_freed(tmp_path):
+    """A sweep judges its winner on a fresh instance of its module once the screened one is
+    gone. With one pool per module, that capture met PyTorch's assertion (a pool whose graphs
+    are all gone while the capture stream's cuBLAS workspace lives in it: level3/4 on the H200);
+    each instance has its own pool now."""
+    import gc
+
+    torch.manual_seed(0)
+    model = GeluSoftmax().eval()
+    trace = trace_forward(model, [torch.randn(32, 64)])
+    model = model.cuda()
+    plan = plan_for(None, trace, library=True)  # addmm in the graph: a cuBLAS workspace
+    module = _load(render(plan, {**PARAMS, "CUDA_GRAPH": 1}), tmp_path / "fresh.py")
+    x = torch.randn(32, 64, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            candidate = module.ModelNew().cuda()
+            candidate.load_state_dict(model.state_dict(), strict=False)
+            for _ in range(2):  # the capture, then a replay
+                torch.testing.assert_close(candidate(x), model(x), atol=1e-4, rtol=1e-4)
+            assert len(candidate._cuda_graphs) == 1
+            del candidate
+            gc.collect()
+            torch.cuda.empty_cache()
 
 
 @pytest.mark.gpu

@@ -20,15 +20,19 @@ replay it. What the written module does, and why:
   (an in-place copy) is seen by the next replay; a module whose tensors moved captures anew;
 * a new signature (held-out sizes) captures a new graph; at most ``_GRAPHS`` are kept, the
   least recently used one dropped;
-* memory: every graph of the module captures into one pool, so a new signature's graph
+* memory: every graph of a model instance captures into one pool, so a new signature's graph
   reuses what earlier captures freed (their intermediates) instead of a pool of its own each
   (level3/4 LeNet5 on the H200: the graphed candidate's worker at 4.3x the problem's footprint,
   the others 3.1-3.3x). That is safe because each replay is whole in itself: its inputs are
   copied into buffers made outside the pool, every intermediate is written before it is read,
   and its outputs are cloned at once, so another graph's replay writing over the same memory in
-  between leaves nothing stale. The warm-up's own memory goes back to the GPU before a capture
-  (not held beside the graph's); the module's captures take turns (one capture stream and one
-  pool per device, whatever thread calls);
+  between leaves nothing stale. The pool is the instance's, not the module's: PyTorch's
+  allocator cannot capture into a pool whose graphs are all gone while a block of it lives on
+  (the capture stream's cuBLAS workspace does), and asserts; a second instance made after the
+  first was freed met that on the H200 (a sweep's winner, judged on a fresh instance:
+  level3/4 LeNet5, kb22-s27-b). The warm-up's own memory goes back to the GPU before a capture
+  (not held beside the graph's); the module's captures take turns (one capture stream per
+  device, whatever thread calls);
 * on the CPU, under the Triton interpreter, with autograd recording, or inside another capture:
   the plain eager forward.
 
@@ -56,7 +60,6 @@ import threading
 
 _GRAPHS = 4  # input signatures whose CUDA graphs are kept (the least recently used one goes)
 _CAPTURE_STREAMS = {}  # device -> its capture stream (one: a cuBLAS workspace is kept per stream)
-_POOLS = {}  # device -> the memory pool its graphs share (replayed one at a time, each whole)
 _CAPTURING = threading.Lock()  # one capture at a time (the stream and pool are shared)
 
 
@@ -77,7 +80,7 @@ def _replayed(module, kernels, inputs):
     if entry is None:
         while len(graphs) >= _GRAPHS:
             graphs.pop(next(iter(graphs)))
-        entry = _capture(kernels, inputs, tensors[0].device)
+        entry = _capture(module, kernels, inputs, tensors[0].device)
     graphs[key] = entry  # the most recently used last
     graph, static_inputs, static_outputs = entry
     for buffer, t in zip(static_inputs, inputs):
@@ -87,9 +90,10 @@ def _replayed(module, kernels, inputs):
     return _cloned(static_outputs)  # the next replay overwrites the static outputs
 
 
-def _capture(kernels, inputs, device):
+def _capture(module, kernels, inputs, device):
     """Warm up on the caller's stream (Triton compiles there, never inside a capture), then
-    capture the launches on the capture stream of the inputs' device, into its shared pool."""
+    capture the launches on the capture stream of the inputs' device, into the pool the
+    module's graphs share there (replayed one at a time, each whole)."""
     with torch.cuda.device(device):
         static_inputs = [torch.empty_like(t).copy_(t) if isinstance(t, torch.Tensor) else t
                          for t in inputs]
@@ -99,8 +103,10 @@ def _capture(kernels, inputs, device):
             graph = torch.cuda.CUDAGraph()
             if device not in _CAPTURE_STREAMS:
                 _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
-                _POOLS[device] = torch.cuda.graph_pool_handle()
-            with torch.cuda.graph(graph, pool=_POOLS[device], stream=_CAPTURE_STREAMS[device],
+            pools = module.__dict__.setdefault("_cuda_pools", {})
+            if device not in pools:
+                pools[device] = torch.cuda.graph_pool_handle()
+            with torch.cuda.graph(graph, pool=pools[device], stream=_CAPTURE_STREAMS[device],
                                   capture_error_mode="thread_local"):
                 static_outputs = kernels(*static_inputs)
     return graph, static_inputs, static_outputs
