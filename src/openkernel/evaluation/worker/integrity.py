@@ -317,6 +317,33 @@ def kernel_profile(fn: Callable[[], Any], sync: Callable[[], None]) -> tuple[lis
     return names, total_us / 1e3
 
 
+PROFILE_TRIES = 3  # profiled calls at most before work outside the timed stream is called hidden
+
+
+def hidden_work(profile: Callable[[], tuple[list[str], float]],
+                timed_ms: float) -> tuple[list[str], float, list[float]]:
+    """The kernels of a profiled call, the least kernel time of up to :data:`PROFILE_TRIES`
+    calls, and each call's: another call is profiled only while each so far saw more than the
+    ``hidden_work`` bound over the timed median. The profiled call shares the GPU with other
+    workers' first calls (they run outside any turn), and a kernel whose context is switched
+    out meanwhile counts that time as its own: an inductor seed's 2.72 ms call was profiled at
+    5.21 ms on the H200 (kb22-s27-b) and judged incorrect. Work on another stream shows in
+    every call."""
+    names, tries = [], []
+    for _ in range(PROFILE_TRIES):
+        seen, kernel_ms = profile()
+        names = names or seen
+        tries.append(kernel_ms)
+        if not beyond_timed(kernel_ms, timed_ms):
+            break
+    return names, min(tries), tries
+
+
+def beyond_timed(kernel_ms: float, timed_ms: float) -> bool:
+    """Whether a call's kernel time is past what its timed median allows."""
+    return kernel_ms > 1.5 * timed_ms + 0.005
+
+
 _TORCH_KERNEL_PREFIXES = ("void at::", "at::", "void (anonymous namespace)", "void cutlass",
                           "sm90_", "sm80_", "ampere_", "cutlass", "Memcpy", "Memset",
                           "void cublas", "nvjet", "gemm", "void gemv", "cudnn", "triton_")
