@@ -168,11 +168,12 @@ PY
       --out "$OUT/comparison_cost.json" | tail -14
     CUDA_VISIBLE_DEVICES=0 python3 benchmarks/comparison_cost.py --device cuda --elements 16777216 \
       --out "$OUT/comparison_cost_16mi.json" | tail -14 ;;
-  compare-prepare)  # issue 22: making the one-pass comparison kernel, step by step, 1, 8 and 16
-    # processes at once, torch's CPU threads as they start and one (2.0-2.3 s a job in a bench)
-    # (BUSY="0 2": also beside two processes keeping the GPU busy)
-    CUDA_VISIBLE_DEVICES=0 timeout "${T:-300}" python3 benchmarks/compare_prepare.py --at-once 1 8 16 \
-      --threads 0 1 --busy ${BUSY:-0 2} --out "$OUT/compare_prepare.json" ;;
+  compare-prepare)  # issue 22: making the one-pass comparison kernel, step by step, ${AT:-1 16}
+    # processes at once, the self-check's sets on torch's threads as a process starts and on one
+    # (2.0-2.3 s a job in a bench), beside BUSY (default 0) processes keeping the GPU busy and
+    # CPU_BUSY (default "0 16") keeping a core each busy
+    CUDA_VISIBLE_DEVICES=0 timeout "${T:-300}" python3 benchmarks/compare_prepare.py --at-once ${AT:-1 16} \
+      --threads 0 1 --busy ${BUSY:-0} --cpu-busy ${CPU_BUSY:-0 16} --out "$OUT/compare_prepare.json" ;;
   check-costs)  # issue 22: a check's steps on each problem's own data, alone and beside BUSY
     # (default 3) processes keeping the GPU busy: ${KB:-.kbsel}/${PAT:-level*/*}.py
     for f in "${KB:-.kbsel}"/${PAT:-level*/*}.py; do
