@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -116,6 +117,12 @@ def batch(n: int, threads: int, cache: str, busy: int = 0, cpu_busy: int = 0) ->
             "max_s": {k: max(r["steps_s"][k] for r in runs) for k in names}}
 
 
+def gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+
+
 def torch_threads_default() -> int:
     import torch
 
@@ -155,7 +162,12 @@ def main() -> None:
                     for _ in range(args.repeat):
                         rows.append(batch(n, threads, cache, busy, cpu_busy))
                         print(json.dumps(rows[-1]), flush=True)
-    res = {"benchmark": "compare_prepare", "rows": rows,
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=ROOT).stdout.strip()
+    res = {"benchmark": "compare_prepare", "rows": rows, "commit": commit,
+           "machine": f"{platform.node()}: {os.cpu_count()} cores" + (
+               "" if args.cpu_only else f", {gpu_name()}"),
+           "command": " ".join(["python", "benchmarks/compare_prepare.py", *sys.argv[1:]]),
            "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S%z")}
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))
