@@ -63,6 +63,67 @@ def test_a_sweeps_first_calls_side_by_side_stay_within_the_plan():
     assert side_by_side(8, 170 * mb, plan_memory(None, H200).first_calls_bytes) == 8
 
 
+ONE_KERNEL = """
+import triton
+import triton.language as tl
+
+@triton.jit
+def scale(x, y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + offs, tl.load(x + offs, mask=offs < n) * 2, mask=offs < n)
+"""
+TWO_KERNELS = ONE_KERNEL + """
+@triton.autotune(configs=[triton.Config({"BLOCK": 64})], key=["n"])
+@triton.jit
+def add(x, y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + offs, tl.load(x + offs, mask=offs < n) + 1, mask=offs < n)
+"""
+
+
+def test_a_sweeps_first_calls_all_start_at_once_where_none_shares_a_kernel_and_all_fit(tmp_path):
+    """No first call alone (one compilation's time of every sweep) where each combination has
+    one Triton kernel (nothing to find in the cache after another's) and the smaller set's
+    calls, at four times the reference's there, fit the plan's share many times over."""
+    from openkernel.evaluation.worker.sweep import all_at_once, triton_kernels
+    from openkernel.evaluation.worker.task_runtime import load_module
+
+    pytest.importorskip("triton")
+    one = []
+    for k in range(3):
+        (tmp_path / f"one{k}.py").write_text(ONE_KERNEL.replace("* 2", f"* {k + 2}"))
+        one.append(load_module(str(tmp_path / f"one{k}.py"), f"sweep_one_{k}"))
+    (tmp_path / "two.py").write_text(TWO_KERNELS)
+    two = load_module(str(tmp_path / "two.py"), "sweep_two")
+    (tmp_path / "imports.py").write_text("from sweep_one_0 import scale\n")
+    import sys
+
+    sys.modules["sweep_one_0"] = one[0]
+    try:
+        borrowed = load_module(str(tmp_path / "imports.py"), "sweep_borrowed")
+    finally:
+        sys.modules.pop("sweep_one_0")
+    assert [triton_kernels(m) for m in (*one, two, borrowed)] == [1, 1, 1, 2, 0]
+    mb = 2**20
+    # level1/45-like: 16 GiB in, a smaller set whose call holds 1 GiB beyond the weights
+    big = plan_memory(Footprint(input_bytes=16 * GIB, output_bytes=GIB // 8,
+                                peak_bytes=16 * GIB + GIB // 8, small_set={"sizes": {"b": 3}},
+                                small_peak_bytes=GIB), H200)
+    assert big.small_call_bytes == GIB
+    assert all_at_once(one, 6, big, reduced=True)
+    assert not all_at_once([*one, two], 6, big, reduced=True)  # a kernel may be shared
+    assert not all_at_once(one, 6, big, reduced=False)  # the main set: measured first
+    # a level-2 GEMM (256 MiB of weights): its smaller set's call is small beside the share
+    gemm = plan_memory(Footprint(input_bytes=256 * mb, output_bytes=32 * mb, param_bytes=256 * mb,
+                                 peak_bytes=560 * mb, small_set={"sizes": {"batch_size": 64}},
+                                 small_peak_bytes=256 * mb + 16 * mb, measured=True), H200)
+    assert gemm.small_call_bytes == 16 * mb and all_at_once(one, 6, gemm, reduced=True)
+    assert not all_at_once(one, 16, gemm, reduced=True)  # 16 x 64 MiB floor: past 1.5 x 560 MiB
+    no_small = plan_memory(Footprint(input_bytes=16 * mb, output_bytes=mb, param_bytes=mb,
+                                     peak_bytes=229 * mb, measured=True), H200)
+    assert no_small.small_call_bytes == 0 and not all_at_once(one, 6, no_small, reduced=True)
+
+
 def test_plan_moves_the_float64_check_to_the_small_set_when_the_main_one_does_not_fit():
     """level1/45_Average_Pooling_2D: 16 GiB in, 0.13 GiB out."""
     big = dict(input_bytes=16 * GIB, output_bytes=GIB // 8, peak_bytes=16 * GIB + GIB // 8)

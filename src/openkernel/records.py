@@ -272,6 +272,9 @@ class MemoryPlan:
     # what a sweep may add to what its worker holds (0: no bound): its combinations' own
     # copies of the weights (past it they share one), and its first calls side by side
     first_calls_bytes: int = 0
+    # what the reference's call on the smaller set holds beyond its weights (the probe's
+    # measure: inputs, outputs, transients); 0: no smaller set or not measured
+    small_call_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

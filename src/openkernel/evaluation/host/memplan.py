@@ -77,7 +77,9 @@ def plan_memory(fp: Footprint | None, hw: Hardware, *, memory_fraction: float = 
                       keep_pristine=fp.mutates_inputs, poison_bytes=fp.output_bytes,
                       small_set=dict(fp.small_set), chunk_elements=max(chunk, 1 << 16),
                       memory_fraction=memory_fraction,
-                      first_calls_bytes=int((BUDGET_FACTOR - 1) * footprint))
+                      first_calls_bytes=int((BUDGET_FACTOR - 1) * footprint),
+                      small_call_bytes=max(0, fp.small_peak_bytes - fp.param_bytes)
+                      if fp.small_set else 0)
     pristine = fp.input_bytes if fp.mutates_inputs else 0
     full = fp.param_bytes + fp.input_bytes + pristine + 2 * footprint
     small = (fp.small_peak_bytes * 2 + fp.input_bytes // 4) if fp.small_set else 0

@@ -154,6 +154,8 @@ def judge_template(evaluator, space: Space, variants: list[Variant], sampled: bo
                "sweep_s": round(run.wall_s, 2), "timing_method": payload.get("timing_method", ""),
                "sweep_queued_s": run.phase_seconds().get("queued", 0.0),
                "first_calls_s": payload.get("first_calls_s"),  # the variants' compiles, mostly
+               "first_calls_side_by_side": payload.get("first_calls_side_by_side"),
+               "first_call_alone": payload.get("first_call_alone"),
                "steps_s": (payload.get("memory") or {}).get("steps_s"),
                # the sweep's own work by what it was doing (the winner's checks: its metadata)
                "spent_s": (payload.get("memory") or {}).get("spent_s"),

@@ -80,6 +80,7 @@ def run_sweep(job: Job, ch) -> dict:
     with ev.ours("generating inputs"):  # first calls on the screening set: no full-size data yet
         small = rt.small_inputs(0, ev.plan.small_set, ev.ref_model)
         warm = small[0] if small else rt.inputs(0)
+        reduced = small is not None
         del small
     made = {}
     # Where each combination's own copy of the weights would take the worker past the plan's
@@ -134,17 +135,23 @@ def run_sweep(job: Job, ch) -> dict:
         # Its call's own memory (its peak over what was held before) bounds how many run at
         # once: eight of LeNet-5's forwards on the main set took a worker to 6.6x the problem's
         # footprint on the H200 (kb22-s18). The step's peak so far is kept (mark() takes the max).
+        # Not where no kernel is shared and the smaller set's calls clearly fit (all_at_once).
         ev.peaks["first_calls"] = max(ev.peaks.get("first_calls", 0),
                                       int(torch.cuda.max_memory_reserved()))
         torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        errors = {order[0]: called(order[0])}
-        threads = side_by_side(threads, torch.cuda.max_memory_allocated() - before,
-                               ev.plan.first_calls_bytes)
+        errors = {}
+        rest = order
+        if not all_at_once([imported[i].binary for i in order], threads, ev.plan, reduced):
+            before = torch.cuda.memory_allocated()
+            errors[order[0]] = called(order[0])
+            threads = side_by_side(threads, torch.cuda.max_memory_allocated() - before,
+                                   ev.plan.first_calls_bytes)
+            rest = order[1:]
         out["first_calls_side_by_side"] = threads
+        out["first_call_alone"] = rest is not order
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            rest = {i: pool.submit(called, i) for i in order[1:]}
-        errors.update({i: call.result() for i, call in rest.items()})
+            calls = {i: pool.submit(called, i) for i in rest}
+        errors.update({i: call.result() for i, call in calls.items()})
     else:  # in this (the main) thread, as a plain candidate's first call
         errors = {i: called(i) for i in order}
     models = {}
@@ -324,6 +331,42 @@ def side_by_side(threads: int, per_call: int, limit: int) -> int:
     if limit <= 0 or per_call <= 0:
         return threads
     return max(1, min(threads, limit // per_call))
+
+
+# A first call on the smaller set is taken to hold at most this many times the reference's
+# call there (beyond the weights) when none has been measured yet, and at least CALL_FLOOR.
+CALL_MARGIN = 4
+CALL_FLOOR = 64 << 20
+
+
+def all_at_once(modules: list, threads: int, plan, reduced: bool) -> bool:
+    """Whether a sweep's first calls may all start side by side, none alone first: each
+    combination's module launches one Triton kernel at most (so no kernel of one is another's,
+    found in the cache after the first compiled it), and ``threads`` calls on the smaller set
+    (``reduced``) fit the plan's share for them with a wide margin over the reference's
+    call there. The first alone was one compilation's time of every sweep's (0.5-1 s on the
+    H200 for a GEMM or a convolution), its neighbours' compilations waiting for it."""
+    if not reduced or plan.first_calls_bytes <= 0 or plan.small_call_bytes <= 0:
+        return False
+    per_call = max(CALL_MARGIN * plan.small_call_bytes, CALL_FLOOR)
+    if threads * per_call > plan.first_calls_bytes:
+        return False
+    return all(triton_kernels(m) <= 1 for m in modules)
+
+
+def triton_kernels(module) -> int:
+    """How many Triton kernels (``@triton.jit`` functions, autotuned or not) a module defines."""
+    try:
+        from triton.runtime.jit import KernelInterface
+    except ImportError:
+        return 0
+    def home(value) -> str | None:  # an autotuner wraps the jit function, which wraps the def
+        while hasattr(value, "fn"):
+            value = value.fn
+        return getattr(value, "__module__", None)
+
+    return sum(1 for value in vars(module).values()
+               if isinstance(value, KernelInterface) and home(value) == module.__name__)
 
 
 def _start_triton() -> None:
