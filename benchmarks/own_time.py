@@ -62,7 +62,10 @@ def rows(db: str, suite: str) -> tuple[list[dict], dict[str, str]]:
                             "compilations": (meta.get("compile") or {}).get("compilations"),
                             "compiling_s": (meta.get("compile") or {}).get("compiling_s"),
                             "steps_s": memory.get("steps_s") or {},
-                            "spent_s": spent, "job_start_s": worker.get("job_start_s")})
+                            "spent_s": spent, "job_start_s": worker.get("job_start_s"),
+                            # a sweep's first calls: their seconds, and whether one went alone
+                            "first_calls_s": template.get("first_calls_s"),
+                            "first_call_alone": template.get("first_call_alone")})
     return out, notes
 
 
@@ -94,6 +97,13 @@ def main(argv: list[str] | None = None) -> int:
                                       if r.get("job_start_s") is not None])
     print(f"\n{len(found)} candidates; own time median {medians['own_s']} s, compiling "
           f"{medians['compiling_s']} s, the worker's start of the job {medians['job_start_s']} s")
+    for alone in (True, False):  # a sweep's first calls, with one alone first or all at once
+        picked = [r["first_calls_s"] for r in found if r.get("first_call_alone") is alone
+                  and r.get("first_calls_s") is not None]
+        medians[f"first_calls_s_{'alone_first' if alone else 'all_at_once'}"] = _median(picked)
+        if picked:
+            print(f"sweeps' first calls {'one alone first' if alone else 'all at once'}: "
+                  f"{len(picked)}, median {_median(picked)} s")
     for key in ("phases_s", "steps_s", "spent_s"):
         if medians[key]:
             top = sorted(medians[key].items(), key=lambda kv: -kv[1])
