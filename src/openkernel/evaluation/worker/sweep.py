@@ -360,6 +360,7 @@ def triton_kernels(module) -> int:
         from triton.runtime.jit import KernelInterface
     except ImportError:
         return 0
+
     def home(value) -> str | None:  # an autotuner wraps the jit function, which wraps the def
         while hasattr(value, "fn"):
             value = value.fn

@@ -60,7 +60,7 @@ import threading
 
 _GRAPHS = 4  # input signatures whose CUDA graphs are kept (the least recently used one goes)
 _CAPTURE_STREAMS = {}  # device -> its capture stream (one: a cuBLAS workspace is kept per stream)
-_CAPTURING = threading.Lock()  # one capture at a time (the stream and pool are shared)
+_CAPTURING = threading.Lock()  # one capture at a time (the capture stream is shared)
 
 
 def _replayed(module, kernels, inputs):
