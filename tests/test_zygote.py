@@ -231,6 +231,24 @@ def test_a_workers_end_is_told_to_every_caller(tmp_path):
     worker.kill()
 
 
+def test_the_server_computes_tritons_install_key_for_its_children(monkeypatch):
+    """Triton's first compilation in a process hashes its install (libtriton: half a gigabyte,
+    0.56 s on the 2-core machine), a cache hit too: the fork server computes it once for every
+    worker it forks (not under the interpreter, which compiles nothing)."""
+    triton_cache = pytest.importorskip("triton.runtime.cache")
+    from openkernel.evaluation.worker import main
+    from openkernel.evaluation.worker import zygote as server_side
+
+    triton_cache.triton_key.cache_clear()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert server_side._preload() == ""
+    assert triton_cache.triton_key.cache_info().currsize == 0
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert server_side._preload() == ""
+    assert triton_cache.triton_key.cache_info().currsize == 1
+    assert main.triton_install_key() and triton_cache.triton_key.cache_info().hits >= 1
+
+
 def test_the_server_names_the_import_that_initialized_the_driver(tmp_path, monkeypatch):
     """On the H200 an import of torch.utils.cpp_extension called cuInit and the server served
     no one, saying only that its imports had: it now names the first import after which the

@@ -95,13 +95,29 @@ def imports(after=None) -> None:
             after(name.rstrip("?"))
 
 
+def triton_install_key() -> bool:
+    """Compute Triton's key of its own install (a hash of its sources and of libtriton, half a
+    gigabyte) now, as a process's first compilation would: 0.56 s on the 2-core machine, paid
+    by every worker's first kernel (a cache hit too) until this. Cached in the process, so a
+    forked worker has it from the fork server. False where Triton has none (or is missing)."""
+    for where in ("triton.runtime.cache", "triton.compiler.compiler"):  # 3.3+, then older
+        try:
+            key = getattr(importlib.import_module(where), "triton_key")
+        except (ImportError, AttributeError):
+            continue
+        key()
+        return True
+    return False
+
+
 def _preload() -> None:
     """Import what every job needs while no job is waiting (a spare's head start; a forked
     worker has them already).
 
     A GPU worker also creates its CUDA context here (CUDA_VISIBLE_DEVICES is fixed when it
-    starts): about a second that no longer sits between a candidate and its verdict; and
-    imports cuda.core and makes the one-pass comparison's self-check sets.
+    starts): about a second that no longer sits between a candidate and its verdict; imports
+    cuda.core and makes the one-pass comparison's self-check sets; and computes Triton's key of
+    its install (a forked worker has it from the fork server).
     """
     imports()
     import torch
@@ -116,6 +132,10 @@ def _preload() -> None:
             from openkernel.evaluation.worker import correctness
 
             correctness.ahead()
+        try:
+            triton_install_key()  # (a forked worker's is the fork server's)
+        except Exception:  # noqa: BLE001 - its first compilation computes it, or says why not
+            pass
     # What every job imports at its start and the fork server must not: cpp_extension (its
     # import calls cuInit on the H200; 0.24-0.46 s there, in each forked job's setup until
     # now) and Triton's code generator, imported here, in the worker, before its job comes.

@@ -35,8 +35,9 @@ READY_S = 30.0  # a child's session and limits take microseconds; never wait wit
 
 
 def _preload() -> str:
-    """What every worker imports, and the modes' modules: never CUDA (a forked child could not
-    use a context made here). Returns the first module whose import initialized the driver
+    """What every worker imports, and the modes' modules, and Triton's key of its install
+    (``main.triton_install_key``): never CUDA (a forked child could not use a context made
+    here). Returns the first module whose import (or the step) initialized the driver
     (then the server serves no one), or an empty string."""
     from openkernel.evaluation.worker import main
 
@@ -50,6 +51,12 @@ def _preload() -> str:
     for mode in ("probe", "reference_timing", "float64"):
         __import__(f"openkernel.evaluation.worker.{mode}")
         after(f"openkernel.evaluation.worker.{mode}")
+    if not os.environ.get("TRITON_INTERPRET"):  # (the interpreter compiles nothing)
+        try:
+            if main.triton_install_key():
+                after("computing Triton's key of its install")
+        except Exception:  # noqa: BLE001 - each worker's first compilation meets it
+            pass
     return culprit[0] if culprit else ""
 
 
@@ -139,8 +146,8 @@ def serve(sock: socket.socket) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through the pipe
     culprit = _preload()
     if culprit:
-        sys.stderr.write(f"importing {culprit} initialized the CUDA driver: workers are "
-                         "started anew\n")
+        what = culprit if " " in culprit else f"importing {culprit}"  # (a module, or a step)
+        sys.stderr.write(f"{what} initialized the CUDA driver: workers are started anew\n")
         return 3  # ended before its first fork: the engine starts no server again
     sys.stdout.flush()
     sys.stderr.flush()
