@@ -63,6 +63,8 @@ def rows(db: str, suite: str) -> tuple[list[dict], dict[str, str]]:
                             "compiling_s": (meta.get("compile") or {}).get("compiling_s"),
                             "steps_s": memory.get("steps_s") or {},
                             "spent_s": spent, "job_start_s": worker.get("job_start_s"),
+                            # Triton's key of its install: from the fork server, or made here
+                            "triton_key": worker.get("triton_key"),
                             # a sweep's first calls: their seconds, and whether one went alone
                             "first_calls_s": template.get("first_calls_s"),
                             "first_call_alone": template.get("first_call_alone")})
@@ -104,6 +106,14 @@ def main(argv: list[str] | None = None) -> int:
         if picked:
             print(f"sweeps' first calls {'one alone first' if alone else 'all at once'}: "
                   f"{len(picked)}, median {_median(picked)} s")
+    keys = defaultdict(int)  # "computed here in 0.41 s" counted as "computed here"
+    for r in found:
+        if r.get("triton_key"):
+            keys[r["triton_key"].split(" in ")[0]] += 1
+    if keys:
+        medians["triton_key"] = dict(keys)
+        print("Triton's install key at the job's start: "
+              + ", ".join(f"{k} {n}" for k, n in sorted(keys.items())))
     for key in ("phases_s", "steps_s", "spent_s"):
         if medians[key]:
             top = sorted(medians[key].items(), key=lambda kv: -kv[1])

@@ -246,7 +246,11 @@ def test_the_server_computes_tritons_install_key_for_its_children(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET")
     assert server_side._preload() == ""
     assert triton_cache.triton_key.cache_info().currsize == 1
-    assert main.triton_install_key() and triton_cache.triton_key.cache_info().hits >= 1
+    # a forked worker finds it made, and says so in its job's record
+    assert main.triton_install_key() == "inherited"
+    triton_cache.triton_key.cache_clear()
+    assert main.triton_install_key().startswith("computed here in ")
+    assert main.triton_install_key() == "inherited"
 
 
 def test_the_server_names_the_import_that_initialized_the_driver(tmp_path, monkeypatch):

@@ -95,24 +95,30 @@ def imports(after=None) -> None:
             after(name.rstrip("?"))
 
 
-def triton_install_key() -> bool:
+def triton_install_key() -> str:
     """Compute Triton's key of its own install (a hash of its sources and of libtriton, half a
     gigabyte) now, as a process's first compilation would: 0.56 s on the 2-core machine, paid
     by every worker's first kernel (a cache hit too) until this. Cached in the process, so a
-    forked worker has it from the fork server. False where Triton has none (or is missing)."""
+    forked worker has it from the fork server. Says which ("inherited", or the seconds it took
+    here); empty where Triton has none (or is missing)."""
     for where in ("triton.runtime.cache", "triton.compiler.compiler"):  # 3.3+, then older
         try:
             key = getattr(importlib.import_module(where), "triton_key")
         except (ImportError, AttributeError):
             continue
+        info = getattr(key, "cache_info", None)  # functools.lru_cache's
+        if info is not None and info().currsize:
+            return "inherited"
+        t0 = time.perf_counter()
         key()
-        return True
-    return False
+        return f"computed here in {time.perf_counter() - t0:.2f} s"
+    return ""
 
 
-def _preload() -> None:
+def _preload() -> dict[str, str]:
     """Import what every job needs while no job is waiting (a spare's head start; a forked
-    worker has them already).
+    worker has them already). Returns what it found ready and what it made (for the job's
+    record: ``{"triton_key": ...}`` on a GPU).
 
     A GPU worker also creates its CUDA context here (CUDA_VISIBLE_DEVICES is fixed when it
     starts): about a second that no longer sits between a candidate and its verdict; imports
@@ -122,6 +128,7 @@ def _preload() -> None:
     imports()
     import torch
 
+    ready: dict[str, str] = {}
     if os.environ.get("CUDA_VISIBLE_DEVICES") and not os.environ.get("TRITON_INTERPRET"):
         try:
             torch.cuda.init()
@@ -132,10 +139,10 @@ def _preload() -> None:
             from openkernel.evaluation.worker import correctness
 
             correctness.ahead()
-        try:
-            triton_install_key()  # (a forked worker's is the fork server's)
-        except Exception:  # noqa: BLE001 - its first compilation computes it, or says why not
-            pass
+        try:  # (a forked worker's is the fork server's)
+            ready["triton_key"] = triton_install_key()
+        except Exception as err:  # noqa: BLE001 - its first compilation computes it, or says why not
+            ready["triton_key"] = f"failed: {type(err).__name__}: {str(err)[:200]}"
     # What every job imports at its start and the fork server must not: cpp_extension (its
     # import calls cuInit on the H200; 0.24-0.46 s there, in each forked job's setup until
     # now) and Triton's code generator, imported here, in the worker, before its job comes.
@@ -144,6 +151,7 @@ def _preload() -> None:
             importlib.import_module(name)
         except ImportError:  # (no setuptools, no Triton): a job that needs it says so itself
             pass
+    return ready
 
 
 def _use_build_cache(job: Job):
@@ -225,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.set_inheritable(args.fd, False)  # nvcc and other children must not hold the pipe open
     t0 = time.monotonic()
-    _preload()
+    ready = _preload()
     t1 = time.monotonic()
     line = _read_line(0)
     t2 = time.monotonic()
@@ -233,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(0)  # a spare the executor no longer needs
     # idle_s > 0: the job found the worker ready (a warm spare); preload_s: its imports.
     timing = {"preload_s": round(t1 - t0, 3), "idle_s": round(time.monotonic() - t1, 3),
-              "forked": args.forked}
+              "forked": args.forked, **ready}
     data = json.loads(line)
     ch = Channel(args.fd, data.pop("nonce"))
     try:
