@@ -120,6 +120,32 @@ def test_a_gpu_worker_imports_cuda_core_and_makes_the_sets_before_its_job(monkey
     assert "cuda.core" in sys.modules
 
 
+def test_a_kernel_made_before_the_job_is_the_jobs(monkeypatch, tmp_path):
+    """With the machine's cache named (the executor's ``COMPARE_CACHE_VAR``, where the run
+    compares with the kernel) ``ahead`` also makes and checks the kernel, and the job's
+    ``prepare`` takes its answer as it is, saying so; without it, only the sets are made."""
+    monkeypatch.setattr(correctness, "_prepared", {})
+    made = []
+    real = correctness.prepare
+
+    def prepare(device, cache_dir, step=None):
+        made.append((device, cache_dir))
+        return real(device, cache_dir, step)
+
+    monkeypatch.setattr(correctness, "prepare", prepare)
+    assert correctness.ahead() == "" and made == []
+    said = correctness.ahead(str(tmp_path))
+    assert made == [("cuda", str(tmp_path))]
+    answer = said.rsplit(", made in ", 1)[0]
+    # here no GPU: the answer names why the PyTorch passes compare (on the H200: the kernel)
+    assert answer == correctness._prepared["cuda"]
+    assert answer == "one-pass kernel" if torch.cuda.is_available() else answer.startswith(
+        "PyTorch passes (no one-pass kernel: ")
+    steps: list[str] = []
+    assert real("cuda", str(tmp_path / "elsewhere"), steps.append) == answer
+    assert steps == ["made before the job"] and len(made) == 1
+
+
 def _cases(device: str):
     g = torch.Generator(device="cpu").manual_seed(1)
     for dtype in (torch.float32, torch.float64):
@@ -191,3 +217,6 @@ def test_on_the_gpu_a_candidate_is_judged_with_the_kernel(tmp_path):
         ev.close()
     assert good.correctness and good.metadata["comparison"] == "one-pass kernel", good.eval_log
     assert not wrong.correctness and wrong.metadata["comparison"] == "one-pass kernel", wrong.eval_log
+    for judged in (good, wrong):  # each worker made the kernel before its job: the job took it
+        assert judged.metadata["worker"]["compare_kernel"].startswith("one-pass kernel, made in ")
+        assert "one-pass kernel: made before the job" in judged.metadata["memory"]["spent_s"]

@@ -125,8 +125,9 @@ class EvalConfig(_Strict):
                                    "output on the H200, but making it in a worker took 2.0-2.3 s "
                                    "of each job there during a bench, more than it saves (0.66 s "
                                    "a candidate, median); its likely cause, the self-check's CPU "
-                                   "work on every core's thread, is gone: off until a bench on "
-                                   "the H200 shows it.")
+                                   "work on every core's thread, is gone, and a worker now makes "
+                                   "it while it waits for its job: off until a bench on the H200 "
+                                   "shows it.")
     float64_once: bool | None = Field(None, description="Make the reference's float64 answer "
                                       "of the main input set (what the precision check "
                                       "compares with) once per task, in a worker of its own, "

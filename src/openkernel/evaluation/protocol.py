@@ -40,9 +40,17 @@ GO = "go"
 
 NVTX_RANGE = "openkernel_candidate"  # the profiled region of a profile run
 PROTECT_VAR = "OPENKERNEL_SANDBOX_PROTECT"  # os.pathsep list of paths confine must never expose
+# Where a GPU worker makes the one-pass comparison kernel before its job (worker/correctness.py
+# ahead()): the machine's cache of its cubin, set by the executor when the run compares with it
+COMPARE_CACHE_VAR = "OPENKERNEL_COMPARE_CACHE"
 FLOAT64_FORMAT = 1  # the format of a task's float64 answer file (worker/float64.py)
 CEILINGS_VERSION = 1  # the format of a measured ceilings entry (worker/hardware.py, host/ceilings.py)
 PKG_DIR = Path(__file__).resolve().parents[1]  # the openkernel package
+
+
+def compare_cache(launchers_dir: str | Path) -> Path:
+    """The machine's cache of the one-pass comparison kernel: beside Triton's host modules."""
+    return Path(launchers_dir).parent / "compare-kernel"
 
 
 def float64_failed(answer: str | Path) -> Path:

@@ -67,7 +67,7 @@ from openkernel.evaluation.host.profiling import Leaders, profile_candidate
 from openkernel.roofline import roofline_estimate
 from openkernel.evaluation.host.results import from_worker
 from openkernel.evaluation.host.spares import SPARES
-from openkernel.evaluation.protocol import Job
+from openkernel.evaluation.protocol import COMPARE_CACHE_VAR, Job, compare_cache
 from openkernel.records import (
     CPU_LABEL,
     Hardware,
@@ -676,8 +676,12 @@ class Evaluator:
         mem = None if device == "cuda" else int(self.ec.memory_limit_gb * 2**30)
         wrap = ncu.wrapper(profiler) if profiler else None
         server = zygote.server(device) if self.ec.fork_workers else None
+        extra = {}
+        if device == "cuda" and self.ec.fused_comparison and wrap is None:
+            # the one-pass comparison kernel made while the worker waits for its job
+            extra[COMPARE_CACHE_VAR] = str(compare_cache(self.launchers.folder))
         worker = WorkerProcess(scratch, device, gpu_index, self.ec.cpu_time_limit_s, mem,
-                               wrap=wrap, zygote=server)
+                               wrap=wrap, zygote=server, extra_env=extra)
         if server is None and self.ec.fork_workers and wrap is None:
             worker.fork_error = zygote.why_not(device)  # the server refused: each record says why
         return worker

@@ -62,11 +62,14 @@ class WorkerProcess:
     """A started worker process, waiting for its job on stdin."""
 
     def __init__(self, scratch: Path, device: str, gpu_index: int | None, cpu_s: float,
-                 mem_bytes: int | None, wrap=None, zygote: Zygote | None = None):
+                 mem_bytes: int | None, wrap=None, zygote: Zygote | None = None,
+                 extra_env: dict[str, str] | None = None):
         """``zygote``: the fork server to fork it from (not with ``wrap``: a wrapper such as
-        Nsight Compute starts the interpreter itself); if it fails, the worker starts anew."""
+        Nsight Compute starts the interpreter itself); if it fails, the worker starts anew.
+        ``extra_env``: the engine's own settings for the worker (never the engine's
+        environment: that passes the allow-list only)."""
         self.scratch, self.device, self.gpu_index = scratch, device, gpu_index
-        env = environment.worker_env(os.environ, scratch, device, gpu_index)
+        env = {**environment.worker_env(os.environ, scratch, device, gpu_index), **(extra_env or {})}
         self.read_fd, write_fd = os.pipe()
         self.log_path = scratch / "worker.log"
         self.forked = False

@@ -36,6 +36,7 @@ kernel that reads each element once and does the same float64 arithmetic per ele
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -294,17 +295,33 @@ def self_check_sets(threads: int | None = 1) -> dict[tuple[torch.dtype, bool],
     return _self_check
 
 
-def ahead() -> None:
+def ahead(cache_dir: str | None = None) -> str:
     """What ``prepare`` needs that no job changes, done by a GPU worker while it waits for its
     job: cuda.core's import and the self-check's sets (on one thread: tried in session 27 with
-    every core's thread, 16 workers starting at once took 17-19 s to be ready on the H200)."""
+    every core's thread, 16 workers starting at once took 17-19 s to be ready on the H200).
+
+    With ``cache_dir`` (the machine's cache of the kernel, named by the executor when the run
+    compares with it) the kernel too is made and checked here, and the job takes it as it is:
+    in a bench the making took 1.0-2.4 s of every job on the H200 (kb22-s27-b, -c) against
+    0.08 s alone, whatever slows it there now slows a spare's wait instead. Returns what it
+    made, for the worker's record (empty: the sets only, or nothing)."""
     try:
         from openkernel.nvrtc.kernel import _cuda_core
 
         _cuda_core()
         self_check_sets()
     except Exception:  # noqa: BLE001 - prepare() meets the same in the job and says so
-        pass
+        return ""
+    if not cache_dir:
+        return ""
+    t0 = time.perf_counter()
+    answer = prepare("cuda", cache_dir)
+    _prepared["cuda"] = answer
+    return f"{answer}, made in {time.perf_counter() - t0:.2f} s"
+
+
+# prepare()'s answer for a device, made before the job by ahead() (the worker's only GPU)
+_prepared: dict[str, str] = {}
 
 
 def prepare(device: str, cache_dir: str | None,
@@ -313,9 +330,13 @@ def prepare(device: str, cache_dir: str | None,
     figures on crafted values; returns how outputs will be compared (and why not by the
     kernel). ``step(name)`` is called as each step ends (the worker times them: in a bench on
     the H200 the whole took 2.0-2.4 s a job against 0.08-0.31 s in a process alone, the
-    self-check's sets then made on every core's thread: see ``self_check_sets``)."""
+    self-check's sets then made on every core's thread: see ``self_check_sets``). Where
+    ``ahead`` made it before the job, its answer is the job's."""
     global _kernel
     step = step or (lambda name: None)
+    if device in _prepared:  # made and checked before the job came (ahead)
+        step("made before the job")
+        return _prepared[device]
     try:
         from openkernel.evaluation.worker.compare_kernel import CompareKernel
         from openkernel.nvrtc.kernel import _cuda_core

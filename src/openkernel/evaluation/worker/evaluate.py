@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from openkernel.aten_ops import compute_ops, torch_covers
-from openkernel.evaluation.protocol import PKG_DIR, Job
+from openkernel.evaluation.protocol import PKG_DIR, Job, compare_cache
 from openkernel.evaluation.worker import correctness, float64
 from openkernel.evaluation.worker import integrity as ig
 from openkernel.evaluation.worker import precision
@@ -150,8 +150,7 @@ class Evaluation:
         self._spent("setting up the evaluation", t0)
         if self.gpu and job.fused_comparison:
             t0 = time.perf_counter()
-            cache = (str(Path(job.launchers_dir).parent / "compare-kernel")
-                     if job.launchers_dir else None)
+            cache = str(compare_cache(job.launchers_dir)) if job.launchers_dir else None
             last = [t0]
 
             def step(name: str) -> None:  # where the making's time goes, step by step

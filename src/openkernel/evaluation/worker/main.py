@@ -122,8 +122,9 @@ def _preload() -> dict[str, str]:
 
     A GPU worker also creates its CUDA context here (CUDA_VISIBLE_DEVICES is fixed when it
     starts): about a second that no longer sits between a candidate and its verdict; imports
-    cuda.core and makes the one-pass comparison's self-check sets; and computes Triton's key of
-    its install (a forked worker has it from the fork server).
+    cuda.core and makes the one-pass comparison's self-check sets (and the kernel itself, where
+    the executor named its cache: the run compares with it); and computes Triton's key of its
+    install (a forked worker has it from the fork server).
     """
     imports()
     import torch
@@ -138,7 +139,9 @@ def _preload() -> dict[str, str]:
         else:  # what the one-pass comparison needs before a job (eval_config.fused_comparison)
             from openkernel.evaluation.worker import correctness
 
-            correctness.ahead()
+            made = correctness.ahead(os.environ.get(protocol.COMPARE_CACHE_VAR))
+            if made:
+                ready["compare_kernel"] = made
         try:  # (a forked worker's is the fork server's)
             ready["triton_key"] = triton_install_key()
         except Exception as err:  # noqa: BLE001 - its first compilation computes it, or says why not
