@@ -65,6 +65,9 @@ def rows(db: str, suite: str) -> tuple[list[dict], dict[str, str]]:
                             "spent_s": spent, "job_start_s": worker.get("job_start_s"),
                             # Triton's key of its install: from the fork server, or made here
                             "triton_key": worker.get("triton_key"),
+                            # the head start's launches of the evaluator's own kernels, and
+                            # the one-pass kernel made there (fused_comparison)
+                            "warm": worker.get("warm"), "compare_kernel": worker.get("compare_kernel"),
                             # a sweep's first calls: their seconds, and whether one went alone
                             "first_calls_s": template.get("first_calls_s"),
                             "first_call_alone": template.get("first_call_alone")})
@@ -114,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
         medians["triton_key"] = dict(keys)
         print("Triton's install key at the job's start: "
               + ", ".join(f"{k} {n}" for k, n in sorted(keys.items())))
+    warm = [float(r["warm"].split()[0]) for r in found
+            if isinstance(r.get("warm"), str) and not r["warm"].startswith("failed")]
+    made = [r["compare_kernel"] for r in found if r.get("compare_kernel")]
+    if warm or made:
+        medians["warm_s"] = _median(warm)
+        print(f"head start: the evaluator's kernels launched in {len(warm)} workers (median "
+              f"{_median(warm)} s); the one-pass kernel made before {len(made)} jobs")
     for key in ("phases_s", "steps_s", "spent_s"):
         if medians[key]:
             top = sorted(medians[key].items(), key=lambda kv: -kv[1])

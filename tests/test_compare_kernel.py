@@ -220,3 +220,4 @@ def test_on_the_gpu_a_candidate_is_judged_with_the_kernel(tmp_path):
     for judged in (good, wrong):  # each worker made the kernel before its job: the job took it
         assert judged.metadata["worker"]["compare_kernel"].startswith("one-pass kernel, made in ")
         assert "one-pass kernel: made before the job" in judged.metadata["memory"]["spent_s"]
+        assert judged.metadata["worker"]["warm"].endswith(" s")  # its own kernels launched too

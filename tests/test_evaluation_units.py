@@ -173,3 +173,34 @@ def test_a_reference_of_library_calls_only_is_library_bound():
         assert "matmul False -> True" in precision.changed(flags)
     finally:
         precision.apply(False)
+
+
+def test_a_gpu_workers_head_start_launches_the_evaluators_own_kernels(monkeypatch):
+    """``evaluate.warm`` (a GPU worker's preload) runs the comparisons' PyTorch passes masked
+    and not in float32 and float64, the float64 relative error through both of its passes, and
+    the fingerprints' sums, on values of its own generator: the job's seeded draws are the same
+    with it as without. Here on the CPU (the same calls; on a GPU they load the kernels)."""
+    from openkernel.evaluation.worker import correctness, evaluate
+
+    passes, relative = [], []
+    real_sums, real_relative = correctness._sums, correctness._relative_sums
+
+    def sums(out, ref, tol, chunk, masked):
+        passes.append((out.dtype, masked))
+        return real_sums(out, ref, tol, chunk, masked)
+
+    def relative_sums(out, ref, chunk, through, masked):
+        relative.append((through is None, masked))
+        return real_relative(out, ref, chunk, through, masked)
+
+    monkeypatch.setattr(correctness, "_sums", sums)
+    monkeypatch.setattr(correctness, "_relative_sums", relative_sums)
+    torch.manual_seed(7)
+    before = torch.rand(3)
+    torch.manual_seed(7)
+    assert evaluate.warm("cpu") > 0
+    assert torch.equal(torch.rand(3), before)
+    assert sorted(set(passes), key=str) == sorted(
+        {(d, m) for d in (torch.float32, torch.float64) for m in (False, True)}, key=str)
+    assert (True, False) in relative and (True, True) in relative  # unmasked, then masked
+    assert (False, False) in relative  # through a 16-bit rounding

@@ -123,8 +123,9 @@ def _preload() -> dict[str, str]:
     A GPU worker also creates its CUDA context here (CUDA_VISIBLE_DEVICES is fixed when it
     starts): about a second that no longer sits between a candidate and its verdict; imports
     cuda.core and makes the one-pass comparison's self-check sets (and the kernel itself, where
-    the executor named its cache: the run compares with it); and computes Triton's key of its
-    install (a forked worker has it from the fork server).
+    the executor named its cache: the run compares with it); launches the evaluator's own
+    kernels once (``evaluate.warm``); and computes Triton's key of its install (a forked worker
+    has it from the fork server).
     """
     imports()
     import torch
@@ -142,6 +143,12 @@ def _preload() -> dict[str, str]:
             made = correctness.ahead(os.environ.get(protocol.COMPARE_CACHE_VAR))
             if made:
                 ready["compare_kernel"] = made
+            from openkernel.evaluation.worker import evaluate
+
+            try:  # the evaluator's own kernels launched once: their modules loaded
+                ready["warm"] = f"{evaluate.warm('cuda'):.2f} s"
+            except Exception as err:  # noqa: BLE001 - the job launches them itself
+                ready["warm"] = f"failed: {type(err).__name__}: {str(err)[:200]}"
         try:  # (a forked worker's is the fork server's)
             ready["triton_key"] = triton_install_key()
         except Exception as err:  # noqa: BLE001 - its first compilation computes it, or says why not
