@@ -67,7 +67,8 @@ def rows(db: str, suite: str) -> tuple[list[dict], dict[str, str]]:
                             "triton_key": worker.get("triton_key"),
                             # the head start's launches of the evaluator's own kernels, and
                             # the one-pass kernel made there (fused_comparison)
-                            "warm": worker.get("warm"), "compare_kernel": worker.get("compare_kernel"),
+                            "warm": worker.get("warm"),
+                            "compare_kernel": worker.get("compare_kernel"),
                             # a sweep's first calls: their seconds, and whether one went alone
                             "first_calls_s": template.get("first_calls_s"),
                             "first_call_alone": template.get("first_call_alone")})

@@ -69,7 +69,8 @@ class WorkerProcess:
         ``extra_env``: the engine's own settings for the worker (never the engine's
         environment: that passes the allow-list only)."""
         self.scratch, self.device, self.gpu_index = scratch, device, gpu_index
-        env = {**environment.worker_env(os.environ, scratch, device, gpu_index), **(extra_env or {})}
+        env = environment.worker_env(os.environ, scratch, device, gpu_index)
+        env.update(extra_env or {})
         self.read_fd, write_fd = os.pipe()
         self.log_path = scratch / "worker.log"
         self.forked = False

@@ -151,7 +151,7 @@ def _preload() -> dict[str, str]:
                 ready["warm"] = f"failed: {type(err).__name__}: {str(err)[:200]}"
         try:  # (a forked worker's is the fork server's)
             ready["triton_key"] = triton_install_key()
-        except Exception as err:  # noqa: BLE001 - its first compilation computes it, or says why not
+        except Exception as err:  # noqa: BLE001 - the first compilation computes it, or says why
             ready["triton_key"] = f"failed: {type(err).__name__}: {str(err)[:200]}"
     # What every job imports at its start and the fork server must not: cpp_extension (its
     # import calls cuInit on the H200; 0.24-0.46 s there, in each forked job's setup until
