@@ -148,7 +148,7 @@ for p in ps:  # what the best kernels' GEMMs and convolutions multiply in
 PY
     # where the candidates' own time went (phases, compilations, check steps, spent_s)
     python3 benchmarks/own_time.py "$OUT/kernels.sqlite3" "${SUITE:-kb22-${PASS:-fresh}}" \
-      --json "$OUT/${json}_own.json" | tail -8
+      --json "$OUT/${json}_own.json" | tail -10
     ;;
   bindings-build)  # issue 22: GCC over a CUDA candidate's main.cpp by what it includes (extension.h
     # or the precompiled pybind.h; the offline form's tensor side in C++ before, in Python now)

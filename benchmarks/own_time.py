@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['problem'][:34]:34} {r['label']:6} own {r['own_s']:5.1f} s  [{phases}]  "
               f"{r['compilations'] or 0} compilations {r['compiling_s'] or 0:.1f} s  "
               f"({r['judged_in']})")
+    for name, note in notes.items():  # before the summary: a stage shows its last lines
+        print(f"  {name}: {note}")
     medians = {}
     for key in ("phases_s", "steps_s", "spent_s"):
         values = defaultdict(list)
@@ -129,8 +131,6 @@ def main(argv: list[str] | None = None) -> int:
         if medians[key]:
             top = sorted(medians[key].items(), key=lambda kv: -kv[1])
             print(f"{key} medians: " + ", ".join(f"{k} {v:.2f}" for k, v in top if v >= 0.01))
-    for name, note in notes.items():
-        print(f"  {name}: {note}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"suite": args.suite, "candidates": found, "medians": medians,
