@@ -108,23 +108,15 @@ def test_the_self_checks_figures_are_made_on_one_cpu_thread(monkeypatch):
         torch.set_num_threads(before)
 
 
-def test_a_gpu_worker_imports_cuda_core_and_makes_the_sets_before_its_job(monkeypatch):
-    """``correctness.ahead`` (a GPU worker's preload): the job's making then only loads the
-    kernel and runs the self-check."""
+def test_a_kernel_made_before_the_job_is_the_jobs(monkeypatch, tmp_path):
+    """``correctness.ahead`` (a GPU worker's preload, where the executor named the machine's
+    cache: the run compares with the kernel) imports cuda.core, makes the sets and makes and
+    checks the kernel; the job's ``prepare`` takes its answer as it is, saying so."""
     import sys
 
+    monkeypatch.setattr(correctness, "_prepared", {})
     monkeypatch.setattr(correctness, "_self_check", {})
     monkeypatch.delitem(sys.modules, "cuda.core", raising=False)
-    correctness.ahead()
-    assert len(correctness._self_check) == 4
-    assert "cuda.core" in sys.modules
-
-
-def test_a_kernel_made_before_the_job_is_the_jobs(monkeypatch, tmp_path):
-    """With the machine's cache named (the executor's ``COMPARE_CACHE_VAR``, where the run
-    compares with the kernel) ``ahead`` also makes and checks the kernel, and the job's
-    ``prepare`` takes its answer as it is, saying so; without it, only the sets are made."""
-    monkeypatch.setattr(correctness, "_prepared", {})
     made = []
     real = correctness.prepare
 
@@ -133,12 +125,12 @@ def test_a_kernel_made_before_the_job_is_the_jobs(monkeypatch, tmp_path):
         return real(device, cache_dir, step)
 
     monkeypatch.setattr(correctness, "prepare", prepare)
-    assert correctness.ahead() == "" and made == []
     said = correctness.ahead(str(tmp_path))
     assert made == [("cuda", str(tmp_path))]
+    assert "cuda.core" in sys.modules and len(correctness._self_check) == 4
     answer = said.rsplit(", made in ", 1)[0]
-    # here no GPU: the answer names why the PyTorch passes compare (on the H200: the kernel)
     assert answer == correctness._prepared["cuda"]
+    # here no GPU: the answer names why the PyTorch passes compare (on the H200: the kernel)
     assert answer == "one-pass kernel" if torch.cuda.is_available() else answer.startswith(
         "PyTorch passes (no one-pass kernel: ")
     steps: list[str] = []

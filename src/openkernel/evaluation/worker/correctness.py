@@ -60,6 +60,8 @@ CHUNK = 1 << 24  # elements per block: 128 MiB per float64 temporary
 # The one-pass kernel (compare_kernel.CompareKernel) of a GPU worker, once prepare() made and
 # checked it: before the candidate's import, so nothing the candidate does reaches it.
 _kernel = None
+# prepare()'s answer for a device, made before the job by ahead() (the worker's only GPU)
+_prepared: dict[str, str] = {}
 
 DEFAULT_TOLERANCES: dict[str, dict[str, float]] = {
     "float64": {"atol": 1e-6, "rtol": 1e-6, "max_rel_error": 1e-9},
@@ -295,33 +297,16 @@ def self_check_sets(threads: int | None = 1) -> dict[tuple[torch.dtype, bool],
     return _self_check
 
 
-def ahead(cache_dir: str | None = None) -> str:
-    """What ``prepare`` needs that no job changes, done by a GPU worker while it waits for its
-    job: cuda.core's import and the self-check's sets (on one thread: tried in session 27 with
-    every core's thread, 16 workers starting at once took 17-19 s to be ready on the H200).
-
-    With ``cache_dir`` (the machine's cache of the kernel, named by the executor when the run
-    compares with it) the kernel too is made and checked here, and the job takes it as it is:
-    in a bench the making took 1.0-2.4 s of every job on the H200 (kb22-s27-b, -c) against
-    0.08 s alone, whatever slows it there now slows a spare's wait instead. Returns what it
-    made, for the worker's record (empty: the sets only, or nothing)."""
-    try:
-        from openkernel.nvrtc.kernel import _cuda_core
-
-        _cuda_core()
-        self_check_sets()
-    except Exception:  # noqa: BLE001 - prepare() meets the same in the job and says so
-        return ""
-    if not cache_dir:
-        return ""
+def ahead(cache_dir: str) -> str:
+    """Make and check the one-pass kernel while a GPU worker waits for its job (cuda.core's
+    import, the self-check's sets on one thread, the kernel from the machine's cache
+    ``cache_dir``); the job's ``prepare`` then takes its answer as it is. In a bench the making
+    took 1.0-2.4 s of every job on the H200 (kb22-s27-b, -c) against 0.08 s alone: whatever
+    slows it there now slows a spare's wait instead. Returns what it made, for the record."""
     t0 = time.perf_counter()
     answer = prepare("cuda", cache_dir)
     _prepared["cuda"] = answer
     return f"{answer}, made in {time.perf_counter() - t0:.2f} s"
-
-
-# prepare()'s answer for a device, made before the job by ahead() (the worker's only GPU)
-_prepared: dict[str, str] = {}
 
 
 def prepare(device: str, cache_dir: str | None,

@@ -121,11 +121,10 @@ def _preload() -> dict[str, str]:
     record: ``{"triton_key": ...}`` on a GPU).
 
     A GPU worker also creates its CUDA context here (CUDA_VISIBLE_DEVICES is fixed when it
-    starts): about a second that no longer sits between a candidate and its verdict; imports
-    cuda.core and makes the one-pass comparison's self-check sets (and the kernel itself, where
-    the executor named its cache: the run compares with it); launches the evaluator's own
-    kernels once (``evaluate.warm``); and computes Triton's key of its install (a forked worker
-    has it from the fork server).
+    starts): about a second that no longer sits between a candidate and its verdict; makes the
+    one-pass comparison kernel where the executor named its cache (the run compares with it);
+    launches the evaluator's own kernels once (``evaluate.warm``); and computes Triton's key of
+    its install (a forked worker has it from the fork server).
     """
     imports()
     import torch
@@ -137,12 +136,12 @@ def _preload() -> dict[str, str]:
             torch.empty(1, device="cuda")
         except Exception:  # a broken device: the job will meet the error and report it
             pass
-        else:  # what the one-pass comparison needs before a job (eval_config.fused_comparison)
-            from openkernel.evaluation.worker import correctness
+        else:
+            cache = os.environ.get(protocol.COMPARE_CACHE_VAR)
+            if cache:  # the run compares with the one-pass kernel (eval_config.fused_comparison)
+                from openkernel.evaluation.worker import correctness
 
-            made = correctness.ahead(os.environ.get(protocol.COMPARE_CACHE_VAR))
-            if made:
-                ready["compare_kernel"] = made
+                ready["compare_kernel"] = correctness.ahead(cache)
             from openkernel.evaluation.worker import evaluate
 
             try:  # the evaluator's own kernels launched once: their modules loaded
