@@ -133,6 +133,7 @@ def warm(device: str) -> float:
     cost each job's checks paid once. Values are drawn from a generator of its own, so the
     job's seeded draws are unchanged."""
     t0 = time.perf_counter()
+    gpu = str(device).startswith("cuda")
     g = torch.Generator(device=device).manual_seed(0)
     tol = tolerances_for(torch.float32)
     with torch.no_grad():
@@ -149,7 +150,7 @@ def warm(device: str) -> float:
             Fingerprints(device, seed=0).of(out)
         flush = torch.empty(1 << 20, dtype=torch.int32, device=device)
         flush.zero_()
-        if str(device).startswith("cuda"):
+        if gpu:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda._sleep(1000)
             start.record()
@@ -157,7 +158,7 @@ def warm(device: str) -> float:
             torch.cuda.synchronize()
             start.elapsed_time(end)
     del ref, out, exact, flush
-    if str(device).startswith("cuda"):
+    if gpu:
         torch.cuda.empty_cache()  # nothing of it held while the worker waits
     return time.perf_counter() - t0
 
