@@ -117,17 +117,14 @@ class EvalConfig(_Strict):
                                  "and profiles hold it alone. Measured on the H200: timings as "
                                  "stable (CV 0.14 % against 0.19 % off), four candidates judged "
                                  "in 0.46x the wall time; false: every check alone too.")
-    fused_comparison: bool = Field(False, description="On a GPU, compare float32 and float64 "
+    fused_comparison: bool = Field(True, description="On a GPU, compare float32 and float64 "
                                    "outputs with one kernel that reads each element once (the "
                                    "same float64 arithmetic per element as the PyTorch passes, "
-                                   "checked against them when each worker starts) instead of "
+                                   "checked against them when each worker makes it) instead of "
                                    "~13 PyTorch passes a block: 0.0062 s against 0.085 s a 6 GiB "
-                                   "output on the H200, but making it in a worker took 2.0-2.3 s "
-                                   "of each job there during a bench, more than it saves (0.66 s "
-                                   "a candidate, median); its likely cause, the self-check's CPU "
-                                   "work on every core's thread, is gone, and a worker now makes "
-                                   "it while it waits for its job: off until a bench on the H200 "
-                                   "shows it.")
+                                   "output on the H200. A GPU worker makes it while it waits for "
+                                   "its job (0.2-0.3 s there, before all 182 jobs of kb22-s30); "
+                                   "false: the PyTorch passes.")
     float64_once: bool | None = Field(None, description="Make the reference's float64 answer "
                                       "of the main input set (what the precision check "
                                       "compares with) once per task, in a worker of its own, "

@@ -104,7 +104,7 @@ class Job:
     max_trials: int = 50
     adaptive_trials: bool = True  # stop timing once the comparison is decided (worker/stopping.py)
     overlap_checks: bool = False  # tests share the GPU with other checks; only timing is alone
-    fused_comparison: bool = False  # outputs compared by one kernel (worker/compare_kernel.py)
+    fused_comparison: bool = True  # outputs compared by one kernel (worker/compare_kernel.py)
     incumbent_speedup: float = 0.0  # the best kernel's speedup so far (0: none), for stopping
     plan: dict = field(default_factory=dict)  # a MemoryPlan as JSON (records.MemoryPlan)
     # the task's float64 answer of the main set (worker/float64.py): written there by a
