@@ -7,12 +7,12 @@ parameters and buffers live), then copy each call's inputs into the graph's stat
 replay it. What the written module does, and why:
 
 * warm-up: the first call of a signature runs the kernels once eagerly on the caller's stream,
-  so Triton compiles outside the capture, then captures them on one capture stream per device
-  and replays. torch's examples warm up on the capture stream instead, so that state made
-  lazily per stream exists before the capture; here the only such state is a library call's
-  cuBLAS workspace, which is then made inside the capture, from the graph's pool (as
-  torch.compile's CUDA-graph trees make theirs on purpose), and launches on a stream the caller
-  does not time would read as hidden work to the evaluator;
+  so Triton compiles outside the capture, then captures them on the process's capture stream
+  of the device (one for every module) and replays. torch's examples warm up on the capture
+  stream instead, so that state made lazily per stream exists before the capture; here the
+  only such state is a library call's cuBLAS workspace, which is then made inside the capture,
+  from the graph's pool (as torch.compile's CUDA-graph trees make theirs on purpose), and
+  launches on a stream the caller does not time would read as hidden work to the evaluator;
 * outputs: a replay overwrites the graph's static outputs, so each call returns clones (one
   copy an output); a caller holding an earlier output never sees it change, and the copies are
   timed with the rest;
@@ -31,8 +31,8 @@ replay it. What the written module does, and why:
   (the capture stream's cuBLAS workspace does), and asserts; a second instance made after the
   first was freed met that on the H200 (a sweep's winner, judged on a fresh instance:
   level3/4 LeNet5, kb22-s27-b). The warm-up's own memory goes back to the GPU before a capture
-  (not held beside the graph's); the module's captures take turns (one capture stream per
-  device, whatever thread calls);
+  (not held beside the graph's); captures take turns (one capture stream per device for the
+  process, whatever module or thread calls);
 * on the CPU, under the Triton interpreter, with autograd recording, or inside another capture:
   the plain eager forward.
 
@@ -56,11 +56,17 @@ LAUNCH_BYTES = 32 << 20
 LAUNCH_FLOPS = 1e9
 
 REPLAY = '''
+import sys
 import threading
+import types
 
 _GRAPHS = 4  # input signatures whose CUDA graphs are kept (the least recently used one goes)
-_CAPTURE_STREAMS = {}  # device -> its capture stream (one: a cuBLAS workspace is kept per stream)
-_CAPTURING = threading.Lock()  # one capture at a time (the capture stream is shared)
+# One capture stream per device for every module of the process, and one capture at a time on
+# it: cuBLAS keeps a workspace per stream for the process's life (32 MiB on a Hopper GPU), and
+# a sweep imports a module per combination.
+_SHARED = sys.modules.setdefault("_openkernel_capture", types.ModuleType("_openkernel_capture"))
+_CAPTURE_STREAMS = _SHARED.__dict__.setdefault("streams", {})  # device -> its capture stream
+_CAPTURING = _SHARED.__dict__.setdefault("lock", threading.Lock())
 
 
 def _replayed(module, kernels, inputs):
