@@ -185,6 +185,11 @@ def test_a_graph_capable_module_runs_its_kernels_eagerly_under_the_interpreter(i
     x = torch.randn(5, 64)
     torch.testing.assert_close(candidate(x), model(x), atol=1e-4, rtol=1e-4)
     assert "_cuda_graphs" not in candidate.__dict__  # never captured: eager
+    # Another combination's module (a sweep imports one each) captures on the same streams, in
+    # turn with this one: cuBLAS keeps a workspace per stream for the process's life.
+    other = _load(render(plan, {**PARAMS, "CUDA_GRAPH": 1, "BLOCK": 256}), tmp_path / "other.py")
+    assert other is not module and other._CAPTURING is module._CAPTURING
+    assert other._CAPTURE_STREAMS is module._CAPTURE_STREAMS
 
     from openkernel.generators.seeds.render import render as render_seed
     from openkernel.generators.seeds.rewrite import parse
