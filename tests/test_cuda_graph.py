@@ -7,7 +7,7 @@ seed) runs its kernels eagerly there and matches the reference; the evaluator's 
 guards the graph methods it wraps; the ``cudagraphs`` baseline's config, and the bench summary's
 ratio over it. On the H200 (``gpu``): a replaying candidate judged by the real evaluator with
 held-out sizes, what a replay does (new signatures, outputs kept, weights followed, launches and
-ops counted), and the reduce-overhead baseline timed.
+ops counted), each capture's own cuBLAS workspace, and the reduce-overhead baseline timed.
 """
 
 from __future__ import annotations
@@ -346,6 +346,55 @@ def test_a_fresh_instance_captures_after_the_first_was_freed(tmp_path):
             del candidate
             gc.collect()
             torch.cuda.empty_cache()
+
+
+def _private_pools() -> set:
+    """The ids of the CUDA-graph pools that hold GPU memory now (the caching allocator's)."""
+    return {tuple(s["segment_pool_id"]) for s in torch.cuda.memory_snapshot()
+            if tuple(s.get("segment_pool_id", (0, 0))) != (0, 0)}
+
+
+@pytest.mark.gpu
+def test_each_capture_owns_its_cublas_workspace(tmp_path):
+    """Graphs of two combinations' modules, both with a cuBLAS call, captured on the process's
+    one capture stream. PyTorch keeps a cuBLAS workspace per stream and hands it to the next
+    capture there: the second graph would replay into the first's workspace, in the first
+    instance's pool. Once that instance is gone its pool must go back to the GPU whole, and the
+    second must still replay right into memory others now hold (pytorch/pytorch#193402)."""
+    import gc
+
+    torch.manual_seed(0)
+    model = GeluSoftmax().eval()
+    trace = trace_forward(model, [torch.randn(32, 64)])
+    model = model.cuda()
+    plan = plan_for(None, trace, library=True)  # addmm in the graph: a cuBLAS workspace
+    x = torch.randn(32, 64, device="cuda")
+    before = _private_pools()
+    with torch.no_grad():
+        made = []
+        for k, block in enumerate((32, 64)):
+            module = _load(render(plan, {**PARAMS, "BLOCK_M": block, "CUDA_GRAPH": 1}),
+                           tmp_path / f"owns{k}.py")
+            candidate = module.ModelNew().cuda()
+            candidate.load_state_dict(model.state_dict(), strict=False)
+            torch.testing.assert_close(candidate(x), model(x), atol=1e-4, rtol=1e-4)  # capture
+            made.append(candidate)
+        first, second = made
+        del made, candidate
+        del first
+        gc.collect()
+        torch.cuda.empty_cache()
+        # the freed memory taken by others (as a sweep's next inputs would), then replays
+        held = [torch.full((8 << 20,), 7.0, device="cuda") for _ in range(8)]
+        for batch in (32, 32, 32):
+            y = torch.randn(batch, 64, device="cuda")
+            torch.testing.assert_close(second(y), model(y), atol=1e-4, rtol=1e-4)
+        torch.cuda.synchronize()
+        assert all(bool((h == 7.0).all()) for h in held)
+        del held, second
+        gc.collect()
+        torch.cuda.empty_cache()
+    assert _private_pools() <= before  # no pool kept by a workspace outliving its graphs
 
 
 @pytest.mark.gpu

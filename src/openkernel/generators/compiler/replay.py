@@ -10,9 +10,16 @@ replay it. What the written module does, and why:
   so Triton compiles outside the capture, then captures them on the process's capture stream
   of the device (one for every module) and replays. torch's examples warm up on the capture
   stream instead, so that state made lazily per stream exists before the capture; here the
-  only such state is a library call's cuBLAS workspace, which is then made inside the capture,
-  from the graph's pool (as torch.compile's CUDA-graph trees make theirs on purpose), and
-  launches on a stream the caller does not time would read as hidden work to the evaluator;
+  only such state is a library call's cuBLAS workspace, and launches on a stream the caller
+  does not time would read as hidden work to the evaluator;
+* cuBLAS workspace: PyTorch keeps one per stream and hands it to every later call there, a
+  capture included, which bakes its address into the graph. So every capture is made between
+  two clearings of PyTorch's workspaces, as torch.compile's CUDA-graph trees make theirs: the
+  capture's own workspace comes from its graph's pool and no later capture is handed it. Else
+  graphs of other instances share the first capture's workspace: it pins that instance's
+  pool after the instance is gone (memory), and PyTorch versions that clear a stream's
+  workspace when a graph on it is destroyed leave the others replaying into freed memory
+  (pytorch/pytorch#193402: wrong outputs or an illegal address, blamed on the candidate);
 * outputs: a replay overwrites the graph's static outputs, so each call returns clones (one
   copy an output); a caller holding an earlier output never sees it change, and the copies are
   timed with the rest;
@@ -26,11 +33,11 @@ replay it. What the written module does, and why:
   the others 3.1-3.3x). That is safe because each replay is whole in itself: its inputs are
   copied into buffers made outside the pool, every intermediate is written before it is read,
   and its outputs are cloned at once, so another graph's replay writing over the same memory in
-  between leaves nothing stale. The pool is the instance's, not the module's: PyTorch's
-  allocator cannot capture into a pool whose graphs are all gone while a block of it lives on
-  (the capture stream's cuBLAS workspace does), and asserts; a second instance made after the
-  first was freed met that on the H200 (a sweep's winner, judged on a fresh instance:
-  level3/4 LeNet5, kb22-s27-b). The warm-up's own memory goes back to the GPU before a capture
+  between leaves nothing stale (a graph's cuBLAS workspace is such scratch too). The pool is
+  the instance's, not the module's: PyTorch's allocator cannot capture into a pool whose
+  graphs are all gone while a block of it lives on, and asserts; a second instance made after
+  the first was freed met that on the H200 when a cuBLAS workspace outlived the captures
+  (level3/4 LeNet5, kb22-s27-b). The warm-up's own memory goes back to the GPU before a capture
   (not held beside the graph's); captures take turns (one capture stream per device for the
   process, whatever module or thread calls);
 * on the CPU, under the Triton interpreter, with autograd recording, or inside another capture:
@@ -62,8 +69,8 @@ import types
 
 _GRAPHS = 4  # input signatures whose CUDA graphs are kept (the least recently used one goes)
 # One capture stream per device for every module of the process, and one capture at a time on
-# it: cuBLAS keeps a workspace per stream for the process's life (32 MiB on a Hopper GPU), and
-# a sweep imports a module per combination.
+# it (a sweep imports a module per combination); each capture between two clearings of the
+# cuBLAS workspaces, which PyTorch keeps per stream (32 MiB each on a Hopper GPU).
 _SHARED = sys.modules.setdefault("_openkernel_capture", types.ModuleType("_openkernel_capture"))
 _CAPTURE_STREAMS = _SHARED.__dict__.setdefault("streams", {})  # device -> its capture stream
 _CAPTURING = _SHARED.__dict__.setdefault("lock", threading.Lock())
@@ -105,6 +112,7 @@ def _capture(module, kernels, inputs, device):
                          for t in inputs]
         kernels(*static_inputs)
         with _CAPTURING:
+            torch._C._cuda_clearCublasWorkspaces()  # this capture's is made in its graph's pool
             torch.cuda.empty_cache()  # the warm-up's memory: not held beside the graph's
             graph = torch.cuda.CUDAGraph()
             if device not in _CAPTURE_STREAMS:
@@ -112,9 +120,12 @@ def _capture(module, kernels, inputs, device):
             pools = module.__dict__.setdefault("_cuda_pools", {})
             if device not in pools:
                 pools[device] = torch.cuda.graph_pool_handle()
-            with torch.cuda.graph(graph, pool=pools[device], stream=_CAPTURE_STREAMS[device],
-                                  capture_error_mode="thread_local"):
-                static_outputs = kernels(*static_inputs)
+            try:
+                with torch.cuda.graph(graph, pool=pools[device], stream=_CAPTURE_STREAMS[device],
+                                      capture_error_mode="thread_local"):
+                    static_outputs = kernels(*static_inputs)
+            finally:
+                torch._C._cuda_clearCublasWorkspaces()  # ...and handed to no later capture
     return graph, static_inputs, static_outputs
 
 
