@@ -19,7 +19,10 @@ replay it. What the written module does, and why:
   graphs of other instances share the first capture's workspace: it pins that instance's
   pool after the instance is gone (memory), and PyTorch versions that clear a stream's
   workspace when a graph on it is destroyed leave the others replaying into freed memory
-  (pytorch/pytorch#193402: wrong outputs or an illegal address, blamed on the candidate);
+  (pytorch/pytorch#193402: wrong outputs or an illegal address, blamed on the candidate). The
+  clearing is process-wide: a cuBLAS call of another thread at that moment may lose its
+  workspace to the allocator, but only a sweep's first calls, whose outputs are dropped, run
+  beside a capture;
 * outputs: a replay overwrites the graph's static outputs, so each call returns clones (one
   copy an output); a caller holding an earlier output never sees it change, and the copies are
   timed with the rest;
