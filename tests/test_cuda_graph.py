@@ -185,8 +185,8 @@ def test_a_graph_capable_module_runs_its_kernels_eagerly_under_the_interpreter(i
     x = torch.randn(5, 64)
     torch.testing.assert_close(candidate(x), model(x), atol=1e-4, rtol=1e-4)
     assert "_cuda_graphs" not in candidate.__dict__  # never captured: eager
-    # Another combination's module (a sweep imports one each) captures on the same streams, in
-    # turn with this one: cuBLAS keeps a workspace per stream for the process's life.
+    # Another combination's module (a sweep imports one each) captures on the same stream, in
+    # turn with this one: each capture clears the process's cuBLAS workspaces around it.
     other = _load(render(plan, {**PARAMS, "CUDA_GRAPH": 1, "BLOCK": 256}), tmp_path / "other.py")
     assert other is not module and other._CAPTURING is module._CAPTURING
     assert other._CAPTURE_STREAMS is module._CAPTURE_STREAMS
@@ -379,15 +379,14 @@ def test_each_capture_owns_its_cublas_workspace(tmp_path):
             candidate.load_state_dict(model.state_dict(), strict=False)
             torch.testing.assert_close(candidate(x), model(x), atol=1e-4, rtol=1e-4)  # capture
             made.append(candidate)
-        first, second = made
-        del made, candidate
-        del first
+        second = made.pop()
+        del made, candidate  # the first instance: its graph and pool go
         gc.collect()
         torch.cuda.empty_cache()
         # the freed memory taken by others (as a sweep's next inputs would), then replays
         held = [torch.full((8 << 20,), 7.0, device="cuda") for _ in range(8)]
-        for batch in (32, 32, 32):
-            y = torch.randn(batch, 64, device="cuda")
+        for _ in range(3):
+            y = torch.randn(32, 64, device="cuda")
             torch.testing.assert_close(second(y), model(y), atol=1e-4, rtol=1e-4)
         torch.cuda.synchronize()
         assert all(bool((h == 7.0).all()) for h in held)
@@ -399,8 +398,8 @@ def test_each_capture_owns_its_cublas_workspace(tmp_path):
 
 @pytest.mark.gpu
 def test_first_calls_side_by_side_capture_in_turn(tmp_path):
-    """A sweep's first calls run in threads: graphed combinations (each its own module, stream
-    and pool) capture side by side, each correct, and later replays of any stay so."""
+    """A sweep's first calls run in threads: graphed combinations (each its own module and
+    pool, one capture stream) capture in turn, each correct, and later replays of any stay so."""
     from concurrent.futures import ThreadPoolExecutor
 
     torch.manual_seed(0)
