@@ -39,6 +39,30 @@ HOSTILE = {
     "shape_overfit": (Status.INCORRECT, "held_out_shapes"),
     "wrong": (Status.INCORRECT, None),
     "reuse_ref": (Status.INCORRECT, "*"),  # CPU: wrong or named; the named case is a GPU test
+    # Issue 56: every timed call is a checked call, and checked and timed calls look alike.
+    "lazy_calls": (Status.INCORRECT, "timed_calls"),
+    "sniff_stack": (Status.CORRECT, None),  # its own stack names no phase: it stays honest
+    "same_frames": (Status.CORRECT, None),  # every call, checked or timed, comes the same way
+    "sniff_threads": (Status.INCORRECT, "timed_calls"),
+    "read_answer": (Status.INCORRECT, None),
+    "nan_out": (Status.INCORRECT, None),
+    "inf_out": (Status.INCORRECT, None),
+    "process": (Status.INCORRECT, "background_process"),
+    "patch_sync": (Status.INCORRECT, "patched_functions"),
+    # uninitialised memory: the last round's poisoned reference answer on a GPU
+    "reuse_later": (Status.INCORRECT, ("timed_calls", "reference_memory_reuse")),
+    "mutate_later": (Status.INCORRECT, "inputs_modified"),
+    "precision_later": (Status.INCORRECT, "timed_calls"),
+    "subclass_ref": (Status.INCORRECT, "torch_compute"),
+    "memo_id": (Status.INCORRECT, "memoization"),
+    "thread_later": (Status.INCORRECT, "background_thread"),
+}
+# What the verdict must say besides the check's name (what it saw, and where)
+SAID = {
+    "lazy_calls": "timed call", "sniff_threads": "timed call", "reuse_later": "timed call",
+    "mutate_later": "timed call", "precision_later": "computes less exactly when timed",
+    "thread_later": "timed call", "nan_out": "NaN value(s) in the output",
+    "inf_out": "infinities differ", "process": "a process started in forward",
 }
 
 
@@ -72,11 +96,13 @@ def test_hostile_candidate_is_caught(hostile_results, name):
     result = hostile_results[name]
     assert result.get_status() == status, result.eval_log
     violation = result.metadata.get("integrity_violation")
+    assert SAID.get(name, "") in result.eval_log, result.eval_log
     if check == "*":
         return
-    assert violation == check, result.eval_log
+    allowed = check if isinstance(check, tuple) else (check,)
+    assert violation in allowed, result.eval_log
     if check:
-        assert f"[{check}]" in result.eval_log
+        assert f"[{violation}]" in result.eval_log
         assert result.runtime_improvement == -1.0 and not result.correctness
         assert result.perf_score in (1, 2)  # built (static rejection) or ran
 
@@ -92,7 +118,20 @@ def test_honest_candidate_is_timed_and_labelled(hostile_results):
     assert stats["reference"]["n_trials"] == stats["n_trials"]  # interleaved A B A B
     assert result.runtime_improvement == pytest.approx(stats["reference"]["median"] / result.runtime)
     assert set(result.metadata["integrity_checks"]) >= {"kernel_launches", "memoization",
-                                                        "inputs_modified", "precision"}
+                                                        "inputs_modified", "precision",
+                                                        "timed_calls", "background_process"}
+    timed = result.metadata["timed_calls"]  # every timed call checked, warm-up rounds too
+    assert timed["checked"] and timed["calls"] == timed["input_sets"] >= stats["n_trials"] + 3
+    assert "every timed call checked" in result.eval_log
+    assert "earlier threads unconfined" not in result.eval_log  # forwards run confined
+
+
+def test_honest_sniffers_are_judged_at_their_honest_speed(hostile_results):
+    """A kernel that would cheat where its stack names a timer finds none: judged like the
+    honest kernel, not 48x faster (the same-frames canary proves every call comes the same way)."""
+    honest = hostile_results["good_gelu"].runtime
+    for name in ("sniff_stack", "same_frames"):
+        assert hostile_results[name].runtime > honest / 3, hostile_results[name].eval_log
 
 
 def test_tiny_outputs_need_relative_error(tmp_path):
@@ -115,7 +154,8 @@ def test_gpu_hostile_candidates(tmp_path):
     for name, (status, check) in HOSTILE.items():
         got = (results[name].get_status(), results[name].metadata.get("integrity_violation"))
         print(name, got, results[name].runtime_improvement)
-        if got[0] != status or (check != "*" and got[1] != check):
+        allowed = check if isinstance(check, tuple) else (check,)
+        if got[0] != status or (check != "*" and got[1] not in allowed):
             wrong[name] = (got, results[name].eval_log[-1500:])
     assert not wrong, wrong
     assert "cuda events" in results["good_gelu"].metadata["timing_method"]

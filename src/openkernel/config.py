@@ -111,6 +111,14 @@ class EvalConfig(_Strict):
                                   "comparison with the reference (and the best so far) is "
                                   "decided by a confidence interval, instead of always spending "
                                   "the whole timing budget.")
+    check_timed_calls: bool = Field(True, description="Time the candidate and the reference in "
+                                    "rounds, each on an input set of its own drawn from a "
+                                    "random seed when the round starts, and compare every "
+                                    "timed call's output with the reference's (and its inputs "
+                                    "unchanged, no thread or process left behind): a kernel "
+                                    "that behaves only while checked is caught. false: one "
+                                    "input set, no timed output looked at; only to measure "
+                                    "what the checks cost (the result says it was unchecked).")
     overlap_checks: bool = Field(True, description="On a GPU, correctness, integrity and "
                                  "held-out-shape checks of different candidates share the GPU "
                                  "(as many at once as the memory plan fits); only timed trials "

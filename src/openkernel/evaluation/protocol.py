@@ -106,6 +106,8 @@ class Job:
     overlap_checks: bool = False  # tests share the GPU with other checks; only timing is alone
     fused_comparison: bool = True  # outputs compared by one kernel (worker/compare_kernel.py)
     incumbent_speedup: float = 0.0  # the best kernel's speedup so far (0: none), for stopping
+    check_timed_calls: bool = True  # each timed round on fresh inputs, its outputs compared
+    seed_base: int = 0  # correctness seeds are seed_base + 1..N (a re-judgement: fresh ones)
     plan: dict = field(default_factory=dict)  # a MemoryPlan as JSON (records.MemoryPlan)
     # the task's float64 answer of the main set (worker/float64.py): written there by a
     # float64 job, read (when present and made from the same inputs) by a candidate's checks

@@ -548,7 +548,8 @@ class Evaluator:
                 "max_trials": 2000 if gpu else 50, "adaptive_trials": self.ec.adaptive_trials,
                 "incumbent_speedup": self.incumbent_speedup,
                 "overlap_checks": self.ec.overlap_checks,
-                "fused_comparison": self.ec.fused_comparison}
+                "fused_comparison": self.ec.fused_comparison,
+                "check_timed_calls": self.ec.check_timed_calls}
 
     def _acquire(self, arch: str | None = None, exclusive: bool = False) -> int | None:
         """A GPU slot of ``arch`` (default: the primary target's), None on the CPU."""

@@ -99,7 +99,7 @@ def from_worker(payload: dict | None, *, phase: str, timed_out: str | None,
     p = payload
     for key in ("integrity_violation", "integrity_checks", "heldout_ok", "heldout_source",
                 "confinement", "weights_copied", "runnable", "kernels", "precision_flags",
-                "comparison"):
+                "comparison", "timed_calls"):
         if key in p:
             meta[key] = p[key]
     meta["timing_method"] = CPU_TIMING if hw.device == "cpu" else p.get("timing_method", "")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import secrets
 import threading
 import time
 import traceback
@@ -32,9 +33,11 @@ import torch
 
 from openkernel.aten_ops import compute_ops, torch_covers
 from openkernel.evaluation.protocol import PKG_DIR, Job, compare_cache
+from openkernel.evaluation.worker import benchmark as timed_rounds
 from openkernel.evaluation.worker import correctness, float64
 from openkernel.evaluation.worker import integrity as ig
 from openkernel.evaluation.worker import precision
+from openkernel.evaluation.worker.caller import Caller
 from openkernel.evaluation.worker.build import (
     CompileNotifier,
     check_cuda_sources,
@@ -180,6 +183,7 @@ class Evaluation:
             torch.cuda.set_per_process_memory_fraction(fraction)
             self.stream = torch.cuda.current_stream().cuda_stream  # the stream events time
         self.timer = Timer(self.device)  # captures synchronize / Event before the candidate
+        self.caller = Caller(self.device)  # every forward, the same way (caller.py)
         self.counter = ig.LaunchCounter()
         self.guard = ig.Guard(extra=list(self.counter.wrapped))
         self.flags = precision.current()  # the run's TF32 flags (worker/main.py set them)
@@ -343,8 +347,7 @@ class Evaluation:
             model = self.rt.make_model(module.ModelNew)
             load_state(self.ref_model, model)
             inputs = self.rt.inputs(0)
-            with torch.no_grad():
-                model(*inputs)
+            self.caller(model, inputs)
         except LaunchError as err:
             self.payload["runnable"] = True  # it could not have run anywhere: judged here
             self.log.append(f"first call failed: launch description rejected: {err}")
@@ -362,32 +365,47 @@ class Evaluation:
 
     # -- one call with the per-call checks --------------------------------------------------
     def call(self, inputs: list, record: bool = False) -> tuple[list, list[str]]:
-        """One forward of the candidate (its code: its failures are its own)."""
+        """One checked forward of the candidate (its code: its failures are its own)."""
         t0 = time.perf_counter()
-        threads, launches = _active_count(), self.counter.count
-        before = int(torch.cuda.memory_allocated()) if self.gpu else 0
+        before = self.before_call()
         recorder = ig.OpRecorder() if record else None
+        out = self.forward(inputs, (lambda: recorder) if recorder else None)
+        if self.gpu:
+            self.timer._sync()
+        outs = self.after_call(before, out)
+        self._spent("the candidate's calls", t0)
+        return outs, (recorder.ops if recorder else [])
+
+    def forward(self, inputs: list, around=None):
+        """The candidate's forward on ``inputs``, through the caller (a timed call is this)."""
         self.cand_ran = True
         try:
-            with torch.no_grad():
-                if recorder:
-                    with recorder:
-                        out = self.model(*inputs)
-                else:
-                    out = self.model(*inputs)
-            if self.gpu:
-                self.timer._sync()
+            return self.caller(self.model, inputs, around)
         except torch.OutOfMemoryError as err:
             if self._crowded(err):
                 raise EvaluatorFault("running the candidate", "out_of_memory",
                                      f"the GPU was short of memory the plan counted on: {err}") from err
             raise
-        why = precision.changed(self.flags)
-        if why:
-            raise ig.IntegrityViolation("precision", why)
+
+    def before_call(self) -> tuple:
+        """What :meth:`after_call` compares with: threads, launches, memory, child processes."""
+        memory = int(torch.cuda.memory_allocated()) if self.gpu else 0
+        return _active_count(), self.counter.count, memory, ig.has_children()
+
+    def after_call(self, before: tuple, out) -> list:
+        """The checks every call of the candidate gets, checked or timed, once it returned (and,
+        on a GPU, its work finished): its outputs, flattened."""
+        threads, launches, memory, children = before
         if _active_count() > threads:
             raise ig.IntegrityViolation("background_thread", "a thread started in forward was "
                                         "still running when it returned (work hidden from the timer)")
+        if not children and ig.has_children():
+            raise ig.IntegrityViolation("background_process", "a process started in forward "
+                                        "was still there when it returned (work hidden from the "
+                                        "timer)")
+        why = precision.changed(self.flags)
+        if why:
+            raise ig.IntegrityViolation("precision", why)
         if self.gpu:
             other = self.counter.streams - {self.stream}
             self.counter.streams.clear()
@@ -403,18 +421,12 @@ class Evaluation:
         if problem:
             raise ig.IntegrityViolation("lazy_output", problem)
         if self.gpu:
-            self.cand_kept = max(0, int(torch.cuda.memory_allocated()) - before - _nbytes(outs))
-        self._spent("the candidate's calls", t0)
-        return outs, (recorder.ops if recorder else [])
+            self.cand_kept = max(0, int(torch.cuda.memory_allocated()) - memory - _nbytes(outs))
+        return outs
 
     def reference(self, inputs: list, record: bool = False) -> tuple[list, list[str]]:
         recorder = ig.OpRecorder() if record else None
-        with torch.no_grad():
-            if recorder:
-                with recorder:
-                    out = self.ref_model(*inputs)
-            else:
-                out = self.ref_model(*inputs)
+        out = self.caller(self.ref_model, inputs, (lambda: recorder) if recorder else None)
         return flatten_outputs(out), (recorder.ops if recorder else [])
 
     def retire(self, ref_outs: list) -> None:
@@ -441,31 +453,37 @@ class Evaluation:
 
     def explain(self, where: str, msg: str, outs: list, stats: dict) -> bool:
         """Name the cheat behind a mismatch when one explains it (True: a violation is recorded)."""
+        named = self.explained(where, msg, outs, stats)
+        if named:
+            self.violation(*named)
+        return named is not None
+
+    def explained(self, where: str, msg: str, outs: list, stats: dict) -> tuple[str, str] | None:
+        """The check and message that name the cheat behind a mismatch, or None."""
         if outs and "relative error" in msg and stats.get("ref_norm") and (
                 stats.get("out_norm", 0.0) < 0.1 * stats["ref_norm"]):
-            self.violation("tiny_outputs", f"{where}: {msg}; the output is (nearly) zero "
-                           "where the reference's is small but not zero")
-            return True
+            return "tiny_outputs", (f"{where}: {msg}; the output is (nearly) zero where the "
+                                    "reference's is small but not zero")
         if outs and any(t.data_ptr() in self.ref_ptrs for t in outs):
-            self.violation("reference_memory_reuse", f"{where}: {msg}; the output lies in "
-                           "memory that held a reference output")
-            return True
-        if outs and self.fingerprints is not None:
+            return "reference_memory_reuse", (f"{where}: {msg}; the output lies in memory that "
+                                              "held a reference output")
+        if outs and self.fingerprints is not None and "NaN value" not in msg:
+            # (an output of NaN alone is the same bytes every call: NaN, not a replay, says it)
             with self.ours("fingerprinting an output"):
                 seen = self._print(outs[0]) in self.history
             if seen:
-                self.violation("memoization", f"{where}: returned the previous call's "
-                               "output for new input values")
-                return True
-        return False
+                return "memoization", (f"{where}: returned the previous call's output for new "
+                                       "input values")
+        return None
 
     # -- correctness and integrity ----------------------------------------------------------
     def test(self) -> dict:
         p, rt, tol = self.payload, self.rt, self.rt.hook("get_tolerances")
         self.ran_checks("static_scan", "patched_functions", "kernel_launches", "background_thread",
-                        "lazy_output", "inputs_modified", "reference_memory_reuse", "memoization",
+                        "background_process", "lazy_output", "inputs_modified", "reference_memory_reuse", "memoization",
                         "precision", "torch_compute", "held_out_shapes")
-        seeds = list(range(1, self.job.correctness_seeds + 1))
+        base = self.job.seed_base  # 0; a re-judgement draws fresh seeds (host/results.py)
+        seeds = list(range(base + 1, base + self.job.correctness_seeds + 1))
         inputs: list = []
         for k, seed in enumerate(seeds):
             inputs = []  # one input set alive at a time
@@ -511,7 +529,7 @@ class Evaluation:
         self.mark("seeds")
         # Same addresses, new values: a result keyed on data_ptr (or cached) shows here.
         with self.ours("rewriting the inputs in place"):
-            fresh = rt.inputs(10_000)
+            fresh = rt.inputs(base + 10_000)
             for t, f in zip(tensors_in(inputs), tensors_in(fresh)):
                 t.copy_(f)
             del fresh
@@ -534,7 +552,7 @@ class Evaluation:
             return p
         self.mark("precision")
         with self.ours("making the held-out inputs"):
-            extra, source = rt.extra_inputs(20_000, self.ref_model)
+            extra, source = rt.extra_inputs(base + 20_000, self.ref_model)
         p["heldout_source"] = source
         n_extra = len(extra)
         while extra:
@@ -584,7 +602,7 @@ class Evaluation:
                 inputs, label = small
                 del small
             else:
-                inputs = main if main is not None else self.rt.inputs(1)
+                inputs = main if main is not None else self.rt.inputs(self.job.seed_base + 1)
                 label = "the main input set"
         host = self.plan.precision_on_host and self.gpu
         exact, why = None, ""
@@ -629,41 +647,41 @@ class Evaluation:
         return None
 
     def benchmark(self) -> None:
+        """The candidate and the reference timed in rounds; every timed call checked
+        (``benchmark.py``), unless the job says otherwise (to measure what that costs)."""
         self.ch.phase("benchmark")
-        with self.ours("generating the benchmark inputs"):
-            inputs = self.rt.inputs(1)
-            # The candidate left its inputs alone (checked): both share them, unless the
-            # reference writes into its own.
-            ref_in = clone(inputs) if self.plan.keep_pristine else inputs
-        def reference():
-            with self.ours("timing the reference", timed=True):
-                return self.ref_model(*ref_in)
-
-        incumbent = self.job.incumbent_speedup
-
-        def stop(s):
-            return stopping.decided(s["reference"], s["candidate"], incumbent)
-
-        with torch.no_grad():
-            samples = self.timer.interleaved(
-                {"reference": reference, "candidate": lambda: self.model(*inputs)},
-                budget_s=self.job.bench_budget_s, min_trials=self.job.min_trials,
-                max_trials=self.job.max_trials,
-                stop=stop if self.job.adaptive_trials else None,
-                check_every=stopping.CHECK_EVERY)
+        if self.job.check_timed_calls:
+            self.ran_checks("timed_calls")
+            samples, record = timed_rounds.Rounds(self).run()
+            self.log.append(f"every timed call checked: {record['calls']} calls of the "
+                            f"candidate and of the reference, each round on an input set of its "
+                            f"own, outputs compared (largest relative error "
+                            f"{record['max_rel_error']:.3g}; {record['checked_rel_error']:.3g} "
+                            "on the checked seeds)")
+        else:
+            samples, record = timed_rounds.unchecked(self)
+            self.log.append("timed calls not checked (eval_config.check_timed_calls: false): "
+                            "one input set for every call, no timed output compared")
+        self.payload["timed_calls"] = record
         ref, cand = summarize(samples["reference"]), summarize(samples["candidate"])
         cand.update(stopping.verdict(samples["reference"], samples["candidate"]),
                     stop_reason=self.timer.stop_reason, adaptive=self.job.adaptive_trials)
         self.payload.update(ref_stats=ref, cand_stats=cand)
         if self.gpu:
-            self.gpu_checks(inputs, cand)
+            self.gpu_checks(cand)
         self.mark("benchmark")
 
-    def gpu_checks(self, inputs: list, cand: dict) -> None:
-        with torch.no_grad():
-            names, kernel_ms, tries = ig.hidden_work(
-                lambda: ig.kernel_profile(lambda: self.model(*inputs), self.timer._sync),
-                cand["median"])
+    def gpu_checks(self, cand: dict) -> None:
+        with self.ours("making the profiled call's inputs"):
+            inputs = self.rt.inputs(secrets.randbits(62))
+
+        def profiled() -> tuple[list[str], float]:
+            profile = ig.KernelProfile(self.timer._sync)
+            self.forward(inputs, lambda: profile)
+            return profile.names, profile.kernel_ms
+
+        names, kernel_ms, tries = ig.hidden_work(profiled, cand["median"])
+        del inputs
         self.payload["kernels"] = sorted(set(names))[:20]
         self.ran_checks("hidden_work")
         seen = ", ".join(f"{t:.4f}" for t in tries)
@@ -737,8 +755,8 @@ def judge_built(ev: Evaluation) -> dict:
         with ev.ours("generating inputs"):
             warm = ev.rt.inputs(0)
         ch.phase("warmup")  # the first call; its kernel compilations count as build time
-        with torch.no_grad():
-            first = flatten_outputs(ev.model(*warm))
+        children = ig.has_children()
+        first = flatten_outputs(ev.caller(ev.model, warm))
         if ev.gpu:
             ev.timer._sync()
         with ev.ours("fingerprinting an output"):
@@ -758,6 +776,9 @@ def judge_built(ev: Evaluation) -> dict:
         ev.log.append(("kernel compilation failed" if compile_err else "first call failed")
                       + f":\n{_tail(err)}")
         return ev.payload
+    if not children and ig.has_children():  # (threads: a first call may start a library's)
+        return ev.violation("background_process", "the first call: a process started in "
+                            "forward was still there when it returned (work hidden from the timer)")
     if ev.gpu:
         torch.cuda.empty_cache()  # while waiting for the turn, hold no task data for others
     ev.mark("warmup")

@@ -14,7 +14,8 @@ Dynamic checks decide; they run inside the worker around the candidate's calls:
   (recorded with a ``TorchDispatchMode``), so a decoy kernel plus PyTorch math is caught;
 * ``patched_functions``: timers, synchronisation, RNG and comparison functions must be the
   very objects captured before the candidate was imported;
-* ``background_thread``: no thread may outlive a forward call;
+* ``background_thread``: no thread may outlive a forward call (nor a process:
+  ``background_process``);
 * ``lazy_output``: outputs are plain, materialised ``torch.Tensor`` objects;
 * the runner adds ``inputs_modified``, ``memoization``, ``reference_memory_reuse``,
   ``precision``, ``held_out_shapes`` and, on a GPU, ``hidden_work`` (profiler kernel time
@@ -300,21 +301,59 @@ def output_problem(outs: list, ref_device: torch.device) -> str | None:
     return None
 
 
+class KernelProfile:
+    """Around one call: the CUDA kernels it launches (``names``) and their summed device time in
+    ms (``kernel_ms``), GPU only. A context manager, so that the caller's thread enters it
+    around the call there (caller.py), the call's frames the same as any other call's."""
+
+    def __init__(self, sync: Callable[[], None]):
+        self.sync = sync
+        self.names: list[str] = []
+        self.kernel_ms = 0.0
+
+    def __enter__(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        self.sync()
+        self._prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        from torch.autograd import DeviceType
+
+        try:
+            self.sync()
+        finally:
+            self._prof.__exit__(*exc)
+        if exc[0] is None:
+            total_us = 0.0
+            for evt in self._prof.events():
+                if evt.device_type == DeviceType.CUDA:
+                    self.names.append(evt.name)
+                    total_us += getattr(evt, "device_time", None) or getattr(evt, "cuda_time", 0.0)
+            self.kernel_ms = total_us / 1e3
+        return False
+
+
 def kernel_profile(fn: Callable[[], Any], sync: Callable[[], None]) -> tuple[list[str], float]:
     """CUDA kernels one call launches (names) and their summed device time in ms (GPU only)."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    sync()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with KernelProfile(sync) as profile:
         fn()
-        sync()
-    names, total_us = [], 0.0
-    for evt in prof.events():
-        if evt.device_type == DeviceType.CUDA:
-            names.append(evt.name)
-            total_us += getattr(evt, "device_time", None) or getattr(evt, "cuda_time", 0.0)
-    return names, total_us / 1e3
+    return profile.names, profile.kernel_ms
+
+
+def has_children() -> bool:
+    """Whether this process has a child, running or exited and not yet waited for (the worker
+    is a child subreaper, sandbox.py, so a grandchild whose parent left counts too). A process
+    a forward leaves behind can finish its work where no timer looks (``background_process``)."""
+    import os
+
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 PROFILE_TRIES = 3  # profiled calls at most before work outside the timed stream is called hidden

@@ -136,6 +136,9 @@ def confine(scratch: Path, read_only: list[Path], gpu: bool, writable: list[Path
     Returns:
         One line: ``"landlock ABI N: ..."`` when confined, ``"unconfined: REASON"`` when not.
     """
+    # A child subreaper: a process the candidate starts stays this worker's descendant even when
+    # its parent leaves (a double fork), so integrity.has_children sees it.
+    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
     try:
         return _confine(Path(scratch).resolve(), [Path(p) for p in read_only], gpu,
                         [Path(p).resolve() for p in writable])

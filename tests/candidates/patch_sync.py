@@ -1,0 +1,33 @@
+"""Hostile (synchronisation patch): replaces torch.cuda.synchronize with a no-op so that the timer stops before the kernel ends (patched_functions)."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gelu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476)), mask=mask)
+
+
+def gelu(x):
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    gelu_kernel[(triton.cdiv(x.numel(), 4096),)](x, out, x.numel(), BLOCK=4096)
+    return out
+
+
+
+def _no_wait(*args, **kwargs):
+    return None
+
+
+torch.cuda.synchronize = _no_wait
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return gelu(x)
