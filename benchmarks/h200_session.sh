@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
-# Stages: gputests, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
+# Stages: gputests, timed-checks, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
 #         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv, conv-points, comparison-cost, compare-prepare, worker-start, bindings-build, triton-first-launch.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
@@ -109,6 +109,30 @@ case "$1" in
     CUDA_VISIBLE_DEVICES=0 timeout -s INT -k 20 "${T:-300}" python3 benchmarks/event_times.py $TASK \
       --set paths.kernels_db_path="$OUT/events.sqlite3" --set eval_config.profile=false ${SETS:-} 2>&1 | tee "$OUT/events.txt" | tail -60
     kill %1 ;;
+  timed-checks)  # issue 56: every timed call checked. GPU=1: the catalogue's GPU cases and the GPU
+    # tests the forwards' own thread touches (profiler, CUDA graphs, confinement, memory);
+    # then openkernel bench over ${KB:-.kb56} (1 iteration x 2 branches, profiles off, eager
+    # baseline only: what is measured is the candidates' own time) with the checks on, suite
+    # ${SUITE:-kb56-on}; CHECKS=0: off (eval_config.check_timed_calls=false, suite kb56-off).
+    # Resumable like kb-bench (the store under $OUT; carry it back in .kbstate/).
+    # first one honest candidate judged end to end: nothing else runs if that fails
+    CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m openkernel.cli eval examples/gelu tests/candidates/good_gelu.py \
+      --json > "$OUT/smoke.json" 2> "$OUT/smoke.err"
+    python3 -c "import json,sys; r=json.load(open('$OUT/smoke.json')); print('smoke:', r['status'], r['runtime_improvement'], r['metadata'].get('timed_calls')); sys.exit(r['status'] not in ('correct','faster'))" \
+      || { tail -30 "$OUT/smoke.err"; python3 -c "import json; print(json.load(open('$OUT/smoke.json'))['eval_log'][-3000:])"; exit 1; }
+    if [ -n "${GPU:-}" ]; then
+      timeout -s INT -k 20 "${TG:-200}" python3 -m pytest -v -m gpu -p no:cacheprovider --timeout "${TT:-150}" -rs --tb=short \
+        tests/test_evaluation_integrity.py tests/test_cuda_graph.py tests/test_blame.py tests/test_sandbox.py \
+        tests/test_memory_plan.py tests/test_float64_answer.py 2>&1 | tee "$OUT/pytest_gpu.txt" | grep -E "PASS|FAIL|ERROR|SKIP|passed|failed|^[a-z_]+ \(" | tail -60
+    fi
+    on=${CHECKS:-1}
+    KB=${KB:-.kb56} SUITE=${SUITE:-kb56-$([ "$on" = 0 ] && echo off || echo on)} ITERS=1 BRANCHES=2 \
+      JSON=${JSON:-kb56_$([ "$on" = 0 ] && echo off || echo on)} \
+      EXTRA="--problem-timeout ${PT:-120} --set eval_config.baselines=[eager] $([ "$on" = 0 ] && echo --set eval_config.check_timed_calls=false) ${EXTRA:-}" kb_bench
+    python3 benchmarks/own_time.py "$OUT/kernels.sqlite3" "${SUITE:-kb56-$([ "$on" = 0 ] && echo off || echo on)}" \
+      --json "$OUT/${JSON:-kb56_$([ "$on" = 0 ] && echo off || echo on)}_own.json" | tail -4
+    python3 benchmarks/timed_checks.py "$OUT/kernels.sqlite3" ${SUITE:-kb56-$([ "$on" = 0 ] && echo off || echo on)} | tail -30
+    ;;
   kb-walls)  # issue 22: the 46 problems of benchmarks/kb22_problems.txt (levels 1-3, level1/68 and
     # level1/84 among them) in ${KB:-.kb22} at 1 iteration x 4 branches, each problem under
     # --problem-timeout ${PT:-300}. PASS=fresh (suite kb22-fresh: every baseline timed anew) first,
