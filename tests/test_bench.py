@@ -334,3 +334,29 @@ def test_a_bench_of_no_iterations_stores_each_problems_probe_and_baselines(suite
     bad = subprocess.run(args[:-1] + ["max_iters=-1"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode != 0 and "max_iters" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_kernel_faster_than_the_hardware_allows_is_flagged_and_never_the_winner(tmp_path):
+    """Too good to be true (issue 56): a reference that sleeps makes an honest kernel look far
+    faster than the Triton interpreter can be. It is judged again on fresh inputs, flagged the
+    second time too, and the table says so instead of calling it the problem's best."""
+    level = tmp_path / "kb" / "level1"
+    _problem(level, "1_SleepyReLU", "__import__('time').sleep(0.25) or torch.relu(x)", dim=64)
+    out = tmp_path / "suite.json"
+    run = _bench(tmp_path, str(level), "--name", "kb-flag", "--json", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    row = json.loads(out.read_text())["problems"][0]
+    assert row["flagged"] >= 1 and not row["correct"] and row["speedup"] is None, row
+    assert "flagged for review, never the winner" in row["flagged_note"]
+    assert "over the reference on the CPU" in row["flagged_note"]
+    assert "flagged for review" in run.stdout
+
+    from openkernel.store.db import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'runs' / 'kernels.sqlite3'}")
+    kernels = [k for k in store.job_kernels("level1/1_SleepyReLU", "kb-flag") if not k.is_program0]
+    flagged = [k for k in kernels if k.status == "flagged"]
+    assert flagged and store.best_kernel("level1/1_SleepyReLU") is None
+    k = flagged[0]
+    assert k.meta["judged_again"]["first_speedup"] > 25 and not k.correctness
+    assert "Judged twice" in k.eval_log and "FLAGGED FOR REVIEW" in k.eval_log

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from openkernel.aten_ops import compute_ops, torch_covers
-from openkernel.evaluation.host.results import from_worker
+from openkernel.evaluation.host.results import flag, from_worker
 from openkernel.evaluation.worker import integrity as ig
 from openkernel.evaluation.worker.build import static_cuda_sources
 from openkernel.evaluation.worker.correctness import (
@@ -20,7 +20,7 @@ from openkernel.evaluation.worker.correctness import (
 from openkernel.evaluation.worker.timing import Timer, summarize
 from openkernel.records import CPU_LABEL, Hardware, TaskProbe
 from openkernel.roofline import roofline_ms
-from openkernel.schemas import Status
+from openkernel.schemas import Program, Status
 
 CANDIDATES = Path(__file__).parent / "candidates"
 CPU = Hardware(label=CPU_LABEL, device="cpu", gpu_arch="cpu", interpreter=True)
@@ -143,7 +143,26 @@ def test_roofline_flags_impossible_speed():
           "cand_stats": summarize([0.1] * 3), "ref_stats": summarize([2.0] * 3)}
     r = from_worker(ok, phase="benchmark", timed_out=None, returncode=0, log_tail="", hw=H200,
                     probe=probe, compile_ratio=None, limits=LIMITS)
-    assert r.metadata["flagged_for_review"] is True and "FLAGGED FOR REVIEW" in r.eval_log
+    # too good to be true: noted for a second judgement, still correct until that one says so too
+    assert "below 80% of the roofline minimum of 1 ms" in r.metadata["too_good"]
+    assert r.get_status() == Status.FASTER and "flagged_for_review" not in r.metadata
+    second = from_worker(ok, phase="benchmark", timed_out=None, returncode=0, log_tail="",
+                         hw=H200, probe=probe, compile_ratio=0.5, limits=LIMITS)
+    flagged = flag(second, r)
+    assert flagged.get_status() == Status.FLAGGED and not flagged.correctness
+    assert flagged.runtime_improvement == flagged.improve_over_compile == -1.0
+    said = flagged.metadata["flagged_for_review"]
+    assert said["speedup"] == pytest.approx(20.0) and said["over_compile"] == pytest.approx(10.0)
+    assert "too_good" not in flagged.metadata and "FLAGGED FOR REVIEW" in flagged.eval_log
+    assert not Program(id="k", code="x", kernel_exec_result=flagged).can_be_best
+    # on the CPU: a jump over the reference that the interpreter cannot make
+    cpu = from_worker({**ok, "cand_stats": summarize([0.01] * 3)}, phase="benchmark",
+                      timed_out=None, returncode=0, log_tail="", hw=CPU, probe=probe,
+                      compile_ratio=None, limits=LIMITS)
+    assert "200x over the reference on the CPU" in cpu.metadata["too_good"]
+    honest = from_worker(ok, phase="benchmark", timed_out=None, returncode=0, log_tail="",
+                         hw=CPU, probe=probe, compile_ratio=None, limits=LIMITS)
+    assert "too_good" not in honest.metadata  # 20x: within what the interpreter can do
 
 
 def test_static_cuda_sources_finds_kernels():

@@ -662,12 +662,13 @@ def _print_suite(summary) -> None:
                       str(p.evaluator_faults), f"{p.time_s:.1f}",
                       _seconds(p.fixed_s) + (" stored" if p.baselines_stored else ""),
                       _seconds(p.candidate_s),
-                      "; ".join(x for x in note + [p.baseline_note] if x) if not p.correct else
+                      "; ".join(x for x in note + [p.baseline_note, p.flagged_note] if x)
+                      if not p.correct else
                       "; ".join(x for x in [
                           f"library-bound ({p.library_bound}): our own kernel"
                           if p.library_bound else p.baseline_note,
                           "replays a CUDA graph: like for like vs cudagraphs" if p.cuda_graph
-                          else ""] if x))
+                          else "", p.flagged_note] if x))
     # Piped: wide enough that no problem name is cut (a terminal shows what fits it).
     width = console.width
     if not console.is_terminal:

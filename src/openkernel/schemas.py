@@ -32,6 +32,11 @@ class Status(str, Enum):
     # purple, outside the seed's colours too: no kernel to judge, because generating failed
     # (the model's service answered with an error, or its answer held no kernel).
     GENERATION_FAILED = "generation_failed"
+    # brown, outside the seed's colours: it passed every check, but ran faster than the
+    # hardware allows (below the roofline floor; on the CPU, an implausible jump over the
+    # reference) on a second judgement with fresh inputs too. Kept for a person to review,
+    # never the best, an elite or a bench's winner (evaluation/host/results.py).
+    FLAGGED = "flagged"
 
     @property
     def label(self) -> str:
@@ -48,6 +53,7 @@ STATUS_LABELS = {
     Status.NOT_RUN: "Compiled, but not runnable on this machine",
     Status.EVALUATOR_FAULT: "The evaluator failed, not the candidate",
     Status.GENERATION_FAILED: "Generation failed: no kernel to judge",
+    Status.FLAGGED: "Passed the checks, but faster than the hardware allows: flagged for review",
 }
 
 # Statuses that say nothing about a candidate's code (none was run, or none came back): never
@@ -135,6 +141,8 @@ class EvalResult(BaseModel):
             return Status.NOT_RUN
         if timeout == "test":
             return Status.TEST_TIMEOUT
+        if self.metadata.get("flagged_for_review"):
+            return Status.FLAGGED
         if not self.correctness:
             return Status.INCORRECT
         if self.runtime_improvement > 1.0 and not self.runtime_stats.get("tie"):

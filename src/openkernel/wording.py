@@ -21,6 +21,16 @@ def speedup_text(value: float | None, missing: str = "-") -> str:
     return f"{value:#.3g}".rstrip(".") + "x"
 
 
+def flagged_why(meta: Mapping) -> str:
+    """Why a kernel was flagged for review ("" if it was not): its ``metadata.flagged_for_review``
+    says (older results hold only ``True``)."""
+    flagged = meta.get("flagged_for_review") if isinstance(meta, Mapping) else None
+    if not flagged:
+        return ""
+    why = flagged.get("why") if isinstance(flagged, Mapping) else None
+    return why or "faster than the hardware allows"
+
+
 # Statuses that are no verdict on a candidate's own code: not run here (CUDA C++ without a
 # GPU), an evaluator fault, no kernel generated.
 NOT_JUDGED_VALUES = frozenset(s.value for s in NOT_JUDGED)

@@ -25,7 +25,9 @@ def test_status_colours_follow_the_seed_table():
         "faster": "#2ca02c", "correct": "#1f77b4", "incorrect": "#ff7f0e", "test_timeout": "#f2c500",
         "compile_error": "#d62728", "build_timeout": "#ff69b4", "not_run": "#9e9e9e",
         # outside the seed's table: no verdict on the candidate's code
-        "evaluator_fault": "#5f6368", "generation_failed": "#9467bd"}
+        "evaluator_fault": "#5f6368", "generation_failed": "#9467bd",
+        # outside it too: passed the checks, faster than the hardware allows (kept for review)
+        "flagged": "#8c564b"}
     assert set(graph.STATUS_COLORS) == {s.value for s in Status} == set(graph.STATUS_MEANINGS)
     styles = {s["selector"]: s["style"] for s in graph.stylesheet()}
     assert styles[".best"]["background-color"] == "#ffffff"
@@ -157,7 +159,8 @@ def test_code_block_fence_survives_backticks_and_diff_marks_changes():
 def test_table_rows_flags_and_blanks():
     rows = table_rows([_row(0, meta={"integrity_violation": "inputs_modified", "flagged_for_review": True}),
                        _row(1, "compile_error")])
-    assert rows[0]["integrity"] == "violation: inputs_modified, flagged"
+    assert rows[0]["integrity"] == ("violation: inputs_modified, flagged: faster than the "
+                                    "hardware allows")
     assert rows[1]["speedup"] is None and rows[1]["runtime"] is None
 
 

@@ -14,6 +14,7 @@ from dash import dcc, html
 from kernelcode.dashboard.combinations import combinations_section
 from kernelcode.dashboard.graph import STATUS_COLORS, STATUS_MEANINGS, UNKNOWN_COLOR
 from openkernel.costs import format_usd
+from openkernel.wording import flagged_why
 
 _FENCE_LANG = {"python": "python", "triton": "python", "cuda": "cpp", "cpp": "cpp", "c++": "cpp"}
 
@@ -112,7 +113,7 @@ def kernel_panel(k: dict, heading: bool = True) -> html.Div:
         [html.Strong("Integrity: "),
          html.Span(f"violation: {violation}" if violation else "no violation",
                    className="flag-bad" if violation else "flag-ok"),
-         html.Span(" | flagged for review" if flagged else " | not flagged",
+         html.Span(f" | flagged for review: {flagged_why(meta)}" if flagged else " | not flagged",
                    className="flag-bad" if flagged else "flag-ok")], id="kernel-integrity")
     lang = k.get("language") or "python"
     sections = [

@@ -21,6 +21,7 @@ STATUS_COLORS = {
     "not_run": "#9e9e9e",  # grey: compiled, this machine cannot run it
     "evaluator_fault": "#5f6368",  # dark grey, not a candidate colour: the evaluator failed
     "generation_failed": "#9467bd",  # purple, not a candidate colour: no kernel came back
+    "flagged": "#8c564b",  # brown, not a seed colour: faster than the hardware allows
 }
 STATUS_MEANINGS = {
     "faster": "Correct and faster than the reference",
@@ -32,6 +33,7 @@ STATUS_MEANINGS = {
     "not_run": "Compiled, but not runnable on this machine",
     "evaluator_fault": "The evaluator failed, not the candidate",
     "generation_failed": "Generation failed: no kernel to judge",
+    "flagged": "Passed the checks, but faster than the hardware allows: flagged for review",
 }
 BEST_MEANING = "The best kernel of the job"
 UNKNOWN_COLOR = "#9e9e9e"

@@ -24,6 +24,7 @@ STATUS_COLOURS: dict[Status, str] = {
     Status.NOT_RUN: "#8b949e",  # grey
     Status.EVALUATOR_FAULT: "#6e7681",  # dark grey: the evaluator's fault, not the candidate's
     Status.GENERATION_FAILED: "#a371f7",  # purple: no kernel came back to judge
+    Status.FLAGGED: "#b08060",  # brown: faster than the hardware allows, kept for review
 }
 
 STATUS_WORDS: dict[Status, str] = {
@@ -36,6 +37,7 @@ STATUS_WORDS: dict[Status, str] = {
     Status.NOT_RUN: "not run",
     Status.EVALUATOR_FAULT: "evaluator fault",
     Status.GENERATION_FAILED: "generation failed",
+    Status.FLAGGED: "flagged",
 }
 
 # One glyph per outcome for the chat panel: the eye finds failures by shape, not only colour.
@@ -49,6 +51,7 @@ STATUS_GLYPHS: dict[Status, str] = {
     Status.NOT_RUN: "∅",
     Status.EVALUATOR_FAULT: "⚠",
     Status.GENERATION_FAILED: "∅",
+    Status.FLAGGED: "⚑",
 }
 
 RUNNING_STYLE = "#8b949e italic"

@@ -42,6 +42,7 @@ from sqlalchemy.engine import Engine
 from openkernel.evaluation.host.baselines import notes as baseline_notes
 from openkernel.records import baseline_kind, software_key
 from openkernel.store.tables import Kernel, ReferenceTiming, Run, SuiteProblem
+from openkernel.wording import flagged_why, speedup_text
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 
@@ -58,6 +59,8 @@ class ProblemResult:
     candidates: int = 0
     evaluator_faults: int = 0  # candidates the evaluator could not judge (after their retry)
     retried: int = 0  # candidates judged only on the retry after an evaluator fault
+    flagged: int = 0  # candidates faster than the hardware allows, twice: kept for review
+    flagged_note: str = ""  # why the first of them was, and what it measured (never the winner)
     time_s: float = 0.0  # all runs of the job
     over_autotune: float | None = None  # ... over torch.compile max-autotune-no-cudagraphs
     eager_ms: float | None = None
@@ -334,6 +337,15 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
     candidates = [k for k in kernels if not k.is_program0]
     row.candidates = len(candidates)
     row.evaluator_faults = sum(1 for k in candidates if k.status == "evaluator_fault")
+    flagged = [k for k in candidates if k.status == "flagged"]
+    row.flagged = len(flagged)
+    if flagged:
+        meta = flagged[0].meta if isinstance(flagged[0].meta, dict) else {}
+        said = meta.get("flagged_for_review")
+        speed = said.get("speedup") if isinstance(said, dict) else None
+        row.flagged_note = (f"{len(flagged)} flagged for review, never the winner: "
+                            f"{flagged_why(meta)}" + (f" ({speedup_text(speed)} measured)"
+                                                      if speed else ""))
     row.retried = sum(1 for k in candidates if k.status != "evaluator_fault"
                       and isinstance(k.meta, dict) and k.meta.get("retried"))
     memory = [k.meta.get("memory") or {} for k in candidates if isinstance(k.meta, dict)]

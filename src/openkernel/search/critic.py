@@ -16,7 +16,7 @@ from collections import Counter
 from openkernel.records import Diagnosis, Hardware, TaskProbe
 from openkernel.roofline import roofline_estimate  # noqa: F401 - where the critic's callers look
 from openkernel.schemas import NOT_JUDGED, Program, Status
-from openkernel.wording import speedup_text
+from openkernel.wording import flagged_why, speedup_text
 
 _FIRST_ERROR = re.compile(r"error|exception|mismatch|violation|timed out|exceeded|killed|signal",
                           re.IGNORECASE)
@@ -119,6 +119,10 @@ def _failure_text(program: Program, label: str, role: str) -> str:
         return f"{label} was not judged (the evaluator failed, not the kernel){quoted}."
     if status == Status.GENERATION_FAILED:
         return f"{label} has no kernel: generating it failed (see its generation log)."
+    if status == Status.FLAGGED:
+        return (f"{label} ran faster than the hardware allows ({flagged_why(result.metadata)}): "
+                "its timing cannot be trusted, so it is not kept; compute the whole result on "
+                "every call.")
     if violation:
         return (f"{label} failed the integrity check {violation}{quoted}: compute the result "
                 "with a real kernel on every call, from the inputs given.")

@@ -23,7 +23,7 @@ from kernelcode.dashboard.health import branches_from_config, job_health
 from kernelcode.dashboard.heatmaps import archive_figure, memory_figure
 from kernelcode.dashboard.profile import best_profiled, hardware_peaks
 from openkernel.search.occupancy import occupancy
-from openkernel.wording import speedup_text
+from openkernel.wording import flagged_why, speedup_text
 
 TABS = [("trajectory", "Optimization trajectory"), ("roofline", "Roofline"), ("resources", "Resources"),
         ("table", "Experiment table"), ("diff", "Code diff"), ("landscape", "Optimization landscape"),
@@ -101,7 +101,7 @@ def table_rows(rows: list[dict]) -> list[dict]:
     for r in rows:
         st, meta = r.get("runtime_stats") or {}, r.get("meta") or {}
         flags = [f"violation: {meta['integrity_violation']}"] if meta.get("integrity_violation") else []
-        flags += ["flagged"] if meta.get("flagged_for_review") else []
+        flags += [f"flagged: {flagged_why(meta)}"] if meta.get("flagged_for_review") else []
         speed = r.get("runtime_improvement")
         out.append({
             "id": r["id"], "label": r["label"], "status": r["status"],

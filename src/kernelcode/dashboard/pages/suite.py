@@ -78,7 +78,8 @@ def problems_table(summary) -> str:
                                      f"library-bound ({p.library_bound}): our own kernel"
                                      if p.correct and p.library_bound else "",
                                      p.baseline_note, "replays a CUDA graph: like for like "
-                                     "vs cudagraphs" if p.correct and p.cuda_graph else "") if x)
+                                     "vs cudagraphs" if p.correct and p.cuda_graph else "",
+                                     p.flagged_note) if x)
         cells = [f'<a class="job-link" href="{escape(job_path(p.name, summary.suite))}">{escape(p.name)}</a>',
                  f'<span class="badge" style="background-color:{color}">{escape(p.status)}</span>',
                  "yes" if p.correct else "no", _x(p.speedup), _x(p.over_compile),

@@ -24,7 +24,11 @@ from openkernel.schemas import (
 from openkernel.wording import speedup_text
 
 CPU_TIMING = "wall clock, Triton interpreter (CPU)"
-ROOFLINE_MARGIN = 0.8  # a kernel faster than 80% of the roofline minimum is flagged for review
+ROOFLINE_MARGIN = 0.8  # a kernel faster than 80% of the roofline minimum is too good to be true
+# On the CPU the Triton interpreter runs each program of a grid as NumPy calls: it is rarely
+# faster than PyTorch's own CPU kernels, and this many times faster only when the timed calls did
+# not do the work (a call-counting cheat read 570-652x before every timed call was checked).
+CPU_PLAUSIBLE = 25.0
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -159,8 +163,17 @@ def _interval_note(cand: dict) -> str:
 
 
 def _roofline(result: EvalResult, probe: TaskProbe | None, hw: Hardware, lines: list[str]) -> None:
-    """Flag a runtime below what the hardware's peaks allow (never a failure by itself)."""
+    """The roofline bound of a correct result, and why it is too good to be true when it is
+    (``metadata.too_good``): on a GPU a runtime below ``ROOFLINE_MARGIN`` of the bound, on the CPU
+    a speedup over the reference past ``CPU_PLAUSIBLE``. The executor then judges it once more
+    with fresh inputs, and :func:`flag` keeps one that is so again out of every ranking."""
     if probe is None or not probe.ok or not result.correctness:
+        return
+    if hw.device != "cuda":
+        if result.runtime_improvement > CPU_PLAUSIBLE:
+            result.metadata["too_good"] = (
+                f"{speedup_text(result.runtime_improvement)} over the reference on the CPU, past "
+                f"the {CPU_PLAUSIBLE:g}x a kernel under the Triton interpreter can plausibly reach")
         return
     dtype = probe.output_dtypes[0].replace("torch.", "") if probe.output_dtypes else "float32"
     bound = roofline_ms(probe.flops, probe.bytes_moved, hw, dtype)
@@ -168,7 +181,26 @@ def _roofline(result: EvalResult, probe: TaskProbe | None, hw: Hardware, lines: 
         return
     result.metadata["roofline_ms"] = bound
     if result.runtime < ROOFLINE_MARGIN * bound:
-        result.metadata["flagged_for_review"] = True
-        lines.append(f"FLAGGED FOR REVIEW: {result.runtime:.4f} ms is below the roofline "
-                     f"minimum of {bound:.4f} ms for {probe.flops:.3g} FLOPs and "
-                     f"{probe.bytes_moved:.3g} bytes: too good to be true")
+        result.metadata["too_good"] = (
+            f"{result.runtime:.4g} ms, below {ROOFLINE_MARGIN:.0%} of the roofline minimum of "
+            f"{bound:.4g} ms for {probe.flops:.3g} FLOPs and {probe.bytes_moved:.3g} bytes")
+
+
+def flag(result: EvalResult, first: EvalResult) -> EvalResult:
+    """A result too good to be true on its second judgement as on its first: kept with what was
+    measured (``metadata.flagged_for_review``: why, the runtime, the speedups, the first
+    judgement's), as :attr:`Status.FLAGGED`, never correct, so never the best, an elite or a
+    bench's winner; its speedups read -1, as an incorrect kernel's."""
+    why = result.metadata.pop("too_good")
+    result.metadata["flagged_for_review"] = {
+        "why": why, "runtime_ms": result.runtime, "speedup": result.runtime_improvement,
+        "over_compile": result.improve_over_compile, "first_runtime_ms": first.runtime,
+        "first_speedup": first.runtime_improvement}
+    result.eval_log += (f"\nFLAGGED FOR REVIEW: {why}, judged twice, on fresh inputs the second "
+                        f"time (first {first.runtime:.4g} ms, "
+                        f"{speedup_text(first.runtime_improvement)}): too good to be true. Kept "
+                        "for a person to review, never the best kernel.")
+    result.correctness = False
+    result.runtime_improvement = result.improve_over_compile = -1.0
+    result.perf_score = PERF_RAN
+    return result
