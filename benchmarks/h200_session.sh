@@ -116,7 +116,7 @@ case "$1" in
     # ${SUITE:-kb56-on}; CHECKS=0: off (eval_config.check_timed_calls=false, suite kb56-off).
     # Resumable like kb-bench (the store under $OUT; carry it back in .kbstate/).
     # first one honest candidate judged end to end: nothing else runs if that fails
-    CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m openkernel.cli eval examples/gelu tests/candidates/good_gelu.py \
+    CUDA_VISIBLE_DEVICES=0 timeout 240 python3 -m openkernel.cli eval examples/gelu tests/candidates/good_gelu.py --set "eval_config.baselines=[eager]" \
       --json > "$OUT/smoke.json" 2> "$OUT/smoke.err"
     python3 -c "import json,sys; r=json.load(open('$OUT/smoke.json')); print('smoke:', r['status'], r['runtime_improvement'], r['metadata'].get('timed_calls')); sys.exit(r['status'] not in ('correct','faster'))" \
       || { tail -30 "$OUT/smoke.err"; python3 -c "import json; print(json.load(open('$OUT/smoke.json'))['eval_log'][-3000:])"; exit 1; }

@@ -45,11 +45,13 @@ class Caller:
         """The serving thread, started at the first call: after the worker confined itself, so
         that the thread is confined too (Landlock before ABI 8 confines only the threads that
         the confined one starts later)."""
+        # the CUDA device is the caller's own (per thread in CUDA): "cuda" names no index
+        device = torch.cuda.current_device() if self.device.startswith("cuda") else None
         before = threading.stack_size()
         threading.stack_size(STACK_BYTES)
         try:
             self._thread = threading.Thread(target=_serve, args=(self._requests, self._replies,
-                                                                 self.device),
+                                                                 device),
                                             name="forward", daemon=True)
             self._thread.start()
         finally:
@@ -75,10 +77,14 @@ class Caller:
             self._requests.put(None)
 
 
-def _serve(requests: queue.SimpleQueue, replies: queue.SimpleQueue, device: str) -> None:
-    torch.set_grad_enabled(False)
-    if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
+def _serve(requests: queue.SimpleQueue, replies: queue.SimpleQueue, device: int | None) -> None:
+    setup: BaseException | None = None
+    try:
+        torch.set_grad_enabled(False)
+        if device is not None:
+            torch.cuda.set_device(device)
+    except BaseException as err:  # every call then raises it: the caller never waits in vain
+        setup = err
     while True:
         request = requests.get()
         if request is None:
@@ -86,6 +92,8 @@ def _serve(requests: queue.SimpleQueue, replies: queue.SimpleQueue, device: str)
         target, args, around = request
         del request
         try:
+            if setup is not None:
+                raise RuntimeError(f"the forwards' thread could not be set up: {setup!r}")
             with around() if around is not None else contextlib.nullcontext():
                 result = target(*args)
             reply = (True, result)
