@@ -464,7 +464,11 @@ class Evaluation:
                 stats.get("out_norm", 0.0) < 0.1 * stats["ref_norm"]):
             return "tiny_outputs", (f"{where}: {msg}; the output is (nearly) zero where the "
                                     "reference's is small but not zero")
-        if outs and any(t.data_ptr() in self.ref_ptrs for t in outs):
+        # Memory that held a reference answer holds NaN once it is retired: an output there
+        # that shows no NaN was written since (the GPU's allocator hands freed blocks on, so a
+        # wrong output often lies where an answer once did; on the H100 a call-counting cheat's
+        # saved output did, and was misnamed before this).
+        if outs and "NaN value" in msg and any(t.data_ptr() in self.ref_ptrs for t in outs):
             return "reference_memory_reuse", (f"{where}: {msg}; the output lies in memory that "
                                               "held a reference output")
         if outs and self.fingerprints is not None and "NaN value" not in msg:
