@@ -134,3 +134,27 @@ def pointwise_task(tmp_path) -> Path:
     path = tmp_path / "relu_x2.py"
     path.write_text(POINTWISE_TASK)
     return path
+
+
+@pytest.fixture(scope="session")
+def damaged_db(tmp_path_factory) -> Path:
+    """A real run's results database (a small job of the GELU example), damaged (``damage``)."""
+    import openkernel
+
+    tmp = tmp_path_factory.mktemp("damaged")
+    db = tmp / "kernels.sqlite3"
+    for _ in openkernel.optimize(EXAMPLES / "gelu", {
+            "max_iters": 1, "branches_per_iteration": 1, "job_name": "small",
+            "paths": {"kernels_db_path": str(db), "scratch_dir": str(tmp / "scratch")}}):
+        pass
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:  # one file, nothing left in the WAL
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    from damaged_file import damage
+
+    bad = damage(db, tmp / "damaged.sqlite3")
+    with sqlite3.connect(bad) as conn:
+        assert "malformed" in str(pytest.raises(sqlite3.DatabaseError, conn.execute,
+                                                "PRAGMA integrity_check").value)
+    return bad

@@ -268,6 +268,23 @@ def test_missing_database_gets_a_clear_page(tmp_path, page):
     assert "Cannot open the results database" in page.wait_for_selector("#message-page").inner_text()
 
 
+def test_a_damaged_database_gets_one_clear_page(sample, tmp_path, page):
+    """Issue 58: the runs page and a job's page of a real run's file, damaged, say so (the
+    file, the damage) instead of showing the SQL; nothing is written into it."""
+    from damaged_file import damage
+
+    bad = damage(sample["path"], tmp_path / "damaged.sqlite3")
+    before = _fingerprint(bad)
+    base = serve_in_background(bad)
+    for url in (base + "/", job_url(base, sample_db.TASK, sample_db.JOB)):
+        page.goto(url)
+        text = page.wait_for_selector("#message-page").inner_text()
+        assert "the database file is damaged" in text and "damaged.sqlite3" in text, text
+        for raw in ("SELECT", "Traceback", "sqlalche.me"):
+            assert raw not in page.content()
+    assert _fingerprint(bad)[1] == before[1]
+
+
 def test_live_job_page_grows_by_itself(sample, tmp_path, page):
     """The offline job resumed by a real engine while its page is open: the new kernels and
     the new critic line appear within a few refresh ticks, with no reload; a kernel an agent

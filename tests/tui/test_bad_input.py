@@ -59,3 +59,22 @@ def test_kernel_code_without_a_terminal_says_so(tmp_path):
     assert r.returncode == 2 and r.stdout == ""
     assert "not a terminal" in r.stderr and "openkernel run" in r.stderr
     assert "Traceback" not in r.stderr and "\x1b[" not in r.stderr
+
+
+async def test_a_damaged_database_is_one_message(damaged_db, tmp_path, monkeypatch):
+    """Issue 58: not the whole failed INSERT with its parameters, and nothing written."""
+    import hashlib
+
+    damaged = damaged_db
+    before = hashlib.sha256(damaged.read_bytes()).hexdigest()
+    monkeypatch.chdir(tmp_path)
+    app = create_app(None, [f"paths.kernels_db_path={damaged}", "max_iters=1"])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.phase == "error", timeout=120)
+        await wait_until(pilot, lambda: not app.showing_pending, timeout=5)
+        await pilot.pause()
+        text = chat_text(app)
+        assert "the database file is damaged" in app.state.error, app.state.error
+        assert text.count("the database file is damaged") == 1 and "INSERT" not in text, text
+        assert "Traceback" not in text
+    assert hashlib.sha256(damaged.read_bytes()).hexdigest() == before

@@ -35,7 +35,7 @@ class EditActions:
         """The candidate under the log's cursor if it has code, else the job's best."""
         if not self.state.active:
             self.say(f"The run is over: {what} has no live job to join. (A kernel can still "
-                     "join the finished job: openkernel mcp's submit, or openkernel.submit.)",
+                     "join the finished job from Python: openkernel.submit(task, code, job=NAME).)",
                      WARN)
             return None
         log = self.query_one("#experiment-log")

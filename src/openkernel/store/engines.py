@@ -79,6 +79,33 @@ def _sqlite_pragmas(engine: Engine, readonly: bool) -> None:
         cur.close()
 
 
+class DamagedDatabase(OpenKernelError):
+    """A SQLite file whose pages are damaged (SQLite's ``SQLITE_CORRUPT``): one message naming
+    the file, whatever statement met it. SQLite rolls back the statement's transaction, so
+    nothing is written into it."""
+
+
+def damage_message(where: str, detail: str, hint: bool = True) -> str:
+    return (f"{where}: the database file is damaged ({detail}); nothing was written to it. "
+            + (f"`openkernel db info --db {where}` shows the damage; " if hint else "")
+            + "use a copy from before it, or another file (--db, paths.kernels_db_path)")
+
+
+def _sqlite_damage(engine: Engine, where: str) -> None:
+    """Every error of a damaged file's pages becomes a :class:`DamagedDatabase`: without it
+    each front end showed SQLAlchemy's text, the statement and its parameters (kernel-code a
+    whole INSERT) and exited 1."""
+
+    @event.listens_for(engine, "handle_error")
+    def _on_error(context):  # pragma: no cover - exercised through the damaged-file tests
+        orig = context.original_exception
+        code = getattr(orig, "sqlite_errorcode", 0) & 0xFF
+        if isinstance(orig, sqlite3.DatabaseError) and (
+                code == 11 or "malformed" in str(orig)):  # SQLITE_CORRUPT
+            return DamagedDatabase(damage_message(where, str(orig)))
+        return None
+
+
 def _postgres(url: str, readonly: bool, shown_as: str) -> Engine:
     try:
         import psycopg  # noqa: F401 - only to say what is missing, in one line
@@ -105,6 +132,7 @@ def writer(path_or_url: str | Path) -> Engine:
     engine = create_engine(url)
     if url.startswith("sqlite"):
         _sqlite_pragmas(engine, readonly=False)
+        _sqlite_damage(engine, shown(path_or_url))
     return engine
 
 
@@ -161,8 +189,22 @@ def reader(path_or_url: str | Path) -> Engine:
     # its own thread: closed-database errors, even segfaults).
     engine = create_engine("sqlite://", creator=connect, poolclass=QueuePool)
     _sqlite_pragmas(engine, readonly=True)
+    _sqlite_damage(engine, str(db_file))
     return engine
 
 
-__all__ = ["engine_url", "is_postgres", "is_url", "reader", "shown", "sqlite_file",
-           "writer"]
+def damage(engine: Engine) -> str:
+    """What SQLite's quick check finds wrong in a SQLite engine's file ("" when nothing; every
+    page is read, so it takes as long as reading the file)."""
+    if engine.dialect.name != "sqlite":
+        return ""
+    try:
+        with engine.connect() as conn:
+            found = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check(5)")]
+    except DamagedDatabase as err:
+        return str(err).split(" (", 1)[1].split(");", 1)[0]
+    return "" if found == ["ok"] else "; ".join(found)
+
+
+__all__ = ["DamagedDatabase", "damage", "engine_url", "is_postgres", "is_url", "reader", "shown",
+           "sqlite_file", "writer"]

@@ -57,6 +57,9 @@ def describe(path_or_url: str | Path) -> DatabaseInfo:
     shown = engines.shown(path_or_url)
     engine = engines.reader(path_or_url)
     try:
+        found = engines.damage(engine)  # a damaged file is said first, whatever it holds
+        if found:
+            raise engines.DamagedDatabase(engines.damage_message(shown, found, hint=False))
         with engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
             ours = [t for t in Base.metadata.sorted_tables if t.name in tables]
