@@ -508,3 +508,34 @@ def test_submit_judges_a_kernel_into_a_finished_job(gelu_run, examples_dir, tmp_
     names = {}
     exec("from openkernel import *", names)  # everything __all__ names exists
     assert callable(names["submit"]) and callable(names["optimize"])
+
+
+def test_a_pause_counts_what_runs_and_parks_what_waits_for_a_worker(tmp_path, examples_dir):
+    """Issue 58: three candidates, two workers: paused while two are judged and the third
+    waits for a worker, the run says 2 in flight (not 3), and once PAUSED the third's row reads
+    "paused", not "queued"; resumed, all three are judged."""
+    from openkernel.search.control import RunControl
+
+    control = RunControl()
+    phases: dict[str, str] = {}
+    paused_counts, judged = [], []
+    for e in openkernel.optimize(examples_dir / "gelu", control=control, overrides=_overrides(
+            tmp_path, "max_iters=1", "branches_per_iteration=3", "eval_config.max_workers=2",
+            *FAST)):
+        if isinstance(e, ev.CandidatePhaseChanged):
+            phases[e.label] = e.phase
+            working = [k for k, p in phases.items() if p not in ("generating", "queued")]
+            waiting = [k for k, p in phases.items() if p == "queued"]
+            if not control.paused and not paused_counts and len(working) == 2 and waiting:
+                control.pause()
+        elif isinstance(e, ev.RunPaused):
+            paused_counts.append(e.in_flight)
+            if e.in_flight == 0:
+                parked = dict(phases)
+                control.resume()
+        elif isinstance(e, ev.CandidateEvaluated):
+            judged.append(e.label)
+    assert paused_counts[0] == 2 and paused_counts[-1] == 0, paused_counts
+    assert sorted(parked.values()).count("paused") == 1, parked
+    assert "queued" not in parked.values(), parked
+    assert len(judged) == 3

@@ -65,8 +65,9 @@ class CandidateStarted(Event):
 # "sweeping" while its combinations are built, screened and timed together, then goes through
 # the phases again for the winner's full checks. "abandoned": it will not be judged (an
 # internal error, or no GPU left; the log says which).
-PHASES = ("generating", "queued", "sweeping", "building", "waiting_for_gpu", "testing", "timing",
-          "profiling", "abandoned")
+# "paused": held by a pause before it got a worker (it goes on once resumed)
+PHASES = ("generating", "queued", "paused", "sweeping", "building", "waiting_for_gpu", "testing",
+          "timing", "profiling", "abandoned")
 
 
 @dataclass(frozen=True)

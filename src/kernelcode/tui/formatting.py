@@ -56,7 +56,8 @@ STATUS_GLYPHS: dict[Status, str] = {
 
 RUNNING_STYLE = "#8b949e italic"
 # A candidate in flight, by phase (openkernel.events.PHASES): what its status cell says.
-PHASE_WORDS = {"generating": "generating", "queued": "queued", "sweeping": "sweeping",
+PHASE_WORDS = {"generating": "generating", "queued": "queued", "paused": "paused",
+               "sweeping": "sweeping",
                "building": "building",
                "waiting_for_gpu": "GPU queue", "testing": "testing", "timing": "timing",
                "profiling": "profiling", "abandoned": "not judged"}

@@ -177,6 +177,7 @@ class Search:
         self._judged_params: set[tuple] = set()  # (template, params) judged in this job
         self._exhausted = ""  # why the generator has nothing new left to propose
         self._in_flight = 0  # candidates started and not parked by a pause (nor done)
+        self._queued = 0  # of those, waiting for a worker: a pause parks them, they run nothing
         self._flight_lock = threading.Lock()
         # Candidates from outside the generator (search.external): the job's count so far, the
         # ones waiting for their verdict by label, every judged program by id (their parents).
@@ -604,14 +605,14 @@ class Search:
                     paused_seen, settled = self.control.paused, False
                     if not paused_seen:
                         yield RunResumed()
-                    elif self._in_flight:
-                        yield RunPaused(self._in_flight)
+                    elif self._running():
+                        yield RunPaused(self._running())
                 try:
                     item = out.get(timeout=0.2)
                 except queue.Empty:
                     # "paused" only once the queue is drained: the last candidate's verdict
                     # is stored (and told) before it
-                    if paused_seen and not settled and self._in_flight == 0:
+                    if paused_seen and not settled and self._running() == 0:
                         settled = True
                         yield RunPaused(0)
                     continue
@@ -734,6 +735,12 @@ class Search:
             self._in_flight += step
         return True
 
+    def _running(self) -> int:
+        """Candidates in flight that a pause lets finish: not those waiting for a worker, which
+        it parks (said so: their rows read "paused")."""
+        with self._flight_lock:
+            return max(self._in_flight - self._queued, 0)
+
     def _take(self, item) -> Iterator[Event]:
         """One item from the candidates' threads: a judged program is recorded, an event passed
         on (a model call stored first)."""
@@ -824,41 +831,62 @@ class Search:
                 phase[0] = mapped
                 out.put(CandidatePhaseChanged(label, mapped))
 
-        with slots:
-            if self.control.paused:  # parked by a pause: not in flight while it waits
-                self._flying(-1)
-                going = self.control.wait_while_paused()
-                self._flying(+1)
-                if not going:
-                    return None
-            t1 = time.perf_counter()
-            key = _digest(proposal.code, backend)
-            with self._judged_lock:
-                seen = self._judged.get(key)
-            if seen is not None:
-                result = seen[1].model_copy(deep=True)
-                result.metadata["duplicate_of"] = seen[0]
-                result.eval_log = (f"Identical to kernel {seen[0]} (same code and backend): "
-                                   f"its evaluation is reused, nothing was rebuilt.\n"
-                                   + result.eval_log)
-            elif proposal.compile_error:  # it does not parse: nothing to build
-                result = EvalResult(compiled=False, perf_score=0,
-                                    metadata={"syntax_error": proposal.compile_error},
-                                    eval_log="The code did not compile (the parser refused "
-                                    "it), so nothing was built:\n" + proposal.compile_error)
-            elif proposal.code.strip():
-                result = self._judge_proposal(proposal, backend, label, on_phase)
-                with self._judged_lock:  # before the slot is freed: a twin waiting sees it
-                    # a copy: the stored result loses its winner's code to the program
-                    self._judged.setdefault(key, (program_id, result.model_copy(deep=True)))
-            else:  # nothing to build: a generation failure, not a build status
-                why = ("The model's service gave no answer, so there was no kernel to build."
-                       if proposal.failed == "service" else
-                       "No kernel was extracted from the answer, so nothing was built.")
-                result = EvalResult(compiled=False, perf_score=0,
-                                    metadata={"generation_failed": proposal.failed or "no_code"},
-                                    eval_log=(why + "\n" + (proposal.log or "")).strip())
-            return result, time.perf_counter() - t1
+        while True:
+            with self._flight_lock:  # waiting for a worker: what a pause parks
+                self._queued += 1
+            try:
+                slots.acquire()
+            finally:
+                with self._flight_lock:
+                    self._queued -= 1
+            if not self.control.paused:
+                break
+            # Parked by a pause, the worker given back (the others waiting park too): not in
+            # flight while it waits, and its row says so.
+            slots.release()
+            self._flying(-1)
+            out.put(CandidatePhaseChanged(label, "paused"))
+            going = self.control.wait_while_paused()
+            self._flying(+1)
+            if not going:
+                return None
+            out.put(CandidatePhaseChanged(label, "queued"))
+        try:
+            return self._judge_held(proposal, backend, label, program_id, on_phase)
+        finally:
+            slots.release()
+
+    def _judge_held(self, proposal: Proposal, backend: str, label: str, program_id: str,
+                    on_phase) -> tuple[EvalResult, float]:
+        """Judge the proposal with a worker slot held (see :meth:`_judge_in_slot`)."""
+        t1 = time.perf_counter()
+        key = _digest(proposal.code, backend)
+        with self._judged_lock:
+            seen = self._judged.get(key)
+        if seen is not None:
+            result = seen[1].model_copy(deep=True)
+            result.metadata["duplicate_of"] = seen[0]
+            result.eval_log = (f"Identical to kernel {seen[0]} (same code and backend): "
+                               f"its evaluation is reused, nothing was rebuilt.\n"
+                               + result.eval_log)
+        elif proposal.compile_error:  # it does not parse: nothing to build
+            result = EvalResult(compiled=False, perf_score=0,
+                                metadata={"syntax_error": proposal.compile_error},
+                                eval_log="The code did not compile (the parser refused "
+                                "it), so nothing was built:\n" + proposal.compile_error)
+        elif proposal.code.strip():
+            result = self._judge_proposal(proposal, backend, label, on_phase)
+            with self._judged_lock:  # before the slot is freed: a twin waiting sees it
+                # a copy: the stored result loses its winner's code to the program
+                self._judged.setdefault(key, (program_id, result.model_copy(deep=True)))
+        else:  # nothing to build: a generation failure, not a build status
+            why = ("The model's service gave no answer, so there was no kernel to build."
+                   if proposal.failed == "service" else
+                   "No kernel was extracted from the answer, so nothing was built.")
+            result = EvalResult(compiled=False, perf_score=0,
+                                metadata={"generation_failed": proposal.failed or "no_code"},
+                                eval_log=(why + "\n" + (proposal.log or "")).strip())
+        return result, time.perf_counter() - t1
 
     def _check_models(self, put) -> None:
         """Say which models were paused (an ensemble goes on), and stop once none is left."""
