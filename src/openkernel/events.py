@@ -139,6 +139,19 @@ class CandidateEvaluated(Event):
 
 
 @dataclass(frozen=True)
+class CandidateRestored(Event):
+    """A candidate a resumed job stored before this run, told once at its start in the order it
+    was stored (after ``RunStarted``, before this run's candidates): a view then shows the whole
+    job. Counted in ``RunStarted.resumed_tally`` already, not a new verdict."""
+
+    program: Program
+    status: Status
+    label: str
+    speedup: float
+    best_speedup: float  # the job's best after it, as its archive was rebuilt
+
+
+@dataclass(frozen=True)
 class BestImproved(Event):
     program: Program
     previous_speedup: float

@@ -58,7 +58,8 @@ async def test_real_run_shows_queued_building_testing_timing_never_running(tmp_p
         await wait_until(pilot, lambda: app.state.candidates["i0-b0"].status is not None, timeout=150)
         await pilot.pause(1.5)
         await wait_until(pilot, lambda: not app.showing_pending, timeout=5)
-        assert seen["cells"][-1]["i0-b1"] == "queued" and "PAUSED" in seen["headers"][-1]
+        # held by the pause before it got the worker: "paused", not counted in flight
+        assert seen["cells"][-1]["i0-b1"] == "paused" and "PAUSED" in seen["headers"][-1]
         await pilot.press("p")
         await wait_until(pilot, lambda: app.state.finished is not None or app.state.error,
                          timeout=200)
@@ -79,7 +80,7 @@ async def test_real_run_shows_queued_building_testing_timing_never_running(tmp_p
     # panels coalesce events), so what is drawn is only checked to be made of known words.
     assert {"queued", "building", "testing", "timing"} <= phases, phases
     assert shown <= set(PHASE_WORDS.values()) | set(STATUS_WORDS.values()), shown
-    assert {"queued", "timing"} <= shown, shown
+    assert {"queued", "paused", "timing"} <= shown, shown
     both = [c for c in seen["cells"] if c.get("i0-b0") in ("building", "testing", "timing")]
     assert any(c.get("i0-b1") == "queued" for c in both)  # waiting for the one worker
     assert any("iteration 1 of 0–1" in h for h in seen["headers"])
@@ -165,3 +166,27 @@ async def test_withdrawn_branches_pause_and_a_refused_backend(tmp_path, monkeypa
         assert "iteration 0 done: 2 candidates so far" in chat
         assert "2 candidates; database" in chat and "The search ends after iteration 1" in chat
         assert "2 candidates" in str(app.query_one(RunHeader).render())
+
+
+@pytest.mark.slow
+async def test_a_resumed_job_shows_its_stored_candidates(tmp_path, monkeypatch):
+    """Issue 58: resuming a job of two stored candidates for one more iteration, the Experiment
+    Log and the trajectory hold all four (the stored ones first, as judged), and the header
+    counts four, not the stored ones twice."""
+    import openkernel
+
+    monkeypatch.chdir(tmp_path)
+    common = ["job_name=again", f"paths.kernels_db_path={tmp_path / 'k.sqlite3'}",
+              f"paths.scratch_dir={tmp_path / 'scratch'}", "branches_per_iteration=2", *FAST]
+    first = list(openkernel.optimize(None, overrides=["max_iters=1", *common]))
+    assert first[-1].reason == "completed"
+    app = create_app(None, ["max_iters=2", *common])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.finished is not None or app.state.error,
+                         timeout=200)
+        await wait_until(pilot, lambda: not app.showing_pending, timeout=5)
+        table = app.query_one(ExperimentLog)
+        assert table.labels[:2] == ["i0-b0", "i0-b1"] and table.row_count == 4, table.labels
+        assert all(app.state.candidates[k].status is not None for k in ("i0-b0", "i0-b1"))
+        assert len(app.state.trajectory) == 4 and app.state.tally.candidates == 4
+        assert "4 candidates" in str(app.query_one(RunHeader).render())

@@ -174,6 +174,14 @@ class RunState:
         self.trajectory.append(max(self.best_speedup, 0.0))
         return row
 
+    def _on_CandidateRestored(self, e: ev.CandidateRestored) -> Candidate:
+        """A resumed job's stored candidate: its row, mark and trajectory point as when it was
+        judged; it moves from the resumed count to the rows (the tally stays the same)."""
+        row = self._on_CandidateEvaluated(e)
+        self.resumed = Tally(max(self.resumed.candidates - 1, 0),
+                             max(self.resumed.not_judged - (row.mark == "not_judged"), 0))
+        return row
+
     def _on_BestImproved(self, e: ev.BestImproved) -> None:
         self.best, self.best_speedup = e.program, e.speedup
 

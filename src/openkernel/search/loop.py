@@ -38,6 +38,7 @@ from openkernel.events import (
     BackendSwitched,
     BestImproved,
     CandidateEvaluated,
+    CandidateRestored,
     CandidateGenerated,
     CandidatePhaseChanged,
     CandidateStarted,
@@ -315,6 +316,7 @@ class Search:
         yield from self._open_traces(hw)
         try:
             done = self._restore(stored)
+            yield from self._restored
             if not stored:
                 yield from self._seed_archive()
             yield from self._iterations(done)
@@ -412,9 +414,15 @@ class Search:
     def _restore(self, rows) -> dict[int, set[int]]:
         """Rebuild the archive from a stored job; returns the branches done per iteration."""
         done: dict[int, set[int]] = {}
+        self._restored: list[CandidateRestored] = []  # told to the views at the run's start
         for row in rows:
             program = program_from_row(row)
             self.archive.add(program)
+            if not row.is_program0:
+                self._restored.append(CandidateRestored(
+                    program, program.status, row.label,
+                    program.kernel_exec_result.runtime_improvement
+                    if program.kernel_exec_result else -1.0, self.archive.best_speedup))
             self._by_id[program.id] = program
             self._iteration_now = max(self._iteration_now, row.iteration)
             if row.author:  # from outside the generator: no branch of an iteration
