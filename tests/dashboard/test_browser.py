@@ -285,6 +285,41 @@ def test_a_damaged_database_gets_one_clear_page(sample, tmp_path, page):
     assert _fingerprint(bad)[1] == before[1]
 
 
+def test_an_edge_across_layers_is_drawn_through_its_slots(tmp_path, page):
+    """Issue 58: a kernel submitted into a finished job of three iterations with the first
+    iteration's kernel as its parent: its edge crosses a layer, through the slot kept for it
+    there (cytoscape's own segment points), so it runs through no other kernel."""
+    import openkernel
+    from kernelcode.dashboard.graph import layout
+    from kernelcode.dashboard.source import DataSource
+
+    db = tmp_path / "kernels.sqlite3"
+    common = [f"paths.kernels_db_path={db}", f"paths.scratch_dir={tmp_path / 'scratch'}",
+              "branches_per_iteration=1", "prompt.max_template_combinations=1",
+              "eval_config.correctness_seeds=1"]
+    task = sample_db.EXAMPLE
+    list(openkernel.optimize(task, overrides=["job_name=routes", "max_iters=3", *common]))
+    store = Store(db)
+    first = next(k for k in store.job_kernels("gelu", "routes") if k.label == "i0-b0")
+    mine = openkernel.submit(task, first.code, job="routes", parent=first.id,
+                             overrides=common)
+    rows = DataSource(db).job("gelu", "routes").rows
+    pos, routes = layout(rows)
+    assert mine.id in routes and routes[mine.id]
+    base = serve_in_background(db)
+    page.goto(job_url(base, "gelu", "routes"))
+    _nodes(page, len(rows))
+    drawn = page.evaluate(f"""() => {{ const e = {CY}.edges().filter(
+        e => e.target().id() === '{mine.id}')[0];
+        return {{style: e.style('curve-style'), points: e.segmentPoints()}}; }}""")
+    assert drawn["style"] == "segments"
+    want = routes[mine.id]
+    assert len(drawn["points"]) == len(want)
+    for got, (x, y) in zip(drawn["points"], want):
+        assert abs(got["x"] - x) < 2 and abs(got["y"] - y) < 2, (drawn, want)
+    assert page.errors == []
+
+
 def test_live_job_page_grows_by_itself(sample, tmp_path, page):
     """The offline job resumed by a real engine while its page is open: the new kernels and
     the new critic line appear within a few refresh ticks, with no reload; a kernel an agent

@@ -195,3 +195,32 @@ def test_memory_figure_draws_units_by_transfer_kind():
     assert heat.z[0][0] > 7 and heat.z[2][2] > 7 and heat.z[2][0] is None  # log10 bytes
     assert heat.z[0][2] is None and "hit 10%" in heat.text[0][0] and "393k req" in heat.text[0][0]
     assert memory_figure({}, "none") is None
+
+
+def test_no_edge_runs_through_a_kernel():
+    """Issue 58: u1 (filed under iteration 0, its parent i0-b0) goes a layer below its parent
+    instead of beside i0-b1..b3; an edge from iteration 0 to 3 keeps a slot of its own in the
+    layers between, so no kernel sits on it, and is routed through them."""
+    rows = [_row(i, it=0, br=i) for i in range(4)]
+    rows.append({**_row(9, it=0, parent="k0"), "label": "u1", "author": "user"})
+    rows += [_row(10 + i, it=1, br=i, parent=f"k{i}") for i in range(4)]
+    rows += [_row(20 + i, it=2, br=i, parent=f"k{10 + i}") for i in range(4)]
+    rows.append(_row(30, it=3, parent="k0"))  # a parent three iterations up
+    pos, routes = graph.layout(rows)
+    assert pos["k9"][1] > pos["k0"][1]  # a layer down, not beside its parent
+    assert pos["k10"][1] > pos["k9"][1]  # the next iteration below that
+    # every edge of one layer only: no kernel strictly between its ends' layers
+    nodes = {r["id"]: r for r in rows}
+    for r in rows:
+        parent = r.get("parent_id")
+        if not parent or r["id"] in routes:
+            continue
+        assert pos[r["id"]][1] - pos[parent][1] == graph.LAYER_GAP, r["id"]
+    # the long edge: one slot per layer it crosses, none of them a kernel's place
+    way = routes["k30"]
+    assert len(way) == (pos["k30"][1] - pos["k0"][1]) / graph.LAYER_GAP - 1
+    assert not set(way) & set(pos.values())
+    # drawn through them (the browser test checks cytoscape's own segment points)
+    edge = next(e for e in graph.graph_elements(rows) if e["data"].get("target") == "k30")
+    assert edge["classes"] == "routed" and len(edge["data"]["w"].split()) == len(way)
+    assert len(nodes) == len(pos)

@@ -79,32 +79,116 @@ def node_size(row: dict) -> float:
 
 
 def layered_positions(rows: list[dict]) -> dict[str, tuple[float, float]]:
-    """Top-down positions: one layer per iteration, children ordered under their parents.
+    """Top-down positions: one layer per iteration, children ordered under their parents
+    (``layout``'s positions)."""
+    return layout(rows)[0]
+
+
+def _ranks(rows: list[dict]) -> dict[str, int]:
+    """Each kernel's layer: its iteration's, and always below its parent's (a person's ``u1``
+    filed under iteration 0 beside its parent ``i0-b0`` goes one layer down, instead of an edge
+    drawn sideways through ``i0-b1..b3``); each iteration starts below the one before."""
+    by_id = {r["id"]: r for r in rows}
+    iterations: dict[int, list[dict]] = defaultdict(list)
+    for r in rows:
+        iterations[int(r.get("iteration") or 0)].append(r)
+    ranks: dict[str, int] = {}
+    floor = 0
+    for iteration in sorted(iterations):
+        members = iterations[iteration]
+        deepest = floor
+        pending = list(members)
+        while pending:  # a parent of the same iteration is ranked first
+            waiting = {r["id"] for r in pending}
+            left = []
+            for r in pending:
+                parent = r.get("parent_id")
+                if parent in waiting and parent not in ranks:
+                    left.append(r)
+                    continue
+                ranks[r["id"]] = max(floor, ranks[parent] + 1 if parent in ranks else floor)
+                deepest = max(deepest, ranks[r["id"]])
+            if len(left) == len(pending):  # a cycle (never written): rank them as they come
+                for r in left:
+                    ranks[r["id"]] = floor
+                break
+            pending = left
+        floor = deepest + 1
+    return ranks
+
+
+def layout(rows: list[dict]) -> tuple[dict[str, tuple[float, float]],
+                                      dict[str, list[tuple[float, float]]]]:
+    """Positions and edge routes of a job's graph.
+
+    Each layer (``_ranks``) is ordered by the barycentre of what is above it; an edge that
+    spans several layers holds a slot of its own in each layer it crosses (a Sugiyama dummy),
+    so no kernel sits on it, and is drawn through those slots.
 
     Args:
         rows: kernels with ``id``, ``iteration``, ``branch`` and ``parent_id``.
 
     Returns:
-        id -> (x, y), each layer centred on x = 0.
+        id -> (x, y), each layer centred on x = 0; and child id -> the points its edge from
+        its parent passes through (only for edges that span layers).
     """
-    layers: dict[int, list[dict]] = defaultdict(list)
+    ranks = _ranks(rows)
+    by_id = {r["id"]: r for r in rows}
+    layers: dict[int, list] = defaultdict(list)
     for r in rows:
-        layers[int(r.get("iteration") or 0)].append(r)
+        layers[ranks[r["id"]]].append(r)
+    for r in rows:  # a dummy per layer strictly between a parent and its child
+        parent = r.get("parent_id")
+        if parent in ranks:
+            for rank in range(ranks[parent] + 1, ranks[r["id"]]):
+                layers[rank].append(("via", r["id"], rank))
     pos: dict[str, tuple[float, float]] = {}
-    for depth, iteration in enumerate(sorted(layers)):
-        members = layers[iteration]
+    via: dict[tuple[str, int], tuple[float, float]] = {}
 
-        # Barycentre of the parent (already placed: parents come from earlier iterations);
-        # kernels without a placed parent keep their branch order after those with one.
-        def order(r: dict) -> tuple:
-            parent = pos.get(r.get("parent_id") or "")
-            return (0, parent[0], r.get("branch") or 0) if parent else (1, 0.0, r.get("branch") or 0)
+    def above(child: str, parent: str | None, rank: int) -> tuple[float, float] | None:
+        """The point its edge comes from in the layer above: the parent, or the slot there."""
+        if parent not in ranks:
+            return None
+        return via.get((child, rank - 1)) or (pos.get(parent) if ranks[parent] == rank - 1
+                                              else None)
 
-        members.sort(key=order)
+    for rank in sorted(layers):
+        def order(m) -> tuple:
+            if isinstance(m, tuple):
+                _, child, _ = m
+                row = by_id[child]
+                point = above(child, row.get("parent_id"), rank)
+                return (0, point[0] if point else 0.0, row.get("branch") or 0)
+            point = above(m["id"], m.get("parent_id"), rank)
+            return (0, point[0], m.get("branch") or 0) if point else (1, 0.0, m.get("branch") or 0)
+
+        members = sorted(layers[rank], key=order)
         width = (len(members) - 1) * NODE_GAP
-        for i, r in enumerate(members):
-            pos[r["id"]] = (i * NODE_GAP - width / 2, depth * LAYER_GAP)
-    return pos
+        for i, m in enumerate(members):
+            xy = (i * NODE_GAP - width / 2, rank * LAYER_GAP)
+            if isinstance(m, tuple):
+                via[(m[1], rank)] = xy
+            else:
+                pos[m["id"]] = xy
+    routes: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for (child, rank), xy in sorted(via.items(), key=lambda kv: kv[0][1]):
+        routes[child].append(xy)
+    return pos, dict(routes)
+
+
+def _segments(source: tuple[float, float], target: tuple[float, float],
+              points: list[tuple[float, float]]) -> tuple[str, str]:
+    """Cytoscape's ``segment-weights`` and ``segment-distances`` of an edge through ``points``:
+    each point's fraction along source -> target and its distance from that line."""
+    (sx, sy), (tx, ty) = source, target
+    dx, dy = tx - sx, ty - sy
+    length2 = dx * dx + dy * dy or 1.0
+    length = length2 ** 0.5
+    weights, distances = [], []
+    for px, py in points:
+        weights.append(((px - sx) * dx + (py - sy) * dy) / length2)
+        distances.append(((py - sy) * dx - (px - sx) * dy) / length)  # cytoscape's side
+    return (" ".join(f"{w:.4f}" for w in weights), " ".join(f"{d:.1f}" for d in distances))
 
 
 def graph_elements(rows: list[dict], best_id: str | None = None) -> list[dict]:
@@ -115,9 +199,10 @@ def graph_elements(rows: list[dict], best_id: str | None = None) -> list[dict]:
         best_id: the kernel to draw white with a black outline (``best_kernel_id``).
 
     Returns:
-        Nodes (with preset positions and status classes), then edges whose both ends exist.
+        Nodes (with preset positions and status classes), then edges whose both ends exist
+        (one that spans layers routed through its slots: class ``routed``).
     """
-    pos = layered_positions(rows)
+    pos, routes = layout(rows)
     ids = set(pos)
     nodes, edges = [], []
     for r in rows:
@@ -136,7 +221,12 @@ def graph_elements(rows: list[dict], best_id: str | None = None) -> list[dict]:
         })
         parent = r.get("parent_id")
         if parent and parent in ids:
-            edges.append({"data": {"source": parent, "target": r["id"]}})
+            edge = {"data": {"source": parent, "target": r["id"]}}
+            if r["id"] in routes:
+                weights, distances = _segments(pos[parent], pos[r["id"]], routes[r["id"]])
+                edge["data"].update(w=weights, d=distances)
+                edge["classes"] = "routed"
+            edges.append(edge)
     return nodes + edges
 
 
@@ -161,6 +251,10 @@ def stylesheet() -> list[dict]:
             "width": 1.2, "line-color": "#9a9a9a", "target-arrow-color": "#9a9a9a",
             "target-arrow-shape": "triangle", "arrow-scale": 0.8, "curve-style": "straight",
             "events": "no"}},  # nothing reads edge clicks or hovers
+        # an edge across layers, through the slots kept for it (no kernel sits on it)
+        {"selector": "edge.routed", "style": {
+            "curve-style": "segments", "segment-weights": "data(w)",
+            "segment-distances": "data(d)", "edge-distances": "node-position"}},
     ]
     for status, color in STATUS_COLORS.items():
         styles.append({"selector": f".{status}", "style": {"background-color": color}})
