@@ -56,6 +56,8 @@ HOSTILE = {
     "subclass_ref": (Status.INCORRECT, "torch_compute"),
     "memo_id": (Status.INCORRECT, "memoization"),
     "thread_later": (Status.INCORRECT, "background_thread"),
+    # issue 58: what the language rejects is a compile error under the interpreter too
+    "bad_triton": (Status.COMPILE_ERROR, None),
 }
 # What the verdict must say besides the check's name (what it saw, and where)
 SAID = {
@@ -63,7 +65,20 @@ SAID = {
     "mutate_later": "timed call", "precision_later": "computes less exactly when timed",
     "thread_later": "timed call", "nan_out": "NaN value(s) in the output",
     "inf_out": "infinities differ", "process": "a process started in forward",
+    "bad_triton": "arange's arguments must be of type tl.constexpr",
 }
+
+
+def test_logs_say_what_the_candidate_can_act_on(hostile_results):
+    """Issue 58: a compile error's log holds the candidate's own line and the error once, not
+    Triton's and torch's frames and the chained exception again; a wrong kernel's log does
+    not open with a precision check that "passed"."""
+    log = hostile_results["bad_triton"].eval_log
+    assert log.count("arange's arguments must be of type tl.constexpr") == 1, log
+    assert "site-packages" not in log and "InterpreterError" not in log, log
+    assert "offs = tl.arange(0, BLOCK)" in log
+    wrong = hostile_results["wrong"].eval_log
+    assert "precision check" not in wrong and "seed 1" in wrong, wrong
 
 
 def _config(tmp: Path, **eval_config):

@@ -104,3 +104,18 @@ def test_each_kernel_and_sweep_once_and_no_operator_hint(examples_dir):
     assert "Run on a GPU" not in prompt and "sandbox:" not in prompt
     counts = Counter(line for line in prompt.splitlines() if line.startswith("## "))
     assert [counts[f"## {s}"] for s in SECTIONS] == [1] * len(SECTIONS)
+
+
+def test_a_parents_long_log_is_condensed_and_its_figures_have_three_figures(examples_dir):
+    """Issue 58: the parent's log is condensed as the branch's failures' are (its first error
+    and verdict kept, not 300 lines), and speedups read to three significant figures, as the
+    log's own lines do (0.00517x, not 0.01x)."""
+    noise = [f"  File \"/usr/lib/python3/site-packages/triton/x.py\", line {i}, in f" for i in range(300)]
+    slow = _program("p1", "i1-b0", MODULE, compiled=True, correctness=True, perf_score=3,
+                    runtime=1.234567, runtime_improvement=0.00517, improve_over_compile=0.5659,
+                    eval_log="\n".join(noise + ["runtime 1.2346 ms: 0.00517x (wall clock)"]))
+    prompt = build_prompt(_request(examples_dir, parent=slow))
+    parent = prompt[prompt.index("## Parent kernel"):prompt.index("## Recent failures")]
+    assert "[log condensed from" in parent and parent.count("site-packages") < 20
+    assert "Speedup over the reference: 0.00517x." in parent
+    assert "Speedup over torch.compile: 0.566x." in parent and "Runtime: 1.23 ms" in parent

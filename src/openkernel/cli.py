@@ -239,8 +239,8 @@ def _print_spend(finished, why: bool = True) -> None:
     spend = finished.spend
     if spend is None:
         return
-    estimated = (f" ({spend.estimated_calls} calls' tokens estimated: the server sent no usage)"
-                 if spend.estimated_calls else "")
+    estimated = (f" ({spend.estimated_calls} calls' tokens estimated: the server sent no "
+                 "usage, or its stream was cut off before it did)" if spend.estimated_calls else "")
     console.print(f"model calls: {spend.calls}, {spend.prompt_tokens:,} tokens in, "
                   f"{spend.completion_tokens:,} out, cost {spend.cost_text()}{estimated}",
                   highlight=False)

@@ -151,14 +151,16 @@ class EvalResult(BaseModel):
 
     def format_for_prompt(self) -> str:
         """A short account of this result for the next generation's prompt."""
+        from openkernel.wording import speedup_text  # (wording reads this module)
+
         status = self.get_status()
         lines = [f"Status: {status.label}."]
         if self.correctness and self.runtime > 0:
-            lines.append(f"Runtime: {self.runtime:.4f} ms (median).")
+            lines.append(f"Runtime: {self.runtime:.3g} ms (median).")
             if self.runtime_improvement > 0:
-                lines.append(f"Speedup over the reference: {self.runtime_improvement:.2f}x.")
+                lines.append(f"Speedup over the reference: {speedup_text(self.runtime_improvement)}.")
             if self.improve_over_compile > 0:
-                lines.append(f"Speedup over torch.compile: {self.improve_over_compile:.2f}x.")
+                lines.append(f"Speedup over torch.compile: {speedup_text(self.improve_over_compile)}.")
         violation = self.metadata.get("integrity_violation")
         if violation:
             lines.append(f"Integrity check failed: {violation}.")

@@ -24,6 +24,7 @@ from openkernel.records import Diagnosis
 from openkernel.roofline import arithmetic_intensity
 from openkernel.schemas import Program
 from openkernel.templating import label as params_label
+from openkernel.wording import speedup_text
 
 SECTIONS = ("Task", "User instructions", "Reference implementation", "Best kernel so far",
             "Parent kernel", "Recent failures of this branch", "Critic's diagnosis",
@@ -33,6 +34,7 @@ NO_DIAGNOSIS = "None yet: the critic writes one after each iteration."
 INSPIRATION_LINES = 60  # inspirations are shown short: the idea matters, not every line
 FAILURE_LINES = 120  # a failure's code, enough to find the lines its error names
 FAILURE_LOG_CHARS = 1500  # a failure's log, condensed to its errors and verdict
+PARENT_LOG_CHARS = 2500  # the best's and the parent's logs (their profiles and sweeps too)
 
 _BACKEND_NAMES = {"triton": "Triton", "cuda": "CUDA C++"}
 
@@ -93,10 +95,11 @@ def template_results_text(program: Program, shown: int = 6) -> str:
         for r in timed[:shown]:
             mark = " (winner)" if r["params"] == winner else ""
             lines.append(f"- {params_label(r['params'])}: {r['runtime']:.4f} ms, "
-                         f"{r['speedup']:.2f}x, {r['speedup'] / best:.0%}{mark}")
+                         f"{speedup_text(r['speedup'])}, {r['speedup'] / best:.0%}{mark}")
         if len(timed) > shown:
             lines.append(f"- ... {len(timed) - shown} more correct, the slowest "
-                         f"{params_label(timed[-1]['params'])} at {timed[-1]['speedup']:.2f}x")
+                         f"{params_label(timed[-1]['params'])} at "
+                         f"{speedup_text(timed[-1]['speedup'])}")
     failed = [r for r in rows if r.get("speedup", -1) <= 0 and r.get("status") in
               ("compile_error", "incorrect", "runtime_error")]
     if failed:
@@ -131,6 +134,7 @@ def format_result(program: Program, condense: Callable[[str], str] | None = None
                     sweep_shown=bool(template_results_text(program)))
     if condense is not None and log:
         log = condense(log)
+    log = condense_log(log, PARENT_LOG_CHARS).strip()  # as the recent failures' are
     return result.model_copy(update={"eval_log": log}).format_for_prompt()
 
 
@@ -260,7 +264,7 @@ def build_prompt(request: ProposalRequest,
         for p in shown:
             result = p.kernel_exec_result
             status = result.get_status().label if result else "Not evaluated"
-            speed = (f", {result.runtime_improvement:.2f}x over the reference"
+            speed = (f", {speedup_text(result.runtime_improvement)} over the reference"
                      if result and result.runtime_improvement > 0 else "")
             note = p.metadata.get("description")
             blocks.append(f"### {p.label} ({p.id}): {status}{speed}"

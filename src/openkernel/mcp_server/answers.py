@@ -97,6 +97,13 @@ class JobStatus(BaseModel):
     best_label: str
     recent: list[str] = Field(description="The latest verdicts and messages, oldest first.")
     error: str = Field(description="Why it failed or stopped by itself; '' otherwise.")
+    model_calls: int = Field(0, description="Answered model calls of the job (its earlier "
+                             "runs' too).")
+    tokens: int = Field(0, description="Their prompt and completion tokens.")
+    cost_usd: float = Field(0.0, description="Their cost in US dollars (calls whose price is "
+                            "unknown count $0).")
+    cost: str = Field("$0", description="The cost as every view says it, with '+ unknown' "
+                      "when some calls had no price.")
 
 
 class JobRow(BaseModel):

@@ -25,9 +25,18 @@ from openkernel.mcp_server.reads import Reads
 from openkernel.runner import overrides_from, resolve_run
 from openkernel.search.control import RunControl
 from openkernel.search.external import Submission, check_author, check_code
+from openkernel.costs import Spend
+from openkernel.search.spending import stored_ledger
 from openkernel.store import Store
+from openkernel.wording import speedup_text
 
 RECENT = 12  # lines of a job's latest verdicts and messages kept for its status
+
+
+def spend_fields(spend: Spend) -> dict:
+    """A job status's model-call figures."""
+    return {"model_calls": spend.calls, "tokens": spend.tokens,
+            "cost_usd": round(spend.cost_usd, 6), "cost": spend.cost_text()}
 
 
 class LiveJob:
@@ -42,6 +51,7 @@ class LiveJob:
         self.best_id: str | None = None
         self.best_label = ""
         self.recent: deque[str] = deque(maxlen=RECENT)
+        self.spend = Spend()  # the job's model calls so far (ModelCalled says the totals)
         self.thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -54,13 +64,15 @@ class LiveJob:
                 self.iteration = event.iteration
             elif isinstance(event, ev.CandidateEvaluated):
                 self.judged += 1
-                speed = f" {event.speedup:.2f}x" if event.speedup > 0 else ""
+                speed = f" {speedup_text(event.speedup)}" if event.speedup > 0 else ""
                 author = event.program.metadata.get("author")
                 self.recent.append(f"{prefix}{event.label} {event.status.value}{speed}"
                                    + (f" (by {author})" if author else ""))
             elif isinstance(event, ev.BestImproved) and self.kind == "search":
                 self.best_speedup, self.best_id = event.speedup, event.program.id
                 self.best_label = event.program.label
+            elif isinstance(event, ev.ModelCalled) and self.kind == "search":
+                self.spend = event.spend
             elif isinstance(event, ev.LogEmitted) and event.level != "info":
                 self.recent.append(f"{prefix}{event.level}: {event.message}")
             elif isinstance(event, ev.RunFinished) and self.kind == "search":
@@ -77,7 +89,7 @@ class LiveJob:
                              max_iters=self.max_iters, judged=self.judged,
                              best_speedup=self.best_speedup, best_kernel_id=self.best_id,
                              best_label=self.best_label, recent=list(self.recent),
-                             error=self.error)
+                             error=self.error, **spend_fields(self.spend))
 
     @property
     def live(self) -> bool:
@@ -199,7 +211,9 @@ class Jobs(Reads):
                          max_iters=int((latest.get("config") or {}).get("max_iters") or 0),
                          judged=row["candidates"], best_speedup=best if best > 0 else None,
                          best_kernel_id=row["best_id"], best_label=row["best_label"] or "",
-                         recent=[], error=latest.get("error") or "")
+                         recent=[], error=latest.get("error") or "",
+                         **spend_fields(stored_ledger(self.store, row["task_name"],
+                                                      row["job_name"]).snapshot()))
 
     def stop(self, job: str, task: str | None = None) -> JobStatus:
         live = self._live_job(job, task)

@@ -59,20 +59,26 @@ def call_summary(calls: list[LLMCall]) -> dict:
             "price": prices.pop() if len(prices) == 1 else ("mixed" if prices else "")}
 
 
+def stored_ledger(store: Store, task_name: str, job_name: str) -> Ledger:
+    """A job's answered model calls as stored (a resumed job: all its runs), totalled."""
+    ledger = Ledger()
+    for row in store.job_llm_calls(task_name, job_name):
+        ledger.add(LLMCall(row.model, row.purpose, row.prompt_tokens, row.completion_tokens,
+                           row.cost_usd, row.price, row.latency_s, row.attempts,
+                           bool(row.estimated)))
+    return ledger
+
+
 class Spending:
     """The job's ledger (its earlier runs' calls included) and its budget."""
 
     def __init__(self, config: Config, store: Store, task_name: str, job_name: str) -> None:
         self.config, self.store = config, store
         self.task_name, self.job_name = task_name, job_name
-        self.ledger = Ledger()
+        self.ledger = stored_ledger(store, task_name, job_name)
         self.reason = ""  # set once a budget is reached: no new candidate starts
         self._lock = threading.Lock()
         self._in_flight = 0  # model calls started and not yet come back
-        for row in store.job_llm_calls(task_name, job_name):
-            self.ledger.add(LLMCall(row.model, row.purpose, row.prompt_tokens,
-                                    row.completion_tokens, row.cost_usd, row.price,
-                                    row.latency_s, row.attempts, bool(row.estimated)))
 
     def snapshot(self) -> Spend:
         return self.ledger.snapshot()

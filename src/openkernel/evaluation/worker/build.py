@@ -257,11 +257,24 @@ def check_cuda_sources(path: Path, scratch: Path, archs: list[str],
     return (*nvcc_compile(source, scratch / "nvcc", archs, timeout_s), None)
 
 
+# What Triton's interpreter wraps when a kernel's code is not Triton a compiler would take
+# (its language's own checks raise these); a fault while the kernel runs is another error.
+_REJECTED_BY_THE_LANGUAGE = (ValueError, TypeError, NameError, AttributeError, AssertionError,
+                             NotImplementedError, SyntaxError)
+
+
 def is_compile_error(err: BaseException) -> bool:
-    """Whether an exception from the first call is a kernel compilation failure."""
+    """Whether an exception from the first call is a kernel compilation failure: Triton's
+    compiler's own errors, and under the interpreter (the CPU) its ``InterpreterError`` around
+    what the language rejected (a non-constexpr ``tl.arange`` bound: the compiler's error on
+    a GPU, stored as incorrect here before)."""
     names = {c.__name__ for c in type(err).__mro__}
-    return bool(names & {"CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct"}) or (
-        type(err).__module__.startswith("triton.compiler"))
+    if names & {"CompilationError", "CompileTimeAssertionFailure", "UnsupportedLanguageConstruct"} or (
+            type(err).__module__.startswith("triton.compiler")):
+        return True
+    cause = err.__cause__
+    return "InterpreterError" in names and cause is not None and (
+        is_compile_error(cause) or isinstance(cause, _REJECTED_BY_THE_LANGUAGE))
 
 
 def python_executable() -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
+import sysconfig
 import threading
 import time
 import traceback
@@ -63,6 +64,9 @@ from openkernel.evaluation.worker.timing import FLUSH_BYTES, Timer, summarize
 from openkernel.records import MemoryPlan
 
 _PKG_PREFIX = str(PKG_DIR) + "/"
+_LIBRARY_PREFIXES = tuple(sorted({str(Path(p)) + "/" for p in (
+    sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+    sysconfig.get_paths()["platlib"]) if p}))
 _active_count = threading.active_count
 _OOM_REQUEST = re.compile(r"Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)")
 _UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
@@ -87,23 +91,33 @@ class CandidateFault(Exception):
 
 
 def _tail(err: BaseException, limit: int = 6) -> str:
-    """The exception with its last frames outside openkernel and importlib: the candidate's
-    own lines (and the libraries it called) are what its author can act on."""
-    te = traceback.TracebackException.from_exception(err)
-    pending, seen = [te], set()
-    while pending:
-        t = pending.pop()
-        if id(t) in seen:
+    """What its author can act on: each exception of the chain, innermost first, with the
+    frames of the candidate's own code (none where it has none: a syntax error), and an
+    outer exception that only repeats its cause left out (Triton's interpreter raises
+    ``InterpreterError(repr(e)) from e``: the same message twice, and 40 lines of its frames)."""
+    chain, seen, e = [], set(), err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        chain.append(e)
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+    out, said = [], ""
+    for e in reversed(chain):
+        message = "".join(traceback.format_exception_only(type(e), e)).strip()
+        inner = said.split(": ", 1)[-1]
+        if said and inner and inner.strip("'\"") in message:
             continue
-        seen.add(id(t))
-        frames = [f for f in t.stack if not _evaluator_frame(f.filename)]
-        t.stack = traceback.StackSummary.from_list(frames[-limit:])
-        pending += [c for c in (t.__cause__, t.__context__) if c is not None]
-    return "".join(te.format()).strip()
+        stack = traceback.extract_tb(e.__traceback__)
+        frames = [f for f in stack if not _library_frame(f.filename)]
+        head = "Traceback (most recent call last):\n" if frames else ""
+        listed = "".join(traceback.StackSummary.from_list(frames[-limit:]).format())
+        out.append((head + listed + message).strip())
+        said = message
+    return "\n".join(out)
 
 
-def _evaluator_frame(filename: str) -> bool:
-    return filename.startswith(("<frozen importlib", _PKG_PREFIX))
+def _library_frame(filename: str) -> bool:
+    """A frame of the evaluator, importlib, the standard library or an installed package."""
+    return filename.startswith(("<frozen", _PKG_PREFIX, *_LIBRARY_PREFIXES))
 
 
 def _gib(n: float) -> str:
@@ -521,7 +535,8 @@ class Evaluation:
                     return p
                 if k == 0:  # lowered precision would explain a mismatch: name it if so
                     del outs, ref_outs
-                    if self.precision(None if self.plan.keep_pristine else inputs) is not None:
+                    if self.precision(None if self.plan.keep_pristine else inputs,
+                                      explaining=True) is not None:
                         return p
                 self.log.append(f"seed {seed}: {msg}")
                 return p
@@ -586,10 +601,12 @@ class Evaluation:
                         f"{n_extra} held-out input set(s) ({source})")
         return p
 
-    def precision(self, main: list | None = None) -> dict | None:
+    def precision(self, main: list | None = None, explaining: bool = False) -> dict | None:
         """The float64 precision check on the set the plan names; the payload if it failed.
 
         ``main``: the main input set (seed 1) when the caller still holds it unchanged.
+        ``explaining``: run only to name a mismatch's cause; one that passes says nothing (a
+        wrong kernel's log opened with "precision check ... passed").
 
         The float64 reference runs first, alone (its upcast copies freed when it returns); the
         candidate's and the reference's errors against it are then taken one output list at a
@@ -647,7 +664,8 @@ class Evaluation:
         why = ig.precision_problem(err_cand, err_ref, rounding, floors) if usable else None
         if why:
             return self.violation("precision", f"{why} (on {label})")
-        self.log.append(f"precision check against float64 on {label}: passed")
+        if not explaining:
+            self.log.append(f"precision check against float64 on {label}: passed")
         return None
 
     def benchmark(self) -> None:
