@@ -21,6 +21,15 @@ def speedup_text(value: float | None, missing: str = "-") -> str:
     return f"{value:#.3g}".rstrip(".") + "x"
 
 
+def three_figures(value: float | None) -> float | None:
+    """A measured number kept a number (tables sort and filter on it) but shown to three
+    significant figures: 15.2307344999 ms is 15.2 ms; None, NaN and -1 (not measured) stay
+    None."""
+    if value is None or not math.isfinite(value) or value < 0:
+        return None
+    return float(f"{value:.3g}")
+
+
 def flagged_why(meta: Mapping) -> str:
     """Why a kernel was flagged for review ("" if it was not): its ``metadata.flagged_for_review``
     says (older results hold only ``True``)."""

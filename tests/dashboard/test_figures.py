@@ -164,6 +164,18 @@ def test_table_rows_flags_and_blanks():
     assert rows[1]["speedup"] is None and rows[1]["runtime"] is None
 
 
+def test_table_rows_are_candidates_to_three_figures():
+    """Issue 58: no 15.23073449993717 ms or CV 0.1666..., and the reference is no row of the
+    candidates' table (its pager counted it as one)."""
+    ref = {**_row(9, "correct", speed=1.0, is_program0=True), "label": "ref"}
+    row = {**_row(0, "correct", speed=1.234567), "runtime": 15.23073449993717,
+           "improve_over_compile": 0.5659, "runtime_stats": {"n_trials": 40, "cv": 0.16666666}}
+    rows = table_rows([ref, row])
+    assert [r["label"] for r in rows] == [row["label"]]
+    assert (rows[0]["runtime"], rows[0]["speedup"], rows[0]["vs_compile"], rows[0]["cv"]) == (
+        15.2, 1.23, 0.566, 16.7)
+
+
 def test_archive_figure_colours_each_cell_by_its_elite():
     from kernelcode.dashboard.heatmaps import archive_figure
     from openkernel.search.occupancy import occupancy

@@ -13,7 +13,8 @@ import plotly.graph_objects as go
 from dash import dcc, html
 from plotly.subplots import make_subplots
 
-from openkernel.evaluation.host.templates import how_judged
+from openkernel.evaluation.host.templates import how_judged, judged_text
+from openkernel.wording import three_figures
 
 
 def _names(results: dict) -> list[str]:
@@ -57,7 +58,7 @@ def combination_figure(results: dict) -> go.Figure:
             fig.add_trace(go.Heatmap(x=[str(x) for x in xs], y=[str(y) for y in ys], z=z,
                                      colorscale="Viridis_r", colorbar={"title": "ms"},
                                      showscale=col == len(pairs),
-                                     hovertemplate=f"{a}=%{{x}}<br>{b}=%{{y}}<br>%{{z:.4f}} ms"
+                                     hovertemplate=f"{a}=%{{x}}<br>{b}=%{{y}}<br>%{{z:.3g}} ms"
                                                    "<extra></extra>"), row=1, col=col)
             fig.update_xaxes(title_text=a, type="category", row=1, col=col)
             fig.update_yaxes(title_text=b, type="category", row=1, col=col)
@@ -67,13 +68,17 @@ def combination_figure(results: dict) -> go.Figure:
 
 
 def combination_rows(results: dict) -> list[dict]:
-    """One grid row per combination (the winner marked)."""
+    """One grid row per combination (the winner marked, with what its full checks judged)."""
     winner = results.get("winner")
+    judged = results.get("winner_judged") or {}
     out = []
     for r in results.get("combinations") or []:
-        row = {"winner": "★" if r["params"] == winner else "", **{k: str(v) for k, v in r["params"].items()},
-               "status": r["status"], "median_ms": r["runtime"] if r["runtime"] > 0 else None,
-               "speedup": round(r["speedup"], 4) if r["speedup"] > 0 else None,
+        won = r["params"] == winner
+        row = {"winner": "★" if won else "", **{k: str(v) for k, v in r["params"].items()},
+               "status": r["status"], "median_ms": three_figures(r["runtime"]) if r["runtime"] > 0 else None,
+               "speedup": three_figures(r["speedup"]) if r["speedup"] > 0 else None,
+               "judged": (three_figures(judged["speedup"]) if judged["speedup"] > 0
+                          else judged["status"]) if won and judged else None,
                "why": next((ln for ln in (r.get("error") or r.get("dropped") or "").splitlines()
                             if ln.strip()), "")}  # a failure, or why screening dropped it
         out.append(row)
@@ -92,9 +97,13 @@ def combinations_section(k: dict) -> html.Details | None:
     columns = ([{"field": "winner", "headerName": "", "width": 50}]
                + [{"field": n, "headerName": n} for n in names]
                + [{"field": "status"}, {"field": "median_ms", "headerName": "median ms", "sort": "asc"},
-                  {"field": "speedup"}, {"field": "why", "flex": 2}])
-    note = how_judged(results) + (" The winner (★) had the full checks."
-                                  if results.get("winner") else "") + (
+                  {"field": "speedup", "headerName": "sweep x"},
+                  {"field": "judged", "headerName": "judged x"}, {"field": "why", "flex": 2}])
+    judged = judged_text(results)
+    note = how_judged(results) + (f" The winner (★) had the full checks: {judged} (the full "
+                                  "checks' figure is the kernel's)." if judged else
+                                  " The winner (★) had the full checks." if results.get("winner")
+                                  else "") + (
         f" The same in every combination: {', '.join(same)}." if same else "")
     return html.Details([
         html.Summary("Template combinations"),

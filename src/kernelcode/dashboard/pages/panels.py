@@ -23,7 +23,7 @@ from kernelcode.dashboard.health import branches_from_config, job_health
 from kernelcode.dashboard.heatmaps import archive_figure, memory_figure
 from kernelcode.dashboard.profile import best_profiled, hardware_peaks
 from openkernel.search.occupancy import occupancy
-from openkernel.wording import flagged_why, speedup_text
+from openkernel.wording import flagged_why, speedup_text, three_figures
 
 TABS = [("trajectory", "Optimization trajectory"), ("roofline", "Roofline"), ("resources", "Resources"),
         ("table", "Experiment table"), ("diff", "Code diff"), ("landscape", "Optimization landscape"),
@@ -53,7 +53,8 @@ def _grid() -> dag.AgGrid:
         {"field": "speedup", "headerName": "speedup x", "sort": "desc", **num},
         {"field": "vs_compile", "headerName": "vs compile x", **num},
         {"field": "runtime", "headerName": "median ms", **num},
-        {"field": "n_trials", **num}, {"field": "cv", **num},
+        {"field": "n_trials", "headerName": "trials", **num},
+        {"field": "cv", "headerName": "CV %", **num},
         {"field": "iteration", **num}, {"field": "branch", **num},
         {"field": "model"}, {"field": "integrity"}, {"field": "description", "flex": 1, "minWidth": 220},
         {"field": "created"},
@@ -96,19 +97,24 @@ def _graph(fig) -> dcc.Graph:
 
 
 def table_rows(rows: list[dict]) -> list[dict]:
-    """Experiment table rows from light kernel rows."""
+    """Experiment table rows from light kernel rows: the candidates (not the reference, which
+    the pager counted as one), their figures to three significant figures."""
     out = []
     for r in rows:
+        if r.get("is_program0"):
+            continue
         st, meta = r.get("runtime_stats") or {}, r.get("meta") or {}
         flags = [f"violation: {meta['integrity_violation']}"] if meta.get("integrity_violation") else []
         flags += [f"flagged: {flagged_why(meta)}"] if meta.get("flagged_for_review") else []
         speed = r.get("runtime_improvement")
         out.append({
             "id": r["id"], "label": r["label"], "status": r["status"],
-            "speedup": round(speed, 4) if speed and speed > 0 else None,
-            "vs_compile": round(r["improve_over_compile"], 4) if (r.get("improve_over_compile") or -1) > 0 else None,
-            "runtime": r["runtime"] if (r.get("runtime") or -1) > 0 else None,
-            "n_trials": st.get("n_trials"), "cv": st.get("cv"), "iteration": r["iteration"],
+            "speedup": three_figures(speed) if speed and speed > 0 else None,
+            "vs_compile": three_figures(r.get("improve_over_compile")),
+            "runtime": three_figures(r.get("runtime")) if (r.get("runtime") or -1) > 0 else None,
+            "n_trials": st.get("n_trials"),
+            "cv": three_figures(st["cv"] * 100) if st.get("cv") is not None else None,
+            "iteration": r["iteration"],
             "branch": r["branch"], "model": r.get("model") or "", "integrity": ", ".join(flags),
             "description": (r.get("description") or "")[:300], "created": r.get("created_at") or "",
         })
