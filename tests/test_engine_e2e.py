@@ -468,6 +468,18 @@ def test_an_exhausted_sweep_ends_the_job_with_the_critics_word_and_its_traces(
     # start sweeps all three and i0-b0 is left nothing
     swept = {r.label: len((r.template_results or {}).get("combinations") or [None]) for r in rows}
     assert swept == {"i0-b0": 2, "i0-b1": 1}, swept
+    # one story (issue 58): the description names the kept point's knobs, and the sweep's
+    # table holds the winner's full-checks figure, which is the kernel's speedup
+    sweep = next(r for r in rows if r.label == "i0-b0")
+    kept = {k: v for k, v in sweep.meta["params"].items() if k != "template"}
+    head = sweep.description.split("; a sweep")[0].split("; the winner of")[0]
+    for k, v in kept.items():
+        if f"{k}=" in sweep.description:
+            assert f"{k}={v}" in head, (kept, sweep.description)
+    if sweep.correctness:
+        judged = sweep.template_results["winner_judged"]
+        assert judged["speedup"] == sweep.runtime_improvement
+        assert f"judged {speedup_text(sweep.runtime_improvement)} in full" in sweep.eval_log
     assert not any(is_template(t["kernel_code"]) for t in traced if t["kernel_code"])
     # `openkernel run` ends its bar at what was done and says why (the run is stored: resume)
     r = _cli("run", str(pointwise_task), *sum((["--set", o] for o in _overrides(

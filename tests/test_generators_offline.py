@@ -320,6 +320,13 @@ def test_skill_matches(examples_dir, tmp_path):
     assert skill_matches(probe, "cuda", task)[0]["usable"] is False
     gelu = TaskProbe(ok=True, aten_ops=["aten.gelu.default"])
     assert [r["template"] for r in skill_matches(gelu, "triton")] == ["elementwise"]
+    # on the CPU the choices the interpreter's runs try, not the GPU's (issue 58)
+    family = next(t for t in FAMILIES if t.name == "elementwise")
+    block = next(t for t in family.tunables_for("triton") if t.name == "BLOCK")
+    assert block.cpu_choices and block.cpu_choices != block.choices
+    on_cpu = skill_matches(gelu, "triton", interpreter=True)[0]["tunables"]["BLOCK"]["choices"]
+    assert on_cpu == list(block.cpu_choices)
+    assert skill_matches(gelu, "triton")[0]["tunables"]["BLOCK"]["choices"] == list(block.choices)
     assert skill_matches(TaskProbe(ok=True, aten_ops=["aten.convolution.default"]), "triton") == []
     assert {t.name for t in FAMILIES} == {"elementwise", "fused_pointwise", "fused_reduction",
                                           "fused_matmul"}

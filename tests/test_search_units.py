@@ -146,3 +146,40 @@ def test_the_seeds_schema_whole(tmp_path):
     assert isinstance(built, CompilationResult) and built.compile_success and built.idx == 0
     assert built.binary.ModelNew.__name__ == "ModelNew"
     assert not failed.compile_success and failed.binary is None and "no such extension" in failed.error
+
+
+def test_a_sweep_won_by_a_neighbour_is_described_as_the_kept_point():
+    """Issue 58: "BLOCK=2048 ...; a sweep of 3" over stored code with BLOCK=4096. The kept
+    kernel is the sweep's winner: its description says so first, and keeps what was proposed."""
+    from types import SimpleNamespace
+
+    from openkernel.search.loop import _mark_template
+
+    proposed = {"BLOCK": 2048, "num_warps": 4}
+    program = Program(id="k", code="template", metadata={
+        "params": {"template": "elementwise", **proposed},
+        "description": "gelu elementwise, BLOCK=2048, 4 warps (curated start point); a sweep of 3: "
+                       "BLOCK 2048/4096/1024"})
+    combos = [{"params": {"BLOCK": b, "num_warps": 4}} for b in (2048, 4096, 1024)]
+    result = EvalResult(compiled=True, correctness=True, runtime=1.0, runtime_improvement=0.9,
+                        template_results={"combinations": combos, "winner": combos[1]["params"],
+                                          "winner_code": "BLOCK = 4096"})
+    program.add_eval_results(result)
+    _mark_template(program, result, SimpleNamespace(code="template"))
+    assert program.code == "BLOCK = 4096"
+    assert program.metadata["params"] == {"template": "elementwise", "BLOCK": 4096, "num_warps": 4}
+    assert program.metadata["description"] == (
+        "gelu elementwise, BLOCK=4096, 4 warps (curated start point); the winner of a sweep of 3 "
+        "(BLOCK 2048/4096/1024) over the proposed BLOCK=2048")
+    # a knob the description did not name is said first; warps are words
+    from openkernel.search.loop import _kept_point
+    assert _kept_point("tiled matmul, 4 warps", {"BM": 64, "num_warps": 4}, {"BM": 128, "num_warps": 8},
+                       2) == "BM=128: tiled matmul, 8 warps; the winner of a sweep of 2 over the " \
+                             "proposed BM=64, num_warps=4"
+    # the proposed point winning leaves the description as it was
+    same = Program(id="s", code="template", metadata={"params": {"template": "e", **proposed},
+                                                      "description": "as proposed"})
+    kept = EvalResult(compiled=True, template_results={"combinations": combos, "winner": proposed})
+    same.add_eval_results(kept)
+    _mark_template(same, kept, SimpleNamespace(code="template"))
+    assert same.metadata["description"] == "as proposed"

@@ -163,3 +163,22 @@ def test_serve_in_background_binds_loopback_and_answers(sample):
         assert resp.status == 200 and b"_dash-config" in resp.read()
     with urllib.request.urlopen(base + "/_dash-layout", timeout=30) as resp:
         assert json.loads(resp.read())["props"]["children"]
+
+
+def test_the_header_names_a_backend_switch(sample, tmp_path):
+    """Issue 58: after `b` switched a job to CUDA C++, the dashboard's header still read
+    "backend: triton" (the run's first backend). The offline job's file, its iteration-1
+    candidates written for CUDA as `b` makes them."""
+    import shutil
+
+    path = tmp_path / "switched.sqlite3"
+    shutil.copy(sample["path"], path)
+    src = DataSource(path)
+    before = str(route(src, f"/job/{sample_db.TASK}/{sample_db.OFFLINE_JOB}", ""))
+    assert "backend: triton |" in before
+    with sqlite3.connect(path) as conn:
+        n = conn.execute("UPDATE kernels SET backend = 'cuda' WHERE job_name = ? AND iteration >= 1 "
+                         "AND is_program0 = 0", (sample_db.OFFLINE_JOB,)).rowcount
+    assert n >= 1
+    after = str(route(DataSource(path), f"/job/{sample_db.TASK}/{sample_db.OFFLINE_JOB}", ""))
+    assert "backend: cuda (triton to i0, cuda from i1)" in after

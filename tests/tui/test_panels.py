@@ -38,3 +38,23 @@ async def test_profiling_panel_says_an_uncounted_intensity_is_unknown():
     assert "unknown (no FLOPs counted for these ops)" in text and "0.00 FLOP/byte" not in text
     assert "16.4 kB per call" in text  # a small task is not "0.0 MB"
     assert not any(line.startswith("FLOPs") for line in text.splitlines())
+
+
+async def test_an_80_column_header_keeps_the_iteration_and_the_state(demo):
+    """Issue 58: at 80x24 the header was cut before "iteration" and the state; now the other
+    fields give way (cut with an ellipsis), and both lines fit the terminal."""
+    from kernelcode.tui.widgets.header import RunHeader
+
+    app = create_app(event_source=held_run(demo))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, len(demo))
+        header = app.query_one(RunHeader)
+        lines = str(header.render()).splitlines()
+        assert all(len(line) <= 78 for line in lines), lines
+        assert "iteration" in lines[0] and header.state_word in lines[0], lines
+        assert "…" in lines[0]  # something gave way
+        assert "best" in lines[1], lines
+    wide = create_app(event_source=held_run(demo))
+    async with wide.run_test(size=SIZE) as pilot:  # wide: the whole line, as before
+        await settle(pilot, len(demo))
+        assert str(wide.query_one(RunHeader).render()).startswith("kernel code v")

@@ -85,3 +85,8 @@ def test_candidates_in_flight(snap_compare, demo):
     """Mid-iteration: one candidate timed, one building, one queued for a worker."""
     events = in_flight(demo)
     assert snap_compare(_app(events), terminal_size=SIZE, run_before=_after(events))
+
+
+def test_main_screen_at_80x24(snap_compare, demo):
+    """Issue 58: the smallest common terminal; the header keeps the iteration and the state."""
+    assert snap_compare(_app(demo), terminal_size=(80, 24), run_before=_after(demo))

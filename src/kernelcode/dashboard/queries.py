@@ -28,7 +28,7 @@ _LIGHT = [
     Kernel.runtime_stats, Kernel.runtime_improvement, Kernel.improve_over_compile,
     Kernel.score, Kernel.model, Kernel.origin, Kernel.description, Kernel.features,
     Kernel.meta.label("meta"),
-    Kernel.hardware, Kernel.created_at,
+    Kernel.hardware, Kernel.backend, Kernel.created_at,
 ]
 # Columns kernels gained later (migrations); a database no engine has opened since lacks them.
 LATER_KERNEL_COLUMNS = ("author",)

@@ -39,7 +39,9 @@ def matches_for(state: RunState) -> tuple[list[dict], str]:
                               if (p.metadata.get("params") or {}).get("template") == m["template"]),
         } for m in skills]
         return rows, (f"Offline templates matching {state.problem or 'this task'} on "
-                      f"{state.backend} (the engine's match), with the tunables tried so far.")
+                      f"{state.backend} (the engine's match), with the tunables tried so far"
+                      + (" (the CPU's choices: the Triton interpreter runs few, large programs)."
+                         if state.on_cpu else "."))
     if not tried:
         if not state.evaluated:
             return [], ("No match known yet: the offline generator picks its template after the "
@@ -58,7 +60,8 @@ def matches_for(state: RunState) -> tuple[list[dict], str]:
             "template": template.name,
             "summary": template.summary,
             "backends": list(template.backends),
-            "tunables": {t.name: "/".join(map(str, t.choices)) + _tried(values.get(t.name))
+            "tunables": {t.name: "/".join(map(str, t.values(state.on_cpu)))
+                         + _tried(values.get(t.name))
                          for t in template.tunables_for(state.backend)},
             "candidates": sum(1 for p in state.programs()
                               if (p.metadata.get("params") or {}).get("template") == template.name),

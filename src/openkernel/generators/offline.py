@@ -64,12 +64,15 @@ def find_match(task: Task, probe: TaskProbe, backend: str) -> Match | str:
     return reason
 
 
-def skill_matches(probe: TaskProbe, backend: str, task: Task | None = None) -> list[dict]:
+def skill_matches(probe: TaskProbe, backend: str, task: Task | None = None,
+                  interpreter: bool = False) -> list[dict]:
     """Templates that claim the task's ops, for the TUI's "s" panel.
 
     Each dict: ``template`` (the family's name), ``summary``, ``why`` (or the reason it cannot be used, with
     ``usable`` False), ``backends`` and ``tunables`` ({name: {"choices": [...], "why": str}}).
     Without ``task`` only the op set is checked (the reference's arguments are not read).
+    Under the interpreter the choices are the CPU's (issue 58: the panel listed GPU block
+    sizes that a CPU run never tries).
     """
     out = []
     for family in FAMILIES:
@@ -89,7 +92,7 @@ def skill_matches(probe: TaskProbe, backend: str, task: Task | None = None) -> l
         out.append({
             "template": family.name, "summary": family.summary, "why": why,
             "usable": usable, "backends": list(family.backends),
-            "tunables": {t.name: {"choices": list(t.choices), "why": t.why}
+            "tunables": {t.name: {"choices": list(t.values(interpreter)), "why": t.why}
                          for t in family.tunables_for(backend)},
         })
     return out

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import queue
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -295,7 +296,7 @@ class Search:
             db_path=self.store.location, max_iters=self.config.max_iters,
             branches_per_iteration=self.config.branches_per_iteration,
             resumed_candidates=self.stored_candidates, reference_code=self.task.reference_code,
-            skills=tuple(skill_matches(probe, self.backend, self.task)),
+            skills=tuple(skill_matches(probe, self.backend, self.task, hw.interpreter)),
             peak_bandwidth_gbs=hw.peak_bandwidth_gbs, peak_tflops=dict(hw.peak_tflops or {}),
             max_usd=self.config.budget.max_usd, max_tokens=self.config.budget.max_tokens,
             peak_gflops=_peak_gflops(hw, probe),
@@ -1005,6 +1006,31 @@ def _mark_template(program: Program, result: EvalResult, proposal) -> None:
     params = program.metadata.get("params") or {}
     if winner and params.get("template"):
         program.metadata["params"] = {"template": params["template"], **winner}
+    proposed = {k: v for k, v in params.items() if k != "template"}
+    if winner and proposed and winner != proposed:
+        program.metadata["description"] = _kept_point(
+            program.metadata.get("description") or "", proposed, winner,
+            len(results.get("combinations", [])))
+
+
+def _kept_point(description: str, proposed: dict, winner: dict, n: int) -> str:
+    """The description of a sweep's proposed point, told of the winner that is kept (issue 58:
+    "BLOCK=2048 ...; a sweep of 3" over stored code with BLOCK=4096): its knobs read the
+    winner's values, and it says which point was proposed."""
+    head, _, swept = description.partition("; a sweep of ")
+    moved = {k: v for k, v in winner.items() if proposed.get(k) != v}
+    told = []
+    for k, v in moved.items():
+        said = re.subn(rf"\b{re.escape(k)}={re.escape(str(proposed.get(k)))}\b", f"{k}={v}", head)
+        if k == "num_warps":
+            said = re.subn(rf"\b{proposed.get(k)} warps\b", f"{v} warps", said[0])
+        head = said[0]
+        if not said[1]:
+            told.append(f"{k}={v}")
+    was = ", ".join(f"{k}={proposed.get(k)}" for k in moved)
+    return ((", ".join(told) + ": " if told else "") + head
+            + f"; the winner of a sweep of {n}" + (f" ({swept.split(': ', 1)[-1]})" if swept else "")
+            + f" over the proposed {was}")
 
 
 def _submitted(submission: Submission, parent: Program | None) -> Proposal:

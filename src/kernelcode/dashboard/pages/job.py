@@ -46,6 +46,25 @@ def legend(n_kernels: int = 0) -> html.Div:
     return html.Ul(items, className="legend", id="graph-legend")
 
 
+def backends(rows: list[dict], started: str) -> str:
+    """The backend the candidates were written for, and where `b` switched it (issue 58: the
+    header said "triton" for a job that went on in CUDA): "cuda (triton to i1, cuda from i2)"."""
+    spans: list[tuple[str, int, int]] = []  # (backend, first iteration, last iteration)
+    for r in rows:
+        b = r.get("backend")
+        if r.get("is_program0") or not b or r.get("iteration") is None:
+            continue
+        if spans and spans[-1][0] == b:
+            spans[-1] = (b, spans[-1][1], r["iteration"])
+        else:
+            spans.append((b, r["iteration"], r["iteration"]))
+    if len(spans) < 2:
+        return spans[0][0] if spans else started
+    told = [f"{b} to i{last}" if i == 0 else f"{b} from i{first}"
+            for i, (b, first, last) in enumerate(spans)]
+    return f"{spans[-1][0]} ({', '.join(told)})"
+
+
 def header(data) -> list:
     """Title, run facts and a live badge."""
     runs = data.runs
@@ -54,7 +73,8 @@ def header(data) -> list:
     # the reference is no candidate; judged and not, in every view's words
     tally = Tally.of(Counter(r["status"] for r in data.rows if not r.get("is_program0")))
     facts = [tally.words(), f"{len(runs)} run(s)",
-             f"hardware: {last.get('hardware') or '-'}", f"backend: {last.get('backend') or '-'}",
+             f"hardware: {last.get('hardware') or '-'}",
+             f"backend: {backends(data.rows, last.get('backend') or '-')}",
              f"generator: {last.get('generator') or '-'}",
              f"models: {', '.join(last.get('models') or []) or '-'}",
              f"best: {best['label']} {speedup_text(best['runtime_improvement'])}" if best and best.get(

@@ -34,16 +34,21 @@ def combination_table(results: dict, sort: int = 0) -> Table:
         table.add_column(n, justify="right")
     table.add_column("status")
     table.add_column("median ms", justify="right")
-    table.add_column("speedup", justify="right")
+    table.add_column("sweep x", justify="right")
+    table.add_column("judged x", justify="right")  # the winner's full checks: the kernel's figure
     table.add_column("why it failed", overflow="fold", max_width=60)
     winner = results.get("winner")
+    judged = results.get("winner_judged") or {}
     for row in _order(rows, sort):
         status = Status(row["status"]) if row["status"] in {s.value for s in Status} else None
         word = Text(STATUS_WORDS[status], style=STATUS_COLOURS[status]) if status else Text(row["status"])
         why = next((ln for ln in (row.get("error") or row.get("dropped") or "").splitlines()
                     if ln.strip()), "")  # a failure, or why screening dropped it
-        table.add_row("★" if row["params"] == winner else "",
+        won = row["params"] == winner
+        table.add_row("★" if won else "",
                       *(str(row["params"].get(n, "")) for n in names), word,
-                      f"{row['runtime']:.4f}" if row["runtime"] > 0 else "–",
-                      speedup_str(row["speedup"]), why[:200])
+                      f"{row['runtime']:.3g}" if row["runtime"] > 0 else "–",
+                      speedup_str(row["speedup"]),
+                      (speedup_str(judged["speedup"]) if judged["speedup"] > 0 else judged["status"])
+                      if won and judged else "", why[:200])
     return table

@@ -68,10 +68,18 @@ class RunHeader(TextLines):
         hardware = pretty_hardware(self.hardware, self.backend)
         if ended and self.hardware == DETECTING:
             hardware = "no hardware detected"
-        line1 = Text.assemble(
-            ("kernel code ", "bold"), (f"v{__version__}", "bold"), SEP,
-            (hardware, "bold #58a6ff"), SEP, (backend, "bold"), SEP,
-            self.problem, SEP, self.models, SEP, it, SEP, ("● " + self.state_word, "bold"))
+        # What must show at any width: the iteration and the state; the rest gives way
+        # (issue 58: at 80 columns the line was cut before both).
+        room = max(20, self.size.width - 2) if self.size.width else 10**4
+        title = ("kernel code ", "bold"), (f"v{__version__}", "bold"), SEP
+        fields = [(hardware, "bold #58a6ff"), (backend, "bold"), (self.problem, ""),
+                  (self.models, "")]
+        tail = [SEP, (it, ""), SEP, ("● " + self.state_word, "bold")]
+        fixed = sum(len(t) for t, _ in tail) + len(SEP[0]) * (len(fields) - 1)
+        if fixed + sum(len(t) for t, _ in (*title, *fields)) > room:
+            title = ()  # the app's name and version first, then each field cut to fit
+            fields = fit(fields, room - fixed)
+        line1 = Text.assemble(*title, *_joined(fields), *tail)
         parts = []
         if self.job:
             parts.append(f"job {self.job}")
@@ -86,5 +94,28 @@ class RunHeader(TextLines):
         if self.dashboard_url:
             parts.append(f"dashboard {self.dashboard_url}")
         idle = "the run did not start (the chat says why)" if ended else "waiting for the engine…"
+        parts = [t for t, _ in fit([(p, "") for p in parts], room - 5 * (len(parts) - 1))]
         line2 = Text("  ·  ".join(parts) or idle, style="#8b949e")
         return Text("\n").join([line1, line2])
+
+
+def fit(fields: list[tuple[str, str]], room: int, least: int = 6) -> list[tuple[str, str]]:
+    """(text, style) fields cut to ``room`` cells in all, the longest first, each to no less
+    than ``least`` (an ellipsis says where): a long path or model list gives way first."""
+    texts = [t for t, _ in fields]
+    over = sum(map(len, texts)) - room
+    while over > 0:
+        i = max(range(len(texts)), key=lambda j: len(texts[j]))
+        if len(texts[i]) <= least:
+            break
+        cut = min(over, len(texts[i]) - least)
+        texts[i] = texts[i][: len(texts[i]) - cut - 1] + "…"
+        over -= cut
+    return [(t, style) for t, (_, style) in zip(texts, fields)]
+
+
+def _joined(fields: list[tuple[str, str]]) -> list:
+    out = []
+    for i, field in enumerate(fields):
+        out += [SEP, field] if i else [field]
+    return out
