@@ -198,6 +198,17 @@ def _cli(*args, cwd=None, timeout=300):
                           text=True, cwd=cwd, timeout=timeout)
 
 
+def test_every_set_option_says_what_it_takes():
+    """Issue 58: `bench --help` had no text for --set (nor had run and eval)."""
+    from openkernel.cli import _parser
+
+    parser = _parser()
+    commands = parser._subparsers._group_actions[0].choices
+    for name in ("run", "eval", "bench"):
+        text = " ".join(commands[name].format_help().split())
+        assert "--set KEY=VALUE a config key, dotted for nested ones, e.g. max_iters=3" in text, name
+
+
 def test_cli_bad_input_is_one_message(tmp_path, examples_dir):
     r = _cli("run", str(tmp_path / "nope"))
     assert r.returncode == 2 and "no such task" in r.stderr and "Traceback" not in r.stderr
@@ -450,8 +461,11 @@ def test_an_exhausted_sweep_ends_the_job_with_the_critics_word_and_its_traces(
     assert not any(isinstance(e, ev.CandidatePhaseChanged) and e.phase == "abandoned"
                    for e in events)
     ends = [i for i, e in enumerate(events)
-            if isinstance(e, ev.LogEmitted) and "The search ends after iteration 1" in e.message]
+            if isinstance(e, ev.LogEmitted) and "The search ends after iteration 0" in e.message]
     assert len(ends) == 1 and "every combination" in events[ends[0]].message
+    assert "iteration 1 had nothing new to judge" in events[ends[0]].message
+    finished_its = {e.iteration: e.judged for e in events if isinstance(e, ev.IterationFinished)}
+    assert finished_its == {0: 2, 1: 0}  # the views show iteration 0, not an empty 1
     assert any(isinstance(e, ev.CriticDiagnosed) for e in events[ends[0]:])
     traced = read_dataset(tmp_path / "traces").to_pylist()
     rows = [r for r in Store(tmp_path / "k.sqlite3").job_kernels("relu_x2", "sweep")

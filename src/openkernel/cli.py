@@ -19,6 +19,12 @@ console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
 
+# One wording for every command's --set (issue 58: bench --help had no text for it)
+SET_HELP = ("a config key, dotted for nested ones, e.g. max_iters=3 or "
+            "eval_config.profile=false (YAML values; repeat --set for more; the keys: the "
+            "README's Configuration section)")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="openkernel", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -26,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="search for a faster kernel")
     run.add_argument("target", nargs="?", help="task file/folder or run config YAML "
                      "(default: configs/default.yaml)")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help=SET_HELP)
     run.add_argument("--fresh-baselines", action="store_true", help="time the reference again "
                      "(and capture Inductor's code for it again) even when its timings are "
                      "stored for this task, hardware and software")
@@ -35,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("task", help="task file or folder")
     ev.add_argument("candidate", help="a Python file defining ModelNew")
     ev.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
-    ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ev.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help=SET_HELP)
 
     runs = sub.add_parser("runs", help="list tasks and jobs in the database (tab-separated "
                           "when piped)")
@@ -80,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
                        "files, a task folder, or a file")
     bench.add_argument("--name", default=None, help="the suite's name, also each problem's job "
                        "name; run again with the same name to resume (default bench-<timestamp>)")
-    bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    bench.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help=SET_HELP + "; every problem of the suite takes it")
     bench.add_argument("--json", dest="json_path", default=None, metavar="FILE",
                        help="write the table and figures as JSON")
     bench.add_argument("--retry-failed", action="store_true", help="on a resumed suite, run "

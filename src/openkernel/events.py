@@ -164,6 +164,9 @@ class IterationFinished(Event):
     best_speedup: float
     evaluated: int  # the job's candidates stored so far (a resumed job: its earlier runs' too)
     tally: Tally = field(default_factory=Tally)  # the same, judged and not (every view's words)
+    # this iteration's candidates: 0 when every branch was withdrawn (nothing new to propose),
+    # and then the views show the last iteration that judged something (issue 58)
+    judged: int = -1
 
 
 @dataclass(frozen=True)

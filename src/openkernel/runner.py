@@ -28,14 +28,16 @@ def overrides_from(data: dict) -> list[str]:
 
 
 def resolve_run(task_or_config: str | Path | None = None,
-                overrides: list[str] | tuple[str, ...] = ()) -> tuple[Task, Config]:
+                overrides: list[str] | tuple[str, ...] = (),
+                said_as: str = "--set") -> tuple[Task, Config]:
     """Resolve what to run. Config layers, lowest first: the task folder's config.yaml, the run
     config file, then ``--set`` overrides. A relative ``task`` in a config file is read from the
-    config file's folder."""
+    config file's folder. ``said_as``: what a bad override's message calls where it came from
+    (MCP's tools take a ``config`` argument, not the command line's ``--set``)."""
     overrides = list(overrides)
     run_data: dict = {}
     config_dir = Path.cwd()
-    source = "--set"
+    source = said_as
     target = Path(task_or_config) if task_or_config else None
     if target is None and not any(o.split("=", 1)[0].strip() == "task" for o in overrides):
         if not DEFAULT_CONFIG.is_file():
@@ -56,7 +58,7 @@ def resolve_run(task_or_config: str | Path | None = None,
     if not task_ref:
         raise ConfigError("no task: pass a task file or folder, or --set task=PATH")
     task_path = Path(str(task_ref)).expanduser()
-    if not task_path.is_absolute() and "task" in run_data and source != "--set" and \
+    if not task_path.is_absolute() and "task" in run_data and source != said_as and \
             not any(o.startswith("task=") for o in overrides):
         task_path = config_dir / task_path
     task = load_task(task_path)
@@ -75,7 +77,7 @@ def resolve_run(task_or_config: str | Path | None = None,
         config.task_name = task.name
     if config.kernels_iter_0_path:
         start = Path(config.kernels_iter_0_path).expanduser()
-        if not start.is_absolute() and source != "--set" and "kernels_iter_0_path" in run_data:
+        if not start.is_absolute() and source != said_as and "kernels_iter_0_path" in run_data:
             start = config_dir / start
         if not start.is_file():
             raise ConfigError(f"kernels_iter_0_path: {start}: no such kernel file")

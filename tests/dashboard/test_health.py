@@ -40,6 +40,19 @@ def test_correct_but_no_speedup():
     assert _states(_rows(["correct", "faster"]))["Correct but no speedup"] == "ok"
 
 
+def test_no_speedup_on_the_cpu_blames_the_interpreter(sample):
+    """Issue 58: a CPU job's slow candidates were put down to the shape; what slows them is
+    Triton's interpreter. The rows of a real CPU run (the sample database's offline job)."""
+    import sample_db
+
+    from kernelcode.dashboard.source import DataSource
+
+    rows = DataSource(sample["path"]).job(sample_db.TASK, sample_db.OFFLINE_JOB).rows
+    assert all("interpreter" in r["hardware"].lower() for r in rows if not r["is_program0"])
+    row = next(c for c in job_health(rows) if c.symptom == "Correct but no speedup")
+    assert "Triton's interpreter" in row.cause and "shape" not in row.where
+
+
 def test_no_profiler_data_and_estimates_only():
     assert _states(_rows(["faster", "correct"]))["No profiler data"] == "warn"
     assert _states(_rows(["faster", "correct"], profiled=True))["No profiler data"] == "ok"

@@ -61,6 +61,8 @@ def test_bad_input_is_one_tool_error_and_the_server_keeps_serving(stdio_server):
     assert "does not parse: line 1" in said["parse"]
     assert "no_such_task" in said["task"]
     assert "max_iterz" in said["key"]
+    # named as the tool takes it, not as the command line's --set (issue 58)
+    assert "the config argument: unknown key" in said["key"] and "--set" not in said["key"]
     for key in ("job", "stop", "submit"):
         assert "no job 'no-such-job'" in said[key] and str(db) in said[key]
     assert "author 'bob'" in said["author"]

@@ -164,7 +164,11 @@ async def test_withdrawn_branches_pause_and_a_refused_backend(tmp_path, monkeypa
         assert set(app.state.candidates) == {"i0-b0", "i0-b1"}  # no phantom i1-b* rows
         chat = " ".join(chat_text(app).split())
         assert "iteration 0 done: 2 candidates so far" in chat
-        assert "2 candidates; database" in chat and "The search ends after iteration 1" in chat
+        assert "2 candidates; database" in chat and "The search ends after iteration 0" in chat
+        # iteration 1 judged nothing: the chat says so, the header names iteration 0 (issue 58)
+        assert "iteration 1: nothing new to judge" in chat
+        assert "iteration 1 done" not in chat
+        assert "iteration 0 of 0–2" in str(app.query_one(RunHeader).render())
         assert "2 candidates" in str(app.query_one(RunHeader).render())
 
 

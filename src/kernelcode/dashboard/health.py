@@ -102,10 +102,18 @@ def job_health(rows: list[dict], branches_per_iteration: int | None = None) -> l
         state = "warn" if status["faster"] == 0 else "ok"
         ev = f"{status['faster']} of {correct} correct candidates are faster; best speedup " + (
             speedup_text(best, missing="not measured"))
+    # On the CPU the candidates are Python running each Triton program (the interpreter):
+    # slower than PyTorch's own CPU kernels whatever the shape (issue 58: it blamed the shape)
+    interpreted = bool(cands) and all("interpreter" in (r.get("hardware") or "").lower()
+                                      for r in cands)
     checks.append(HealthCheck(
         "Correct but no speedup", state, ev,
+        "The candidates ran in Triton's interpreter on the CPU, which executes each program in "
+        "Python and is slower than PyTorch's CPU kernels at any shape: a speedup needs a GPU"
+        if interpreted else
         "Reference is already well optimized, or the benchmark shape is too small to show a "
-        "difference", "Runtime stats, benchmark shapes"))
+        "difference", "The hardware in the header; run the job on a GPU" if interpreted
+        else "Runtime stats, benchmark shapes"))
 
     ran = [r for r in cands if r.get("status") in CORRECT or r.get("status") == "incorrect"]
     if not ran:

@@ -116,6 +116,9 @@ def _best(e: ev.BestImproved) -> list[Text]:
 
 
 def _iteration_done(e: ev.IterationFinished) -> list[Text]:
+    if e.judged == 0:
+        return [Text(f"  iteration {e.iteration}: nothing new to judge (every branch was "
+                     "withdrawn)", DIM)]
     return [Text(f"  iteration {e.iteration} done: {e.tally.words()} so far, "
                  f"best {speedup_str(e.best_speedup)}", DIM)]
 

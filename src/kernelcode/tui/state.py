@@ -187,6 +187,9 @@ class RunState:
 
     def _on_IterationFinished(self, e: ev.IterationFinished) -> None:
         self.best_speedup = max(self.best_speedup, e.best_speedup)
+        if e.judged == 0:  # nothing in it: the header names the last iteration that judged
+            self.iteration = max((c.iteration for c in self.candidates.values()
+                                  if c.iteration < e.iteration), default=-1)
 
     def _on_BackendSwitched(self, e: ev.BackendSwitched) -> None:
         self.backend = e.backend

@@ -23,6 +23,9 @@ from openkernel.mcp_server.answers import JobStatus, KernelInfo, Verdict
 from openkernel.mcp_server.location import DatabaseLocation
 from openkernel.mcp_server.reads import Reads
 from openkernel.runner import overrides_from, resolve_run
+
+# What a bad key's message names: the tools' `config` argument (not the CLI's --set, issue 58)
+SAID_AS = "the config argument"
 from openkernel.search.control import RunControl
 from openkernel.search.external import Submission, check_author, check_code
 from openkernel.costs import Spend
@@ -62,6 +65,8 @@ class LiveJob:
                 self.state, self.max_iters = "running", event.max_iters
             elif isinstance(event, ev.IterationStarted):
                 self.iteration = event.iteration
+            elif isinstance(event, ev.IterationFinished) and event.judged == 0:
+                self.iteration = max(event.iteration - 1, -1)  # it held nothing
             elif isinstance(event, ev.CandidateEvaluated):
                 self.judged += 1
                 speed = f" {speedup_text(event.speedup)}" if event.speedup > 0 else ""
@@ -117,7 +122,7 @@ class Jobs(Reads):
     # -- judging one kernel --------------------------------------------------------------
     def _resolve(self, task: str, config: dict, extra: tuple[str, ...] = ()):
         return resolve_run(task, [*overrides_from(config or {}), *extra,
-                                  *self.location.overrides()])
+                                  *self.location.overrides()], said_as=SAID_AS)
 
     def evaluate(self, task: str, code: str, backend: str, config: dict) -> Verdict:
         from openkernel.evaluation.host.executor import Evaluator
@@ -175,7 +180,7 @@ class Jobs(Reads):
         live.max_iters = len(problems)
         live.recent.extend(f"skipped: {line}" for line in skipped)
         overrides = [*overrides_from(config or {}), *self.location.overrides()]
-        resolve_run(problems[0].path, overrides)  # a bad key is said now, not in the thread
+        resolve_run(problems[0].path, overrides, said_as=SAID_AS)  # said now, not in the thread
         self._register(live)
         live.thread = threading.Thread(target=self._suite, args=(live, problems, suite, overrides),
                                        name=f"suite-{suite}", daemon=True)

@@ -495,15 +495,19 @@ class Search:
             yield from self._apply_controls(iteration)
             yield IterationStarted(iteration)
             yield from self._run_branches(iteration, plan, diagnoses)
+            judged = len(self._judged_in.get(iteration, []))
             yield IterationFinished(iteration, self.archive.best_speedup,
                                     self.stored_candidates + self.candidates,
-                                    Tally.of(self.outcomes))
-            last = iteration
+                                    Tally.of(self.outcomes), judged)
+            if judged:  # an iteration whose branches were all withdrawn has nothing to read
+                last = iteration
             if self._outage:
                 break
             if self._exhausted:  # the offline generator has nothing untried left
-                yield LogEmitted("info", f"The search ends after iteration {iteration}: "
-                                 f"{self._exhausted}.")
+                ended = last if last is not None else iteration - 1  # a resumed job's last
+                yield LogEmitted("info", f"The search ends after iteration {ended}: "
+                                 f"{self._exhausted}" + ("." if judged else
+                                 f" (iteration {iteration} had nothing new to judge)."))
                 break
         if last is not None:  # what to try next, for the user (no model call once stopping)
             yield from self._critique(last, [], cheap=self.control.stopped or bool(self._outage))
