@@ -106,6 +106,55 @@ def test_rewritten_seeds_match_the_reference_under_the_interpreter(tmp_path):
         _check(name, _render_all(name, tmp_path))
 
 
+def test_a_seeds_children_move_past_inductors_configs(tmp_path):
+    """Issue 57: a seed starts as Inductor's own configs (every scale 1) and its children move
+    the x block, a looped reduction's block and the warps past them; each moved kernel still
+    matches the reference under the interpreter (the traced shape and a held-out one)."""
+    from openkernel.generators.seeds import beyond
+
+    paths = []
+    for name, moves in {"rmsnorm": {"K0_X": 0.5, "K0_R": 4}, "conv_bn_relu": {"K0_X": 4},
+                        "linear_gelu_softmax": {"K0_X": 2, "K0_W": 2}}.items():
+        captured = json.loads((DATA / f"{name}.json").read_text())
+        seed = parse(captured)
+        kernel = seed.kernels[0]
+        knobs = {t.name: t for t in beyond.tunables(kernel)}
+        assert set(moves) <= set(knobs), (name, knobs)
+        assert ("K0_R" in knobs) == (kernel.kind == "reduction")  # a persistent one holds its row
+        assert all(knobs[k].values(True) for k in knobs) and knobs["K0_W"].values(True) == (1,)
+        model, inputs = _reference(name)
+        trace = trace_forward(model, inputs)
+        own, moved = render(seed, {"K0": 0}, trace), render(seed, {"K0": 0, **moves}, trace)
+        assert "moved past it" in moved and "moved past it" not in own
+        config, said = beyond.scaled(kernel, kernel.configs[0], moves)
+        for key, scale in {"XBLOCK": moves.get("K0_X", 1), "num_warps": moves.get("K0_W", 1)}.items():
+            if scale != 1:
+                assert config[key] == max(1, int(kernel.configs[0][key] * scale)), said
+                assert f"K0_{'WARPS' if key == 'num_warps' else key} = {config[key]}" in moved
+        paths.append(tmp_path / f"{name}_moved.py")
+        paths[-1].write_text(moved)
+        _check(name, paths[-1:])
+
+
+def test_an_unmasked_axis_only_shrinks_and_a_tile_is_bounded():
+    """A block axis Inductor left unmasked only shrinks (a larger block reads past the
+    tensor); a grown tile past MAX_TILE gives way on the grown axis."""
+    from openkernel.generators.seeds import beyond
+    from openkernel.generators.seeds.rewrite import SeedKernel
+
+    source = "xindex = xoffset + tl.arange(0, XBLOCK)\nxmask = tl.full([XBLOCK], True, tl.int1)"
+    kernel = SeedKernel("triton_red_fused_0", source, [], [{"XBLOCK": 64, "R0_BLOCK": 512,
+                                                            "num_warps": 8, "num_stages": 1}],
+                        ("x",), "reduction")
+    knobs = {t.name: t.choices for t in beyond.tunables(kernel)}
+    assert knobs["K0_X"] == (0.25, 0.5, 1) and knobs["K0_R"] == (0.25, 0.5, 1)
+    assert knobs["K0_W"] == (0.25, 0.5, 1, 2, 4)
+    masked = SeedKernel("k_0", "xmask = xindex < xnumel\nr0_mask = r0_index < r0_numel", [],
+                        kernel.configs, ("x",), "reduction")
+    config, moved = beyond.scaled(masked, masked.configs[0], {"K0_X": 4, "K0_R": 4})
+    assert config["XBLOCK"] * config["R0_BLOCK"] <= beyond.MAX_TILE and moved
+
+
 def _as_yz_overflow(code: str) -> str:
     """Inductor's static capture with its 2-D kernels on Grid2DWithYZOverflow, as Inductor
     writes them where the y extent can pass 65535 (KernelBench level2/52 on the H200: 1016064
@@ -255,6 +304,14 @@ def test_the_offline_generator_offers_the_seed_beside_its_own_kernels():
     assert "on the GPU" in second.reasoning and "@triton.jit" in second.code
     child = propose(2, Program(id="p", code=second.code, metadata={"params": second.params}))
     assert child.model == "offline:inductor_seed"
+    # the seed starts as Inductor's own configs; its children step past them (issue 57)
+    assert {k: v for k, v in second.params.items() if k.endswith(("_X", "_W"))} == {
+        "K0_X": 1, "K0_W": 1}
+    moved = set()
+    for branch in range(2, 12):
+        kid = propose(branch, Program(id="p", code=second.code, metadata={"params": second.params}))
+        moved |= {k for k, v in kid.params.items() if k.endswith(("_X", "_W")) and v != 1}
+    assert moved & {"K0_X", "K0_W"}, moved
     probe.trace = None  # the compiler has nothing to plan from: the seed alone
     gen = OfflineGenerator()
     assert gen.supports(task, probe, "triton") is None

@@ -21,6 +21,7 @@ from __future__ import annotations
 from openkernel.aten_ops import compute_ops, torch_covers
 from openkernel.generators.compiler.replay import CUDA_GRAPH, offered
 from openkernel.generators.family import Family, Match, Tunable
+from openkernel.generators.seeds import beyond
 from openkernel.generators.seeds.render import render, render_signatures
 from openkernel.generators.seeds.rewrite import (
     StaticSeed,
@@ -79,6 +80,10 @@ class InductorSeed(Family):
         fitted.starts = tuple({t.name: min(i, len(t.choices) - 1) for t in fitted.tunables}
                               for i in range(max((len(t.choices) for t in fitted.tunables),
                                                  default=1)))
+        # past Inductor's configs: scales its children move, Inductor's own (1) to start
+        past = tuple(t for k in kernels for t in beyond.tunables(k))
+        fitted.tunables += past
+        fitted.starts = tuple({**p, **{t.name: 1 for t in past}} for p in fitted.starts)
         if offered(probe, len(seeds[0][1].kernels) + len(seeds[0][1].extern)):
             # replayed first, then launched one by one (CUDA graphs: compiler/replay.py)
             fitted.tunables += (CUDA_GRAPH,)
@@ -99,6 +104,12 @@ class InductorSeed(Family):
             why += (f"; {len(fixed.seed.kernels)} of them specialised to the benchmark shapes "
                     f"({shapes(fixed.shapes)}), run on those alone")
         return Match(fitted, why + (f"; left out: {left}" if left else ""), spec)
+
+    def clean(self, params: dict, interpreter: bool, backend: str) -> dict:
+        # a scale a parent does not name (stored before it existed) is Inductor's own: 1
+        unset = {t.name: 1 for t in self.tunables
+                 if t.name.endswith(beyond.SUFFIXES) and t.name not in params}
+        return super().clean({**params, **unset}, interpreter, backend)
 
     def describe(self, match: Match, params: dict) -> str:
         return match.spec["label"] + ("; replayed as a CUDA graph"

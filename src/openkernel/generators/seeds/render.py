@@ -6,6 +6,7 @@ import re
 
 from openkernel.generators.compiler.modelnew import DECLARE
 from openkernel.generators.compiler.replay import NOTE, REPLAY, graphed
+from openkernel.generators.seeds.beyond import scaled
 from openkernel.generators.seeds.rewrite import Seed, StaticSeed, _prefix, describe, shapes
 from openkernel.records import OpTrace
 
@@ -85,9 +86,11 @@ def _module(seed: Seed, params: dict, model, note: str = "") -> str:
               "aten = torch.ops.aten", ""]
     for kernel in seed.kernels:
         k = _prefix(kernel)
-        config = kernel.configs[params.get(k, 0) % len(kernel.configs)]
+        config, moved = scaled(kernel, kernel.configs[params.get(k, 0) % len(kernel.configs)],
+                               params)
         lines.append(f"# {kernel.name}: launch config {params.get(k, 0) % len(kernel.configs)} "
-                     f"of Inductor's {len(kernel.configs)}")
+                     f"of Inductor's {len(kernel.configs)}"
+                     + (f", moved past it: {', '.join(moved)}" if moved else ""))
         for key, value in config.items():
             name = {"num_warps": "WARPS", "num_stages": "STAGES"}.get(key, key)
             lines.append(f"{k}_{name} = {value}")
