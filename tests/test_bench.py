@@ -176,6 +176,28 @@ def test_summary_figures_follow_kernelbench():
     assert summarize("empty", []).fast_p["0"] == 0.0
 
 
+def test_the_depth_curve_carries_a_finished_job_and_counts_the_risers():
+    """Issue 57: after each iteration, the geomean of the best kernels so far; a job that ended
+    earlier keeps its best; a problem rises when its last best is 2% over its first."""
+    from openkernel.bench.summary import depth_text, problem_depth
+
+    rows = [ProblemResult("a", correct=True, speedup=2.0, depth=[1.0, 1.5, 2.0],
+                          depth_compile=[0.5, 0.75, 1.0]),
+            ProblemResult("b", correct=True, speedup=1.0, depth=[1.0, 1.01], depth_compile=[]),
+            ProblemResult("c", correct=True, speedup=3.0, depth=[None, 3.0, 3.0]),
+            ProblemResult("d", correct=False, depth=[None, None, None])]
+    s = summarize("x", rows)
+    assert [d["n"] for d in s.depth] == [2, 3, 3]
+    assert s.depth[2]["geomean_eager"] == pytest.approx((2.0 * 1.01 * 3.0) ** (1 / 3))
+    assert s.depth[0]["geomean_compile"] == 0.5 and s.depth[2]["n_compile"] == 1
+    assert (s.n_rising, s.n_depth) == (1, 2)  # a rose 2x; b 1% (noise); c had no iteration 0
+    assert s.to_json()["depth"] == s.depth
+    assert depth_text(s) == ("after iteration 0 0.500x, 2 1.00x over torch.compile (geomean); "
+                             "rising on 1 of 2")
+    assert problem_depth(rows[0]) == "0.500x→1.00x (i2)" and problem_depth(rows[3]) == "-"
+    assert depth_text(summarize("one", [ProblemResult("a", depth=[1.0])])) == ""
+
+
 def test_the_tie_rule_against_torch_compile():
     """A kernel 1.5x eager where torch.compile is 1.48x eager: 1.014x compile, a tie when its
     interval over eager (scaled by compile's ratio) holds 1.0, faster when the interval is

@@ -654,11 +654,11 @@ def _seconds(value: float | None) -> str:
 
 
 def _print_suite(summary) -> None:
-    from openkernel.bench.summary import own_split
+    from openkernel.bench.summary import depth_text, own_split, problem_depth
 
     table = Table("problem", "status", "correct", "speedup", "vs compile", "vs autotune",
                   "vs cudagraphs", "eager ms", "compile ms", "autotune ms", "cudagraphs ms",
-                  "judged", "faults", "time s",
+                  "by iteration", "judged", "faults", "time s",
                   "fixed s", "own s", "note", title=f"suite {summary.suite}: {summary.precision}")
     for p in summary.problems:
         note = [(p.error.splitlines() or [""])[0][:70]] if not p.correct else []
@@ -667,7 +667,8 @@ def _print_suite(summary) -> None:
                       f"{p.eager_ms:.4g}" if p.eager_ms else "-",
                       f"{p.compile_ms:.4g}" if p.compile_ms else "-",
                       f"{p.autotune_ms:.4g}" if p.autotune_ms else "-",
-                      f"{p.cudagraphs_ms:.4g}" if p.cudagraphs_ms else "-", str(p.candidates),
+                      f"{p.cudagraphs_ms:.4g}" if p.cudagraphs_ms else "-", problem_depth(p),
+                      str(p.candidates),
                       str(p.evaluator_faults), f"{p.time_s:.1f}",
                       _seconds(p.fixed_s) + (" stored" if p.baselines_stored else ""),
                       _seconds(p.candidate_s),
@@ -699,6 +700,8 @@ def _print_suite(summary) -> None:
         console.print(f"against torch.compile, of {summary.n_compile}: {summary.n_compile_faster} "
                       f"faster, {summary.n_compile_tie} tie (the 95% interval holds 1.0), "
                       f"{slower} slower", highlight=False)
+    if depth_text(summary):
+        console.print(f"depth: {depth_text(summary)}", highlight=False)
     if summary.library_bound:
         console.print(f"library-bound (the reference is a lone GEMM or convolution; our own "
                       f"kernel's ratio): {len(summary.library_bound)}, geomean over torch.compile "

@@ -47,7 +47,8 @@ def bench_db(tmp_path_factory) -> dict:
     db = root / "kernels.sqlite3"
     out = root / "suite.json"
     proc = subprocess.run([sys.executable, "-m", "openkernel.cli", "bench", str(level),
-                           "--name", "kb level1", "--json", str(out), "--set", "max_iters=1",
+                           # three iterations: the depth curve has three points (issue 57)
+                           "--name", "kb level1", "--json", str(out), "--set", "max_iters=3",
                            "--set", "branches_per_iteration=1",
                            "--set", f"paths.kernels_db_path={db}",
                            "--set", f"paths.scratch_dir={root / 'scratch'}",
@@ -71,6 +72,14 @@ def test_suite_page_agrees_with_the_bench_json(bench_db):
     assert "Unknown suite" in str(route(src, "/suite/nope", ""))
     runs = str(route(src, "/", ""))
     assert "suites-section" in runs and "kb level1" in runs
+    # the depth curve: the best so far after each iteration, in the JSON and on the page
+    data = bench_db["json"]
+    relu = next(p for p in data["problems"] if p["name"] == "level1/19_ReLU")
+    assert len(relu["depth"]) == 3 and relu["depth"][-1] == relu["speedup"]
+    assert all(b >= a for a, b in zip(relu["depth"], relu["depth"][1:]))  # a best never falls
+    assert [d["iteration"] for d in data["depth"]] == [0, 1, 2] and data["n_depth"] == 1
+    assert data["depth"][-1]["geomean_eager"] == pytest.approx(data["geomean_eager"])
+    assert "by iteration" in page and "depth: after iteration 0" in page and "suite-depth" in page
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
@@ -107,6 +116,8 @@ def test_suites_in_a_real_browser(bench_db):
         assert "level1/19_ReLU" in text and "level1/89_sort" in text and "failed" in text
         figures = page.inner_text("#suite-figures")
         assert "fast" in figures and "geomean over eager" in figures and "(1 correct of 2)" in figures
+        assert "depth: after iteration 0" in figures
+        page.wait_for_selector("#suite-depth .main-svg")  # the curve, drawn
         page.click("#suite-table a.job-link >> text=level1/19_ReLU")  # on to the problem's job
         page.wait_for_selector("#job-graph")
         assert not errors, errors

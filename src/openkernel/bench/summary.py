@@ -97,6 +97,10 @@ class ProblemResult:
     path: str = ""
     library_bound: str = ""  # the reference's library ops when it is nothing else (e.g. "mm")
     allow_tf32: bool = False  # its run's eval_config.allow_tf32
+    # the depth curve: after each iteration k (0, 1, ...), the best correct kernel so far's
+    # speedup over eager and over torch.compile (None: nothing correct yet)
+    depth: list[float | None] = field(default_factory=list)
+    depth_compile: list[float | None] = field(default_factory=list)
 
 
 @dataclass
@@ -126,6 +130,11 @@ class SuiteSummary:
     sweep_combinations_median: float | None = None  # combinations a sweep judged
     started_anew: int = 0  # candidates whose worker was started anew for want of a fork
     fork_error: str = ""  # the first reason given
+    # after each iteration k: {"iteration", "geomean_eager", "geomean_compile", "n", "n_compile"}
+    # over the problems with a correct kernel by then (a job that ended earlier keeps its best)
+    depth: list[dict] = field(default_factory=list)
+    n_rising: int = 0  # problems whose last best beats their iteration-0 best by RISING
+    n_depth: int = 0  # problems with a correct kernel after iteration 0 and more than one iteration
 
     def to_json(self) -> dict:
         return {"suite": self.suite, "problems": [asdict(p) for p in self.problems],
@@ -144,7 +153,8 @@ class SuiteSummary:
                 "candidate_s_median_plain": self.candidate_s_median_plain,
                 "candidate_s_median_sweep": self.candidate_s_median_sweep,
                 "sweep_combinations_median": self.sweep_combinations_median,
-                "started_anew": self.started_anew, "fork_error": self.fork_error}
+                "started_anew": self.started_anew, "fork_error": self.fork_error,
+                "depth": self.depth, "n_rising": self.n_rising, "n_depth": self.n_depth}
 
 
 def p_label(p: float) -> str:
@@ -170,8 +180,58 @@ def median(values: list[float]) -> float | None:
     return round(statistics.median(values), 2) if values else None
 
 
+# A best kernel "rises" with depth when its last iteration's best is 2% over iteration 0's:
+# past the run-to-run spread of a best kernel's median (issue 57's depth curve)
+RISING = 1.02
+
+
+def depth_curve(problems: list[ProblemResult]) -> tuple[list[dict], int, int]:
+    """(the suite's depth curve, problems rising, problems it could tell for) (pure)."""
+    deepest = max((len(p.depth) for p in problems), default=0)
+    curve = []
+    for k in range(deepest):
+        at = [_at(p.depth, k) for p in problems]
+        over = [_at(p.depth_compile, k) for p in problems]
+        curve.append({"iteration": k, "geomean_eager": geomean([v for v in at if v]),
+                      "n": sum(1 for v in at if v), "geomean_compile": geomean([v for v in over if v]),
+                      "n_compile": sum(1 for v in over if v)})
+    told = [p for p in problems if len(p.depth) > 1 and p.depth[0]]
+    rising = 0
+    for p in told:  # over torch.compile where both ends have it (the same ratio otherwise)
+        ends = p.depth_compile if p.depth_compile and p.depth_compile[0] and p.depth_compile[-1] \
+            else p.depth
+        rising += ends[-1] > RISING * ends[0]
+    return curve, rising, len(told)
+
+
+def _at(values: list, k: int):
+    """The curve's value after iteration k; past its end, its last (the job had ended)."""
+    return values[min(k, len(values) - 1)] if values else None
+
+
+def depth_text(summary) -> str:
+    """The depth curve in words: "after iteration 0 1.00x, 2 1.12x, 5 1.21x over torch.compile
+    (geomean); rising on 12 of 20" (empty for a suite of one iteration)."""
+    if len(summary.depth) < 2:
+        return ""
+    key = "geomean_compile" if any(d["geomean_compile"] for d in summary.depth) else "geomean_eager"
+    shown = [d for d in summary.depth if d["iteration"] in (0, 2, 5) or d is summary.depth[-1]]
+    return ("after iteration " + ", ".join(f"{d['iteration']} {speedup_text(d[key])}" for d in shown)
+            + (" over torch.compile" if key == "geomean_compile" else " over eager")
+            + f" (geomean); rising on {summary.n_rising} of {summary.n_depth}")
+
+
+def problem_depth(p: ProblemResult) -> str:
+    """One problem's curve, e.g. "1.00x→1.31x (i5)": its first and last best."""
+    values = p.depth_compile if any(p.depth_compile) else p.depth
+    if len(values) < 2 or not values[-1]:
+        return "-"
+    return f"{speedup_text(values[0])}→{speedup_text(values[-1])} (i{len(values) - 1})"
+
+
 def summarize(suite: str, problems: list[ProblemResult]) -> SuiteSummary:
     """The suite's figures from its problems' rows (pure)."""
+    curve, rising, told = depth_curve(problems)
     n = len(problems)
     correct = [p for p in problems if p.correct and p.speedup]
     with_compile = [p for p in correct if p.over_compile]
@@ -201,7 +261,8 @@ def summarize(suite: str, problems: list[ProblemResult]) -> SuiteSummary:
         sweep_combinations_median=median([n for p in problems for n in p.candidate_combinations
                                           if n]),
         started_anew=sum(p.started_anew for p in problems),
-        fork_error=next((p.fork_error for p in problems if p.fork_error), ""))
+        fork_error=next((p.fork_error for p in problems if p.fork_error), ""),
+        depth=curve, n_rising=rising, n_depth=told)
 
 
 def own_split(summary: SuiteSummary) -> str:
@@ -329,11 +390,14 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
         row.time_s = round(sum((r.finished_at - r.started_at).total_seconds() for r in runs
                                if r.finished_at and r.started_at), 1)
     kernels = conn.execute(select(Kernel.id, Kernel.status, Kernel.correctness, Kernel.is_program0,
+                                  Kernel.iteration,
                                   Kernel.runtime_improvement, Kernel.improve_over_compile,
                                   Kernel.runtime_stats, Kernel.meta.label("meta"),
                                   Kernel.template_results)
                            .where(Kernel.task_name == entry.task_name,
-                                  Kernel.job_name == entry.job_name)).all()
+                                  Kernel.job_name == entry.job_name)
+                           # one order on every database (each candidate's own time is listed)
+                           .order_by(Kernel.iteration, Kernel.branch, Kernel.created_at)).all()
     candidates = [k for k in kernels if not k.is_program0]
     row.candidates = len(candidates)
     row.evaluator_faults = sum(1 for k in candidates if k.status == "evaluator_fault")
@@ -362,6 +426,7 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
     row.started_anew = sum(bool(r) for r in reasons)
     row.fork_error = next((r for r in reasons if r), "")
     correct = [k for k in candidates if k.correctness]
+    row.depth, row.depth_compile = _depth(candidates)
     if correct:
         best = max(correct, key=lambda k: k.runtime_improvement)
         row.correct, row.best_kernel = True, best.id
@@ -393,6 +458,22 @@ def _problem(conn, entry, keyed: bool) -> ProblemResult:
         stats = best.runtime_stats if isinstance(best.runtime_stats, dict) else {}  # beside it
         row.eager_ms = (stats.get("reference") or {}).get("median")
     return row
+
+
+def _depth(candidates) -> tuple[list, list]:
+    """After each iteration (0 to the job's last), the best correct kernel so far: its speedup
+    over eager and over torch.compile (None before the first correct one)."""
+    last = max((k.iteration for k in candidates if k.iteration is not None and k.iteration >= 0),
+               default=-1)
+    eager, compiled = [], []
+    for it in range(last + 1):
+        so_far = [k for k in candidates if k.correctness and k.iteration is not None
+                  and k.iteration <= it and (k.runtime_improvement or 0) > 0]
+        best = max(so_far, key=lambda k: k.runtime_improvement, default=None)
+        eager.append(best.runtime_improvement if best else None)
+        compiled.append(best.improve_over_compile if best and (best.improve_over_compile or 0) > 0
+                        else None)
+    return eager, compiled
 
 
 def _baselines(conn, digest: str, hardware: str, config, keyed: bool, kind: str) -> dict | None:

@@ -15,7 +15,7 @@ from dash import dcc, html
 
 from kernelcode.dashboard.components import message_page
 from kernelcode.dashboard.graph import STATUS_COLORS, UNKNOWN_COLOR
-from openkernel.bench.summary import own_split
+from openkernel.bench.summary import depth_text, own_split, problem_depth
 from openkernel.wording import speedup_text
 
 RUN_COLORS = {"completed": STATUS_COLORS["faster"], "failed": STATUS_COLORS["compile_error"],
@@ -56,6 +56,7 @@ def figures(summary) -> str:
             + (f" &middot; {summary.n_timed_out} timed out" if summary.n_timed_out else "")
             + (f" &middot; {summary.started_anew} judged in workers started anew, not forked: "
                f"{escape(summary.fork_error)}" if summary.started_anew else "")
+            + (f" &middot; depth: {escape(depth_text(summary))}" if depth_text(summary) else "")
             + f" &middot; {escape(summary.precision)}"
             + (f" &middot; library-bound {len(summary.library_bound)} (over torch.compile "
                f"{_x(summary.geomean_compile_library_bound)}, our own kernels)"
@@ -68,7 +69,7 @@ def problems_table(summary) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("problem", "status", "correct", "speedup",
                                              "vs torch.compile", "vs max-autotune",
                                              "vs cudagraphs", "eager ms", "compile ms",
-                                             "autotune ms", "cudagraphs ms",
+                                             "autotune ms", "cudagraphs ms", "by iteration",
                                              "judged", "evaluator faults", "time s", "fixed s",
                                              "own s", "note"))
     body = []
@@ -84,7 +85,7 @@ def problems_table(summary) -> str:
                  f'<span class="badge" style="background-color:{color}">{escape(p.status)}</span>',
                  "yes" if p.correct else "no", _x(p.speedup), _x(p.over_compile),
                  _x(p.over_autotune), _x(p.over_cudagraphs), _ms(p.eager_ms), _ms(p.compile_ms),
-                 _ms(p.autotune_ms), _ms(p.cudagraphs_ms),
+                 _ms(p.autotune_ms), _ms(p.cudagraphs_ms), escape(problem_depth(p)),
                  str(p.candidates),
                  f'<span class="flag-bad">{p.evaluator_faults}</span>' if p.evaluator_faults else "0",
                  f"{p.time_s:.0f}",
@@ -101,11 +102,36 @@ def layout(source, name: str):
     if summary is None:
         return message_page("Unknown suite", f"No benchmark suite named {name!r} in this database "
                             "(suites are written by openkernel bench).")
+    curve = depth_figure(summary)
     return html.Div([
         dcc.Link("Back to all runs", href="/"),
         html.H2(f"Suite {name}"),
-        dcc.Markdown(figures(summary) + problems_table(summary), dangerously_allow_html=True),
+        dcc.Markdown(figures(summary), dangerously_allow_html=True),
+        *([dcc.Graph(id="suite-depth", figure=curve, config={"displaylogo": False})]
+          if curve is not None else []),
+        dcc.Markdown(problems_table(summary), dangerously_allow_html=True),
     ], className="suite-page")
+
+
+def depth_figure(summary):
+    """The depth curve: the geomean of the best kernels so far after each iteration, over
+    torch.compile and over eager (None for a suite of one iteration)."""
+    if len(summary.depth) < 2:
+        return None
+    import plotly.graph_objects as go
+
+    its = [d["iteration"] for d in summary.depth]
+    fig = go.Figure()
+    for key, name in (("geomean_compile", "over torch.compile"), ("geomean_eager", "over eager")):
+        if any(d[key] for d in summary.depth):
+            fig.add_trace(go.Scatter(x=its, y=[d[key] for d in summary.depth], name=name,
+                                     mode="lines+markers", hovertemplate="after iteration %{x}: "
+                                     "%{y:.3g}x<extra>" + name + "</extra>"))
+    fig.update_layout(height=280, margin=dict(l=50, r=20, t=40, b=40),
+                      title=f"best so far by iteration (geomean; rising on {summary.n_rising} of "
+                            f"{summary.n_depth})", xaxis_title="iteration",
+                      yaxis_title="speedup x", xaxis={"dtick": 1})
+    return fig
 
 
 def suites_section(source):
