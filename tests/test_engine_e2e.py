@@ -61,6 +61,15 @@ def test_event_stream_shape(gelu_run):
     assert events[-1].new_candidates == 4
     assert any(e.program.kernel_exec_result.correctness for e in evaluated)
     assert any(isinstance(e, ev.CriticDiagnosed) for e in events)
+    # a best found before the last iteration: the log says what became of the later ones
+    best = [e for e in events if isinstance(e, ev.BestImproved)][-1].program
+    stall = [e.message for e in events if isinstance(e, ev.LogEmitted)
+             and e.message.startswith("The best (")]
+    if best.iteration_found == 0:
+        assert len(stall) == 1 and "has not improved since iteration 0: of the 2 candidates" \
+            in stall[0], stall
+    else:
+        assert stall == []
 
 
 def test_each_candidate_goes_through_named_phases(gelu_run):

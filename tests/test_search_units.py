@@ -153,7 +153,7 @@ def test_a_sweep_won_by_a_neighbour_is_described_as_the_kept_point():
     kernel is the sweep's winner: its description says so first, and keeps what was proposed."""
     from types import SimpleNamespace
 
-    from openkernel.search.loop import _mark_template
+    from openkernel.search.judging import _mark_template
 
     proposed = {"BLOCK": 2048, "num_warps": 4}
     program = Program(id="k", code="template", metadata={
@@ -172,7 +172,7 @@ def test_a_sweep_won_by_a_neighbour_is_described_as_the_kept_point():
         "gelu elementwise, BLOCK=4096, 4 warps (curated start point); the winner of a sweep of 3 "
         "(BLOCK 2048/4096/1024) over the proposed BLOCK=2048")
     # a knob the description did not name is said first; warps are words
-    from openkernel.search.loop import _kept_point
+    from openkernel.search.judging import _kept_point
     assert _kept_point("tiled matmul, 4 warps", {"BM": 64, "num_warps": 4}, {"BM": 128, "num_warps": 8},
                        2) == "BM=128: tiled matmul, 8 warps; the winner of a sweep of 2 over the " \
                              "proposed BM=64, num_warps=4"
@@ -183,3 +183,27 @@ def test_a_sweep_won_by_a_neighbour_is_described_as_the_kept_point():
     same.add_eval_results(kept)
     _mark_template(same, kept, SimpleNamespace(code="template"))
     assert same.metadata["description"] == "as proposed"
+
+
+def test_a_stalled_search_says_what_became_of_the_candidates_after_its_best():
+    """Issue 57: a search that stops improving says why in its log (slower than their parents,
+    failed, the space spent)."""
+    from openkernel.search.history import stalled
+
+    def judged(pid, it, speed, parent=None, status=True):
+        p = _prog(pid, speed, correct=status)
+        p.parent_id, p.iteration_found = parent, it
+        p.metadata.update(label=f"i{it}-b{pid[-1]}")
+        return p
+
+    best = judged("b0", 1, 1.5)
+    later = [judged("c1", 2, 1.2, "b0"), judged("c2", 2, 1.4, "b0"),
+             judged("c3", 3, -1.0, "b0", status=False), judged("c4", 3, 1.3, "c1")]
+    history = {1: [best], 2: later[:2], 3: later[2:]}
+    said = stalled(history, best, 3, "every combination has been judged")
+    assert said.startswith("The best (i1-b0, 1.50x) has not improved since iteration 1: of the 4 "
+                           "candidates after it, 2 slower than their parent, "), said
+    assert "1 faster than their parent, not the best" in said and "1 incorrect" in said
+    assert said.endswith("; and every combination has been judged.")
+    assert stalled(history, later[3], 3) == ""  # the best came in the last iteration
+    assert stalled({}, None, 3) == ""

@@ -6,13 +6,15 @@ code), and while nothing in the archive is correct the latest of them is the bra
 so the model fixes its own bug instead of starting over from the reference. Candidates never
 judged (no kernel came back, not run here, an evaluator fault) say nothing about code and are
 passed over. The reference's latest measured runtime goes into a prompt whose parent is the
-reference.
+reference. When the best stops improving, the run's log says what became of the candidates
+after it (:func:`stalled`).
 """
 
 from __future__ import annotations
 
 from openkernel.records import TaskProbe
 from openkernel.schemas import NOT_JUDGED, Program, Status
+from openkernel.wording import speedup_text as speed_text
 
 FAILURES_SHOWN = 2  # a branch's recent failures in its next prompt (besides its parent)
 _OK = (Status.FASTER, Status.CORRECT)
@@ -51,3 +53,32 @@ def reference_timing(judged_in: dict[int, list[Program]], probe: TaskProbe,
     if probe.reference_ms > 0:
         return probe.reference_ms, f"a few calls when the task was probed, on {hardware}"
     return 0.0, ""
+
+
+def stalled(judged_in: dict[int, list[Program]], best: Program | None, last: int,
+            exhausted: str = "") -> str:
+    """Why the search stopped improving, in words, when the best was found before the last
+    iteration ("" otherwise): what became of the candidates after it (slower than their
+    parents, below the best, failed) and, when said, that the generator's space ran out."""
+    if best is None or best.is_program0 or last < 1 or best.iteration_found >= last:
+        return ""
+    by_id = {p.id: p for ps in judged_in.values() for p in ps}
+    after = [p for i, ps in judged_in.items() if i > best.iteration_found for p in ps]
+    if not after:
+        return ""
+    told: dict[str, int] = {}
+    for p in after:
+        speed = p.kernel_exec_result.runtime_improvement if p.kernel_exec_result else -1.0
+        parent = by_id.get(p.parent_id or "")
+        was = (parent.kernel_exec_result.runtime_improvement
+               if parent is not None and parent.kernel_exec_result else 1.0)
+        if p.status in _OK and speed > 0:
+            why = "slower than their parent" if speed < was else "faster than their parent, not the best"
+        else:
+            why = p.status.value.replace("_", " ")
+        told[why] = told.get(why, 0) + 1
+    words = ", ".join(f"{n} {why}" for why, n in sorted(told.items(), key=lambda kv: -kv[1]))
+    speed = best.kernel_exec_result.runtime_improvement if best.kernel_exec_result else -1.0
+    return (f"The best ({best.label}, {speed_text(speed)}) has not improved since iteration "
+            f"{best.iteration_found}: of the {len(after)} candidates after it, {words}"
+            + (f"; and {exhausted}" if exhausted else "") + ".")

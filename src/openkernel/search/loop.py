@@ -14,94 +14,55 @@ in a row the run ends "failed", saying why. With ``traces.enabled`` each judged 
 also written to the trace dataset (``job_traces``). Kernels submitted from outside the
 generator (``RunControl.submit``, ``search.external``) are taken between candidates and judged
 and stored the same way, as ``u<N>``.
+
+This page says how a search goes (``Search._run`` and ``_iterations``); its parts live beside
+it, each a part of ``Search`` holding the same state: ``planning`` (the starting programs, each
+branch's parent, the critic's diagnoses, the controls), ``scheduling`` (the candidates' threads
+and their queue, pause), ``judging`` (one candidate: generated, judged in a worker) and
+``recording`` (the archive, the database, the traces, a resumed job restored).
 """
 
 from __future__ import annotations
 
-import hashlib
-import queue
 import random
-import re
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Iterator
 
 from openkernel.config import Config
-from openkernel.evaluation.host.devices import NoDeviceLeft
 from openkernel.evaluation.host.executor import Aborted, Evaluator
 from openkernel.evaluation.host.memplan import describe as describe_plan
 from openkernel.events import (
-    BackendSwitched,
-    BestImproved,
-    CandidateEvaluated,
-    CandidateRestored,
-    CandidateGenerated,
-    CandidatePhaseChanged,
-    CandidateStarted,
-    CandidateWithdrawn,
-    CriticDiagnosed,
     Event,
-    InstructionAdded,
     IterationFinished,
     IterationStarted,
     LogEmitted,
-    ModelCalled,
     RunFinished,
-    RunPaused,
-    RunResumed,
     RunStarted,
 )
 from openkernel.generators import make_generator
-from openkernel.generators.base import Generator, Proposal, ProposalRequest, param_key, precision_of
+from openkernel.generators.base import Generator
 from openkernel.generators.offline import skill_matches
 from openkernel.records import Diagnosis
-from openkernel.roofline import peak_tflops_for, roofline_estimate
-from openkernel.schemas import EvalResult, Program, Status, new_program_id
+from openkernel.roofline import peak_tflops_for
+from openkernel.schemas import EvalResult, Program, Status
 from openkernel.search.archive import Archive
 from openkernel.search.control import RunControl
-from openkernel.search.external import LABEL_PREFIX, Submission, origin_of
-from openkernel.search.history import FAILURES_SHOWN, branch_failures, reference_timing
+from openkernel.search.external import Submission
+from openkernel.search.history import stalled
+from openkernel.search.judging import Judging
 from openkernel.search.llm_critic import LLMCritic, RulesCritic
-from openkernel.search.spending import AnswerStream, Spending, call_summary
-from openkernel.search.records import kernel_fields, program_from_row
+from openkernel.search.planning import Planning
+from openkernel.search.recording import Recording
+from openkernel.search.scheduling import Scheduling
+from openkernel.search.spending import Spending
 from openkernel.store import Store
 from openkernel.targets import TargetPlan
 from openkernel.task import Task
-from openkernel.templating import is_template
 from openkernel.wording import Tally
-
-_DONE = object()
-
-
-class _Turns:
-    """One iteration's branches generating one after another, in branch order (a generator
-    with ``ordered``, the offline one): each waits for the branch before it to have proposed,
-    or to have ended without proposing."""
-
-    def __init__(self, count: int) -> None:
-        self._done = [threading.Event() for _ in range(count)]
-
-    def wait(self, position: int) -> None:
-        if position > 0:
-            self._done[position - 1].wait()
-
-    def done(self, position: int) -> None:
-        self._done[position].set()
-
-
-# The worker's phases (evaluation.protocol.PHASES, and "profile") as a candidate's phase.
-_WORKER_PHASES = {"setup": "building", "build": "building", "warmup": "building",
-                  "queued": "waiting_for_gpu", "test": "testing", "benchmark": "timing",
-                  "profile": "profiling", "sweep": "sweeping"}
-
-
-def _digest(code: str, backend: str) -> str:
-    return hashlib.sha256(f"{backend}\0{code}".encode()).hexdigest()
 
 
 def _peak_gflops(hw, probe) -> float | None:
@@ -130,7 +91,7 @@ def _make_evaluator(task: Task, config: Config, store: Store):
 LATE_MARGIN_S = 10.0  # of a job's deadline kept for ending its workers and storing the record
 
 
-class Search:
+class Search(Planning, Scheduling, Judging, Recording):
     """One job: owns the store handle, the evaluator, the generator and the archive."""
 
     def __init__(self, task: Task, config: Config, control: RunControl | None = None,
@@ -216,18 +177,6 @@ class Search:
             return self._finish_traces(status)
         return 0
 
-    def _critic_preflight(self) -> str | None:
-        """A critic model of its own (not one of the ensemble) is checked as they are: its key
-        set and its service answering, before the first candidate."""
-        cfg = self.critic.cfg
-        models = getattr(self.generator, "_models", [])
-        if any((m.model, m.api_base, m.api_key_env) == (cfg.model, cfg.api_base, cfg.api_key_env)
-               for m in models):
-            return None  # the generator's preflight checked it
-        from openkernel.generators.llm import LLMGenerator
-
-        problem = LLMGenerator([cfg]).preflight()
-        return f"critic.model: {problem}" if problem else None
 
     def _failed_before_start(self, message: str) -> RunFinished:
         """The one event of a run that could not start (the front ends print its error once)."""
@@ -354,128 +303,6 @@ class Search:
                           ended_early=self._exhausted,
                           stopped_by="models" if self._outage else "budget" if budget else "")
 
-    # traces (opt-in) ----------------------------------------------------------------------
-    def _open_traces(self, hw) -> Iterator[Event]:
-        if not self.config.traces.enabled:
-            return
-        from openkernel.search.job_traces import JobTraces
-        from openkernel.store.traces import Session
-
-        session = Session(session_id="", problem=self.task_name, job_name=self.job_name,
-                          hardware=hw.label, gpu_arch=self.gpu_arch, backend=self.config.backend,
-                          generator=self.generator.name, model=", ".join(self.generator.models))
-        try:
-            self.traces = JobTraces.open(self.config.traces.dir, self.store, self.run_id, session)
-        except Exception as err:  # noqa: BLE001 - pyarrow missing or the folder not writable
-            yield LogEmitted("warning", f"traces.enabled: traces are not written ({err})")
-            return
-        yield LogEmitted("info", f"Traces: writing Parquet to {self.traces.folder}")
-
-    def _trace(self, fields: dict, became_best: bool) -> Iterator[Event]:
-        if self.traces is None:
-            return
-        try:
-            self.traces.add(fields, became_best, self.archive, self.spending.snapshot())
-        except OSError as err:  # a full disk must not end the search: the database has all
-            self.traces = None
-            yield LogEmitted("warning", f"traces: writing failed ({err}); no more traces "
-                             "this run (the database keeps every candidate)")
-
-    def _finish_traces(self, status: str) -> int:
-        if self.traces is None:
-            return 0
-        try:
-            return self.traces.finish(status, self.archive, self.spending.snapshot())
-        except OSError:
-            return 0
-
-    def _device_report(self, started: float) -> Iterator[Event]:
-        """How busy each GPU was: its timed turns (tests, trials, profiles) over the run."""
-        wall = time.monotonic() - started
-        busy = self.evaluator.gpu_busy(since=started)
-        report = {}
-        for slot, b in busy.items():
-            first = (b["intervals"][0][0] - started) if b["intervals"] else None
-            report[slot] = {"busy_s": b["busy_s"], "turns": b["turns"],
-                            "first_turn_s": round(first, 3) if first is not None else None}
-            if b["turns"] and wall > 0:
-                after = wall - first
-                yield LogEmitted("info", f"GPU {slot}: busy {b['busy_s'] / wall:.0%} of the "
-                                 f"{wall:.0f} s run, {b['busy_s'] / after:.0%} after its first "
-                                 f"candidate built ({b['turns']} timed turns)")
-        extra = {"wall_s": round(wall, 3), "gpu_busy": report} if report else {"wall_s": round(wall, 3)}
-        if self.evaluator.pch:
-            extra["pch"] = self.evaluator.pch
-        return extra
-
-    def _best_id(self) -> str | None:
-        return self.archive.best.id if self.archive.best else None
-
-    # starting points ---------------------------------------------------------------------
-    def _restore(self, rows) -> dict[int, set[int]]:
-        """Rebuild the archive from a stored job; returns the branches done per iteration."""
-        done: dict[int, set[int]] = {}
-        self._restored: list[CandidateRestored] = []  # told to the views at the run's start
-        for row in rows:
-            program = program_from_row(row)
-            self.archive.add(program)
-            if not row.is_program0:
-                self._restored.append(CandidateRestored(
-                    program, program.status, row.label,
-                    program.kernel_exec_result.runtime_improvement
-                    if program.kernel_exec_result else -1.0, self.archive.best_speedup))
-            self._by_id[program.id] = program
-            self._iteration_now = max(self._iteration_now, row.iteration)
-            if row.author:  # from outside the generator: no branch of an iteration
-                self._external += 1
-                self._judged_in.setdefault(row.iteration, []).append(program)
-                self.outcomes[program.status] += 1
-                self._remember(program)
-                continue
-            if not row.is_program0:
-                self._judged_in.setdefault(row.iteration, []).append(program)
-                self.outcomes[program.status] += 1
-            if not row.is_program0 and row.code.strip():
-                self._remember(program)
-            self._note_judged(program)
-            done.setdefault(row.iteration, set()).add(row.branch)
-        return done
-
-    def _seed_archive(self) -> Iterator[Event]:
-        program0 = Program(
-            id=new_program_id(), code=self.task.reference_code, is_program0=True,
-            iteration_found=-1,
-            metadata={"branch": 0, "label": "ref", "origin": "reference", "model": "",
-                      "backend": "pytorch", "description": "the reference (program 0)"},
-        )
-        program0.add_eval_results(EvalResult(
-            compiled=True, correctness=True, runtime_improvement=1.0, perf_score=3,
-            eval_log="The reference implementation (program 0): speedup 1.0x by definition.",
-        ))
-        yield from self._record(program0)
-        start = None
-        if self.config.kernels_iter_0_path:
-            path = Path(self.config.kernels_iter_0_path).expanduser()
-            start = ("file", path.read_text(encoding="utf-8"), f"starting kernel {path}")
-        elif self.config.start_from_best:
-            row = self.store.best_kernel(self.task_name, self.gpu_arch)
-            if row is None:
-                yield LogEmitted("warning", f"start_from_best: no stored kernel for "
-                                 f"{self.task_name} on {self.gpu_arch}; starting from the reference")
-            else:
-                start = ("best", row.code, f"best stored kernel {row.id} ({row.job_name})")
-        if start:
-            origin, code, what = start
-            yield LogEmitted("info", f"Evaluating the {what}")
-            result = self.evaluator.evaluate(code, self.backend, label="start")
-            program = Program(
-                id=new_program_id(), code=code, parent_id=program0.id, iteration_found=-1,
-                metadata={"branch": 1, "label": "start", "origin": origin, "model": "",
-                          "backend": self.backend, "description": what},
-            )
-            program.add_eval_results(result)
-            self._remember(program)
-            yield from self._record(program)
 
     # iterations --------------------------------------------------------------------------
     def _iterations(self, done: dict[int, set[int]]) -> Iterator[Event]:
@@ -509,291 +336,13 @@ class Search:
                                  f"{self._exhausted}" + ("." if judged else
                                  f" (iteration {iteration} had nothing new to judge)."))
                 break
+        said = stalled(self._judged_in, self.archive.best, last if last is not None else -1,
+                       self._exhausted)
+        if said:  # the search stopped improving: what became of the candidates since
+            yield LogEmitted("info", said)
         if last is not None:  # what to try next, for the user (no model call once stopping)
             yield from self._critique(last, [], cheap=self.control.stopped or bool(self._outage))
 
-    def _plan(self, branches: list[int], iteration: int) -> list[tuple]:
-        """(branch, parent, inspirations, rng) for each branch to run. While the archive has
-        nothing correct, a branch whose latest candidate failed builds on that failure (its
-        log and code are the parent's), not on the reference again."""
-        plan = []
-        for branch in branches:
-            parent = self.archive.sample_parent(self.rng)
-            inspirations = self.archive.sample_inspirations(
-                parent, self.config.search.num_inspirations, self.rng)
-            if self.generator.name == "llm" and (
-                    parent is None or parent.is_program0 or not parent.can_be_best):
-                failed = branch_failures(self._judged_in, branch, iteration)
-                parent = failed[0] if failed else parent
-            plan.append((branch, parent, inspirations, random.Random(self.rng.random())))
-        return plan
-
-    def _critique(self, iteration: int, parents: list[Program],
-                  cheap: bool = False) -> Iterator[Event]:
-        """Diagnose the best kernel and each parent; store, announce and return the diagnoses."""
-        events: list[Event] = []
-        critic = self.rules_critic if cheap or self.spending.reason else self.critic
-        if critic.model and not self.spending.begin(events.append):  # the budget allows none
-            critic = self.rules_critic
-        yield from events
-        events = []
-        if critic.model:  # a model call blocks the stream for a while: say what it waits for
-            yield LogEmitted("info", f"Critic {critic.model} reads iteration {iteration}…")
-        try:
-            report = critic.judge(iteration, self.archive.best, parents,
-                                  self._judged_in.get(iteration, []), self.probe, self.hardware,
-                                  self.task_name, self.backend, outcomes=self.outcomes)
-        finally:
-            if critic.model:
-                self.spending.end()
-        for call in report.calls:
-            event = self.spending.add(call, "", iteration)
-            self.spending.store_call(self.run_id, event)
-            events.append(event)
-        self.spending.check(events.append)
-        yield from events
-        if report.warning:
-            yield LogEmitted("warning", report.warning)
-        for d in report.diagnoses:
-            self.store.add_critique(
-                run_id=self.run_id, task_name=self.task_name, job_name=self.job_name,
-                iteration=iteration, text=d.said, source=d.source, kernel_id=d.kernel_id,
-                label=d.label, role=d.role, bottleneck=d.bottleneck, headroom=d.headroom,
-                model=d.model)
-        if report.diagnoses:
-            yield CriticDiagnosed(iteration, "\n".join(d.said for d in report.diagnoses),
-                                  tuple(report.diagnoses))
-        return report.diagnoses
-
-    def _apply_controls(self, iteration: int) -> Iterator[Event]:
-        backend = self.control.take_backend()
-        if backend and backend != self.backend:
-            reason = self.generator.supports(self.task, self.probe, backend)
-            if reason:
-                yield LogEmitted("warning", f"Backend stays {self.backend}: {reason}")
-            else:
-                self.backend = backend
-                yield BackendSwitched(backend, iteration)
-        for text in self.control.take_instructions():
-            self.instructions.append(text)
-            yield InstructionAdded(text, iteration)
-
-    def _run_branches(self, iteration: int, plan: list[tuple],
-                      diagnoses: list[Diagnosis]) -> Iterator[Event]:
-        slots = threading.Semaphore(self.evaluator.max_workers)
-        steering = "\n".join(self.instructions)
-        instructions = "\n\n".join(
-            s for s in (self.task.user_instructions.strip(), self.config.user_instructions.strip(),
-                        steering) if s
-        )
-        best_said = [d for d in diagnoses if d.role == "best"]
-        by_kernel = {d.kernel_id: d for d in diagnoses if d.role == "parent"}
-        ref_ms, ref_how = reference_timing(self._judged_in, self.probe, self.hardware.label)
-        jobs = []
-        for branch, parent, inspirations, rng in plan:
-            said = best_said + ([by_kernel[parent.id]] if parent and parent.id in by_kernel else [])
-            failures = [p for p in branch_failures(self._judged_in, branch, iteration)
-                        if parent is None or p.id != parent.id][:FAILURES_SHOWN]
-            jobs.append(ProposalRequest(
-                task=self.task, probe=self.probe, backend=self.backend, iteration=iteration,
-                branch=branch, parent=parent, best=self.archive.best, inspirations=inspirations,
-                user_instructions=instructions, hardware_label=self.hardware.label,
-                rng=rng, diagnoses=tuple(said), judged=frozenset(self._judged_params),
-                max_variants=self.config.prompt.max_template_combinations,
-                allow_templated=self.config.prompt.allow_templated, failures=failures,
-                reference_ms=ref_ms, reference_timing=ref_how,
-            ))
-        out: queue.Queue = queue.Queue()
-        paused_seen = False
-        settled = False  # paused, and said so once nothing was left in flight
-        turns = _Turns(len(jobs)) if getattr(self.generator, "ordered", False) else None
-        with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="candidate") as pool:
-            for position, request in enumerate(jobs):
-                pool.submit(self._candidate, request, slots, out,
-                            turn=(turns, position) if turns else None)
-            pending = len(jobs)
-            while pending:
-                pending += self._start_external(slots, out)
-                if self.control.paused != paused_seen:  # told at once, even while events flow
-                    paused_seen, settled = self.control.paused, False
-                    if not paused_seen:
-                        yield RunResumed()
-                    elif self._running():
-                        yield RunPaused(self._running())
-                try:
-                    item = out.get(timeout=0.2)
-                except queue.Empty:
-                    # "paused" only once the queue is drained: the last candidate's verdict
-                    # is stored (and told) before it
-                    if paused_seen and not settled and self._running() == 0:
-                        settled = True
-                        yield RunPaused(0)
-                    continue
-                if item is _DONE:
-                    pending -= 1
-                else:
-                    yield from self._take(item)
-        if paused_seen and not self.control.paused:
-            yield RunResumed()
-
-    def _candidate(self, request: ProposalRequest, slots, out: queue.Queue,
-                   submission: Submission | None = None, label: str = "",
-                   turn: tuple[_Turns, int] | None = None) -> None:
-        """Worker thread: generate (or take a submitted kernel), then evaluate in a confined
-        subprocess. Never writes the db. ``turn``: (the iteration's turns, this branch's
-        position) when branches generate in order."""
-        label = label or f"i{request.iteration}-b{request.branch}"
-        why = "the run stopped before it was judged"  # told to a submitter if it is not judged
-        asks_model = submission is None or bool(submission.instruction)
-        counted = False
-        try:
-            if not self.control.wait_while_paused():
-                return  # stopped: this candidate never starts
-            if asks_model and (self.spending.reason or self._outage):
-                why = self.spending.reason or self._outage  # no model call starts
-                return
-            if asks_model and not self.spending.begin(out.put):
-                why = self.spending.reason or "its model call could pass the budget"
-                return  # its call could pass the budget: it never starts
-            counted = self._flying(+1)
-            model_hint = self.generator.models[0] if self.generator.models else self.generator.name
-            if submission is not None and not submission.instruction:
-                model_hint = submission.author
-            out.put(CandidateStarted(label, request.iteration, request.branch,
-                                     request.parent.id if request.parent else None, model_hint))
-            program_id = new_program_id()
-            t0 = time.perf_counter()
-            if not asks_model:
-                proposal = _submitted(submission, request.parent)
-            else:
-                out.put(CandidatePhaseChanged(label, "generating"))
-                stream = request.on_text = AnswerStream(label, out.put)
-                try:
-                    if turn is not None:
-                        turn[0].wait(turn[1])
-                    proposal = self.generator.propose(request)
-                finally:
-                    self.spending.end()
-                    if turn is not None:
-                        turn[0].done(turn[1])
-                stream.flush()
-            gen_s = time.perf_counter() - t0
-            for call in proposal.calls:
-                out.put(self.spending.add(call, label, request.iteration, program_id))
-            self.spending.check(out.put)
-            self._check_models(out.put)
-            if proposal.failed == "exhausted":  # nothing new to judge: no row, the job ends
-                self._exhausted = proposal.log
-                out.put(CandidateWithdrawn(label, proposal.log))
-                return
-            out.put(CandidateGenerated(label, proposal.model, proposal.description, proposal.reasoning))
-            if proposal.code.strip():
-                out.put(CandidatePhaseChanged(label, "queued"))  # for a worker, or a resume
-            judged = self._judge_in_slot(proposal, request.backend, label, program_id, slots, out)
-            if judged is None:
-                return
-            result, eval_s = judged
-            parent = request.parent
-            program = Program(
-                id=program_id, code=proposal.code, raw_llm_code=proposal.answer,
-                parent_id=parent.id if parent else None,
-                generation=(parent.generation + 1) if parent else 1,
-                iteration_found=request.iteration,
-                metadata={
-                    "branch": request.branch, "label": label, "origin": proposal.origin,
-                    "model": proposal.model, "backend": request.backend,
-                    "description": proposal.description, "params": proposal.params,
-                    "prompt": proposal.prompt, "generation_log": proposal.log,
-                    "inspiration_ids": [p.id for p in request.inspirations],
-                    "user_instructions": request.user_instructions,
-                    "tokens_used": proposal.tokens_used, "generation_s": gen_s,
-                    "evaluation_s": eval_s, "llm": call_summary(proposal.calls),
-                    "critic": [asdict(d) for d in request.diagnoses],
-                },
-            )
-            if submission is not None:
-                program.metadata["author"] = submission.author
-                if submission.instruction:
-                    program.metadata["description"] = (f"{submission.author} asked "
-                                                       f"{proposal.model}: {submission.instruction}")
-            program.add_eval_results(result)
-            _mark_template(program, result, proposal)
-            program.metadata["precision"] = precision_of(proposal, program.metadata["params"])
-            submission = None  # judged: the loop stores it and answers the submitter
-            out.put(program)
-        except NoDeviceLeft as err:  # no GPU can judge anything any more: end the run
-            why = str(err)
-            out.put(LogEmitted("error", f"{label}: {err}"))
-            out.put(CandidatePhaseChanged(label, "abandoned"))
-            self.control.stop()
-        except Aborted as err:  # stopped from outside while in flight: no verdict, nobody's fault
-            out.put(LogEmitted("warning", f"{label}: stopped before its verdict ({err})"))
-            out.put(CandidatePhaseChanged(label, "abandoned"))
-        except Exception as err:  # a generator or evaluator bug: say so, keep the run going
-            why = f"internal error: {err!r}"
-            out.put(LogEmitted("error", f"{label}: internal error: {err!r}"))
-            out.put(CandidatePhaseChanged(label, "abandoned"))
-        finally:
-            if turn is not None:  # ended before proposing (stopped, budget): the next goes on
-                turn[0].done(turn[1])
-            if counted:
-                self._flying(-1)
-            if submission is not None:
-                self._waiting.pop(label, None)
-                submission.refuse(why)
-            out.put(_DONE)
-
-    def _flying(self, step: int) -> bool:
-        with self._flight_lock:
-            self._in_flight += step
-        return True
-
-    def _running(self) -> int:
-        """Candidates in flight that a pause lets finish: not those waiting for a worker, which
-        it parks (said so: their rows read "paused")."""
-        with self._flight_lock:
-            return max(self._in_flight - self._queued, 0)
-
-    def _take(self, item) -> Iterator[Event]:
-        """One item from the candidates' threads: a judged program is recorded, an event passed
-        on (a model call stored first)."""
-        if isinstance(item, Program):
-            yield from self._record(item)
-            return
-        if isinstance(item, ModelCalled):
-            self.spending.store_call(self.run_id, item)
-        yield item
-
-    def _start_external(self, slots, out: queue.Queue) -> int:
-        """Start judging the kernels submitted since the last look (``RunControl.submit``),
-        each in a thread of its own like a branch's; returns how many started."""
-        started = 0
-        for sub in self.control.take_submissions():
-            parent = self._by_id.get(sub.parent_id) if sub.parent_id else None
-            if sub.parent_id and parent is None:
-                sub.refuse(f"no kernel {sub.parent_id} in job {self.job_name}")
-                continue
-            if sub.instruction and self.generator.name != "llm":
-                sub.refuse("revising a kernel needs a model: set inference in the config")
-                continue
-            self._external += 1
-            label = f"{LABEL_PREFIX}{self._external}"
-            self._waiting[label] = sub
-            asked = f"Revise the parent kernel as the user asks: {sub.instruction}"
-            request = ProposalRequest(
-                task=self.task, probe=self.probe, backend=sub.backend or self.backend,
-                iteration=self._iteration_now, branch=self._external, parent=parent,
-                best=self.archive.best, hardware_label=self.hardware.label,
-                user_instructions="\n\n".join(s for s in (
-                    self.task.user_instructions.strip(), self.config.user_instructions.strip(),
-                    *self.instructions, asked if sub.instruction else "") if s),
-                rng=random.Random(self.rng.random()),
-                max_variants=self.config.prompt.max_template_combinations,
-                allow_templated=self.config.prompt.allow_templated)
-            threading.Thread(target=self._candidate, name=f"candidate-{label}", daemon=True,
-                             args=(request, slots, out, sub, label)).start()
-            started += 1
-        return started
 
     def _late_baselines(self) -> Iterator[Event]:
         """Max-autotune and reduce-overhead, asked for, are timed once the candidates are
@@ -812,234 +361,4 @@ class Search:
                          + ("." if left is None else f", within the {left:.0f} s left."))
         self.evaluator.baselines(within_s=left)
 
-    def _drain_submissions(self) -> Iterator[Event]:
-        """Judge what was submitted while the iterations ended (or, in a run that only judges
-        submissions, all of it); once none is left, later submissions are refused."""
-        slots = threading.Semaphore(self.evaluator.max_workers)
-        out: queue.Queue = queue.Queue()
-        pending = 0
-        while True:
-            pending += self._start_external(slots, out)
-            if not pending and self.control.close("the run has ended"):
-                return
-            try:
-                item = out.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if item is _DONE:
-                pending -= 1
-            else:
-                yield from self._take(item)
 
-    def _judge_in_slot(self, proposal: Proposal, backend: str, label: str, program_id: str,
-                       slots, out: queue.Queue) -> tuple[EvalResult, float] | None:
-        """Wait for a worker, then judge the proposal's code (an identical code's verdict is
-        reused, an empty one is a generation failure); the result and the seconds it took, or
-        None when the run stopped meanwhile."""
-        phase = [""]
-
-        def on_phase(worker_phase: str) -> None:
-            mapped = _WORKER_PHASES.get(worker_phase)
-            if mapped and mapped != phase[0]:
-                phase[0] = mapped
-                out.put(CandidatePhaseChanged(label, mapped))
-
-        while True:
-            with self._flight_lock:  # waiting for a worker: what a pause parks
-                self._queued += 1
-            try:
-                slots.acquire()
-            finally:
-                with self._flight_lock:
-                    self._queued -= 1
-            if not self.control.paused:
-                break
-            # Parked by a pause, the worker given back (the others waiting park too): not in
-            # flight while it waits, and its row says so.
-            slots.release()
-            self._flying(-1)
-            out.put(CandidatePhaseChanged(label, "paused"))
-            going = self.control.wait_while_paused()
-            self._flying(+1)
-            if not going:
-                return None
-            out.put(CandidatePhaseChanged(label, "queued"))
-        try:
-            return self._judge_held(proposal, backend, label, program_id, on_phase)
-        finally:
-            slots.release()
-
-    def _judge_held(self, proposal: Proposal, backend: str, label: str, program_id: str,
-                    on_phase) -> tuple[EvalResult, float]:
-        """Judge the proposal with a worker slot held (see :meth:`_judge_in_slot`)."""
-        t1 = time.perf_counter()
-        key = _digest(proposal.code, backend)
-        with self._judged_lock:
-            seen = self._judged.get(key)
-        if seen is not None:
-            result = seen[1].model_copy(deep=True)
-            result.metadata["duplicate_of"] = seen[0]
-            result.eval_log = (f"Identical to kernel {seen[0]} (same code and backend): "
-                               f"its evaluation is reused, nothing was rebuilt.\n"
-                               + result.eval_log)
-        elif proposal.compile_error:  # it does not parse: nothing to build
-            result = EvalResult(compiled=False, perf_score=0,
-                                metadata={"syntax_error": proposal.compile_error},
-                                eval_log="The code did not compile (the parser refused "
-                                "it), so nothing was built:\n" + proposal.compile_error)
-        elif proposal.code.strip():
-            result = self._judge_proposal(proposal, backend, label, on_phase)
-            with self._judged_lock:  # before the slot is freed: a twin waiting sees it
-                # a copy: the stored result loses its winner's code to the program
-                self._judged.setdefault(key, (program_id, result.model_copy(deep=True)))
-        else:  # nothing to build: a generation failure, not a build status
-            why = ("The model's service gave no answer, so there was no kernel to build."
-                   if proposal.failed == "service" else
-                   "No kernel was extracted from the answer, so nothing was built.")
-            result = EvalResult(compiled=False, perf_score=0,
-                                metadata={"generation_failed": proposal.failed or "no_code"},
-                                eval_log=(why + "\n" + (proposal.log or "")).strip())
-        return result, time.perf_counter() - t1
-
-    def _check_models(self, put) -> None:
-        """Say which models were paused (an ensemble goes on), and stop once none is left."""
-        for notice in getattr(self.generator, "take_notices", lambda: [])():
-            put(LogEmitted("warning", notice))
-        outage = getattr(self.generator, "outage", "")
-        if outage and not self._outage:
-            self._outage = outage
-            put(LogEmitted("error", f"{outage}. The run stops: no new candidate starts, those "
-                           "in flight finish; what failed is tried again when the job resumes."))
-
-    def _judge_proposal(self, proposal, backend: str, label: str, on_phase) -> EvalResult:
-        """Evaluate a proposal: a templated one (the offline generator's sweep, or a model's
-        TEMPLATE_PARAMS with ``prompt.allow_templated``) at every combination, the winner's
-        concrete code kept in ``template_results["winner_code"]``; any other as it is."""
-        templated = proposal.variants or (self.config.prompt.allow_templated
-                                          and is_template(proposal.code))
-        if not templated:
-            return self.evaluator.evaluate(proposal.code, backend, label=label, on_phase=on_phase,
-                                           source_name=f"<{label}>")
-        result, winner = self.evaluator.evaluate_template(proposal.code, backend, label,
-                                                          variants=proposal.variants or None,
-                                                          on_phase=on_phase)
-        if winner is not None:
-            result.template_results["winner_code"] = winner
-        return result
-
-    def _remember(self, program: Program) -> None:
-        backend = program.metadata.get("backend", self.backend)
-        result = program.kernel_exec_result
-        seen = [(program.code, result)]
-        template = result.template_results.get("template") if result is not None else None
-        if template and result.template_results.get("winner"):
-            # what was swept is remembered too: its twin is kept as the same winner
-            twin = result.model_copy(deep=True)
-            twin.template_results["winner_code"] = program.code
-            seen.append((template, twin))
-        with self._judged_lock:
-            for code, judged in seen:
-                self._judged.setdefault(_digest(code, backend), (program.id, judged))
-
-    def _note_judged(self, program: Program) -> None:
-        """Remember which template parameters this job has judged (the offline no-repeat rule)."""
-        params = program.metadata.get("params") or {}
-        name = params.get("template") if isinstance(params, dict) else None
-        if not name:
-            return
-        combos = (program.kernel_exec_result.template_results.get("combinations", [])
-                  if program.kernel_exec_result else [])
-        for p in [params] + [c.get("params") or {} for c in combos]:
-            self._judged_params.add(param_key(name, p))
-
-    def _record(self, program: Program) -> Iterator[Event]:
-        result = program.kernel_exec_result
-        if result and result.correctness and not result.profiler_data and not program.is_program0:
-            # No profiler ran: place the kernel on the roofline analytically, labelled estimate.
-            result.profiler_data = roofline_estimate(result.runtime, self.probe, self.hardware)
-        self._note_judged(program)
-        previous = self.archive.best_speedup
-        is_best = self.archive.add(program)
-        # Timing stops once a candidate is decided against the reference and, past 1x, the best.
-        self.evaluator.incumbent_speedup = max(self.archive.best_speedup, 0.0) \
-            if self.archive.best_speedup > 1.0 else 0.0
-        replaced = self._retried.pop(program.metadata.get("label"), None)
-        if replaced is not None:
-            self.store.delete_kernel(replaced)
-            if self.traces is not None:
-                self.traces.drop(replaced)
-        fields = kernel_fields(
-            program, run_id=self.run_id, task_name=self.task_name, job_name=self.job_name,
-            hardware=self.hardware.label, gpu_arch=self.gpu_arch,
-            reference_code=self.task.reference_code,
-        )
-        self.store.add_kernel(**fields)
-        self._by_id[program.id] = program
-        waiting = self._waiting.pop(fields["label"], None)
-        if waiting is not None:  # stored: the person or agent who sent it gets its verdict
-            waiting.outcome.set_result(program)
-        if program.is_program0:
-            return
-        yield from self._trace(fields, is_best)
-        self._judged_in.setdefault(program.iteration_found, []).append(program)
-        while self._notes_seen < len(self.evaluator.notes):
-            yield LogEmitted("warning", self.evaluator.notes[self._notes_seen])
-            self._notes_seen += 1
-        self.candidates += 1
-        self.outcomes[program.status] += 1
-        result = program.kernel_exec_result
-        yield CandidateEvaluated(program, program.status, program.metadata["label"],
-                                 result.runtime_improvement, self.archive.best_speedup)
-        if is_best:
-            yield BestImproved(program, previous, self.archive.best_speedup)
-
-
-def _mark_template(program: Program, result: EvalResult, proposal) -> None:
-    """A templated candidate is kept as its winner: the concrete code, its parameters (where
-    the offline generator's next mutation starts), and the template itself in the metadata."""
-    results = result.template_results
-    if not results:
-        return
-    program.is_templated = True
-    program.template_parameter_combinations = [c["params"] for c in results.get("combinations", [])]
-    winner_code = results.pop("winner_code", None)
-    if winner_code:
-        program.code = winner_code
-    results["template"] = proposal.code  # stored with the combinations: what was swept
-    winner = results.get("winner")
-    params = program.metadata.get("params") or {}
-    if winner and params.get("template"):
-        program.metadata["params"] = {"template": params["template"], **winner}
-    proposed = {k: v for k, v in params.items() if k != "template"}
-    if winner and proposed and winner != proposed:
-        program.metadata["description"] = _kept_point(
-            program.metadata.get("description") or "", proposed, winner,
-            len(results.get("combinations", [])))
-
-
-def _kept_point(description: str, proposed: dict, winner: dict, n: int) -> str:
-    """The description of a sweep's proposed point, told of the winner that is kept (issue 58:
-    "BLOCK=2048 ...; a sweep of 3" over stored code with BLOCK=4096): its knobs read the
-    winner's values, and it says which point was proposed."""
-    head, _, swept = description.partition("; a sweep of ")
-    moved = {k: v for k, v in winner.items() if proposed.get(k) != v}
-    told = []
-    for k, v in moved.items():
-        said = re.subn(rf"\b{re.escape(k)}={re.escape(str(proposed.get(k)))}\b", f"{k}={v}", head)
-        if k == "num_warps":
-            said = re.subn(rf"\b{proposed.get(k)} warps\b", f"{v} warps", said[0])
-        head = said[0]
-        if not said[1]:
-            told.append(f"{k}={v}")
-    was = ", ".join(f"{k}={proposed.get(k)}" for k in moved)
-    return ((", ".join(told) + ": " if told else "") + head
-            + f"; the winner of a sweep of {n}" + (f" ({swept.split(': ', 1)[-1]})" if swept else "")
-            + f" over the proposed {was}")
-
-
-def _submitted(submission: Submission, parent: Program | None) -> Proposal:
-    """A kernel from a person or an agent, as the generator's answer would carry it."""
-    what = submission.description or (f"{submission.author}'s edit of {parent.label}"
-                                       if parent else f"{submission.author}'s kernel")
-    return Proposal(code=submission.code, prompt="", answer="", model=submission.author,
-                    origin=origin_of(submission.author), description=what)
