@@ -1,0 +1,17 @@
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        exclusive = torch.cat((torch.zeros_like(x.select(self.dim, 0).unsqueeze(self.dim)), x), dim=self.dim)[:-1]
+        return torch.cumsum(exclusive, dim=self.dim)
+
+def get_inputs():
+    return [torch.randn(64, 500)]
+
+def get_init_inputs():
+    return [1]
