@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 record of this repository, one stage per call of the lent machine (10 min each):
 #   bash benchmarks/h200_session.sh STAGE   with $OUT set (results are written there)
-# Stages: gputests, timed-checks, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
+# Stages: gputests, timed-checks, held-out, throughput-triton, throughput-cuda, cuda-build, stability, examples, kb-softmax,
 #         kb-bench, kb-walls, events, check-costs, kernel-times, inductor-capture, templated, ray-vs-local, memory-heatmap, tconv, conv-points, comparison-cost, compare-prepare, worker-start, bindings-build, triton-first-launch.
 # Needs the wheels in .whl/ (../shared/tools/gpu-wheels.sh .whl pydantic sqlalchemy pyyaml alembic).
 set -u
@@ -133,6 +133,15 @@ case "$1" in
       --json "$OUT/${JSON:-kb56_$([ "$on" = 0 ] && echo off || echo on)}_own.json" | tail -4
     python3 benchmarks/timed_checks.py "$OUT/kernels.sqlite3" ${SUITE:-kb56-$([ "$on" = 0 ] && echo off || echo on)} | tail -30
     ;;
+  held-out)  # issue 57: openkernel bench over the held-out sample in ${KB:-.kb57} (made by
+    # benchmarks/held_out.py: 36 KernelBench problems no bench here had run, drawn at its pinned
+    # commit) at ${ITERS:-5} iterations x ${BRANCHES:-4} branches, max-autotune and cudagraphs
+    # baselines on (bench's default), each problem under --problem-timeout ${PT:-300}; suite
+    # ${SUITE:-kb57-heldout}. Resumable like kb-bench: copy $OUT/kernels.sqlite3(.gz) to .kbstate/
+    # between calls and call again until every problem has a line. The depth curve (best after
+    # each iteration) is in the JSON and under the table.
+    KB=${KB:-.kb57} SUITE=${SUITE:-kb57-heldout} ITERS=${ITERS:-5} BRANCHES=${BRANCHES:-4} \
+      JSON=${JSON:-kb57_heldout} EXTRA="--problem-timeout ${PT:-300} ${EXTRA:-}" kb_bench ;;
   kb-walls)  # issue 22: the 46 problems of benchmarks/kb22_problems.txt (levels 1-3, level1/68 and
     # level1/84 among them) in ${KB:-.kb22} at 1 iteration x 4 branches, each problem under
     # --problem-timeout ${PT:-300}. PASS=fresh (suite kb22-fresh: every baseline timed anew) first,
