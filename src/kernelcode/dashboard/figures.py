@@ -50,7 +50,7 @@ def trajectory_figure(rows: list[dict]) -> go.Figure | None:
                             STATUS_COLORS.get(status, UNKNOWN_COLOR) if status in NOT_JUDGED
                             else "#333"))),
             customdata=[[r["label"], r.get("runtime") or -1, r.get("description") or ""] for r in members],
-            hovertemplate="%{customdata[0]}<br>speedup %{y:.3f}x<br>runtime %{customdata[1]:.4f} ms"
+            hovertemplate="%{customdata[0]}<br>speedup %{y:.3g}x<br>runtime %{customdata[1]:.3g} ms"
                           "<br>%{customdata[2]}<extra>" + status + "</extra>"))
     per_iter = defaultdict(list)
     for r in rows:

@@ -31,7 +31,7 @@ def stats_table(program: Program) -> Table:
     table.add_row("Program id", program.id)
     table.add_row("What it tried", str(meta.get("description") or "–"))
     if result is not None:
-        table.add_row("Runtime", f"{result.runtime:.4f} ms (median)" if result.runtime > 0 else "–")
+        table.add_row("Runtime", f"{result.runtime:.3g} ms (median)" if result.runtime > 0 else "–")
         table.add_row("Speedup vs reference", speedup_str(result.runtime_improvement))
         table.add_row("Speedup vs torch.compile", speedup_str(result.improve_over_compile))
         stats = dict(result.runtime_stats or {})
@@ -61,7 +61,7 @@ def stats_table(program: Program) -> Table:
 
 
 def _num(value: object) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def _pairs(values: dict) -> str:
