@@ -153,6 +153,12 @@ def test_an_unmasked_axis_only_shrinks_and_a_tile_is_bounded():
                         kernel.configs, ("x",), "reduction")
     config, moved = beyond.scaled(masked, masked.configs[0], {"K0_X": 4, "K0_R": 4})
     assert config["XBLOCK"] * config["R0_BLOCK"] <= beyond.MAX_TILE and moved
+    # Inductor's own tile past the bound is kept as it is (only what grew gives way)
+    big = SeedKernel("k_0", masked.source, [], [{"XBLOCK": 1, "R0_BLOCK": 131072, "num_warps": 16}],
+                     ("x",), "reduction")
+    assert beyond.scaled(big, big.configs[0], {}) == (big.configs[0], [])
+    grown, _ = beyond.scaled(big, big.configs[0], {"K0_X": 4})
+    assert grown["R0_BLOCK"] == 131072 and grown["XBLOCK"] == 1
 
 
 def _as_yz_overflow(code: str) -> str:

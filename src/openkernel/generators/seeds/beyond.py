@@ -10,6 +10,8 @@ multiple of its block) only shrinks: a larger block would read past the tensor.
 
 from __future__ import annotations
 
+import math
+
 from openkernel.generators.family import Tunable
 from openkernel.generators.seeds.rewrite import SeedKernel, _prefix
 
@@ -60,15 +62,11 @@ def scaled(kernel: SeedKernel, config: dict, params: dict) -> tuple[dict, list[s
     if "num_warps" in out:
         out["num_warps"] = min(MAX_WARPS, out["num_warps"])
     tile = [key for key in ("XBLOCK", *REDUCTION_KEYS) if key in out]
-    while tile and _product(out, tile) > MAX_TILE:  # the grown axis gives way
+    # a grown axis gives way past the bound (never below Inductor's own: its tile is its own)
+    bound = max(MAX_TILE, math.prod(config[key] for key in tile))
+    while math.prod(out[key] for key in tile) > bound:
         grown = max(tile, key=lambda key: out[key] / max(1, config[key]))
-        out[grown] = max(1, out[grown] // 2)
+        out[grown] = max(config[grown], out[grown] // 2)
     moved = [f"{key} {config[key]}->{out[key]}" for key in out if out[key] != config.get(key)]
     return out, moved
 
-
-def _product(config: dict, keys: list[str]) -> int:
-    n = 1
-    for key in keys:
-        n *= config[key]
-    return n
