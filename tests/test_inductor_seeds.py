@@ -326,8 +326,9 @@ def test_the_offline_generator_offers_the_seed_beside_its_own_kernels():
 
 @pytest.mark.gpu
 def test_a_seed_captured_on_the_gpu_is_judged_correct(tmp_path):
-    """On the H200: Inductor's code captured on the real device (no stand-in), rewritten and
-    judged with the GPU's own checks and timing."""
+    """On the GPU: Inductor's code captured on the real device (no stand-in), rewritten and
+    judged with the GPU's own checks and timing; moved past Inductor's config (x block and warps
+    doubled, issue 57) it is still correct there."""
     import torch
 
     from openkernel.evaluation.worker.inductor import capture
@@ -335,16 +336,20 @@ def test_a_seed_captured_on_the_gpu_is_judged_correct(tmp_path):
     model, inputs = _reference("linear_gelu_softmax")
     captured = capture(model.cuda(), [t.cuda() for t in inputs])
     assert "the GPU" in captured.get("made", ""), captured
-    code = render(parse(captured), {}, trace_forward(model, [t.cuda() for t in inputs]))
+    trace = trace_forward(model, [t.cuda() for t in inputs])
+    code = render(parse(captured), {}, trace)
+    moved = render(parse(captured), {"K0_X": 2, "K0_W": 2}, trace)
+    assert "moved past it" in moved and "moved past it" not in code
     task = load_task(DATA / "linear_gelu_softmax.py")
     config = build_config({"paths": {"scratch_dir": str(tmp_path / "scratch")}})
     ev = Evaluator(task, config)
     try:
         assert ev.probe().inductor is not None  # the probe captures it too, for the generator
-        result = ev.evaluate(code, "triton", "seed-gpu")
+        results = [ev.evaluate(code, "triton", "seed-gpu"), ev.evaluate(moved, "triton", "moved")]
     finally:
         ev.close()
-    assert result.correctness and torch.cuda.is_available(), result.eval_log
+    for result in results:
+        assert result.correctness and torch.cuda.is_available(), result.eval_log
 
 
 def test_a_seed_that_is_the_references_own_library_call_is_refused():
